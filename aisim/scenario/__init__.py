@@ -1,0 +1,25 @@
+"""The scenario language: models, loader, problems, schema and built-in presets.
+
+    scenario = load_scenario("scenarios/default.yaml")   # raises ScenarioError with every problem
+    checked = check_file("x.yaml")                       # never raises: .scenario and .problems
+"""
+
+from .document import API_VERSION, Scenario
+from .loader import Checked, check_file, check_text, load_scenario
+from .problems import Problem, ScenarioError, render_json, render_text
+from .schema import scenario_schema, schema_text
+
+__all__ = [
+    "API_VERSION",
+    "Checked",
+    "Problem",
+    "Scenario",
+    "ScenarioError",
+    "check_file",
+    "check_text",
+    "load_scenario",
+    "render_json",
+    "render_text",
+    "scenario_schema",
+    "schema_text",
+]

@@ -1,0 +1,69 @@
+"""The scenario document: `apiVersion: aisim/v1`, `kind: Scenario`, and its sections."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from .base import ENGINE_ISSUE, SERVER_ISSUE, TELEMETRY_ISSUE, Spec, planned_field
+from .faults import Fault
+from .hardware import Gpu
+from .models import Model
+from .server import Server, Simulation, Telemetry
+from .workload import PriorityClass, Workload
+
+API_VERSION = "aisim/v1"
+SCHEMA_ID = "https://aisim.dev/schema/scenario-v1.json"
+
+
+class Metadata(Spec):
+    """Name and description of the scenario."""
+
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    """Short name, shown in reports."""
+    description: str = ""
+    """What the scenario shows."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    """Free-form labels."""
+
+
+class Scenario(Spec):
+    """An aisim scenario: GPUs, models, faults, a workload, server and telemetry settings."""
+
+    api_version: Literal["aisim/v1"]
+    """Language version; this aisim understands `aisim/v1`."""
+    kind: Literal["Scenario"]
+    """Document kind."""
+    metadata: Metadata
+    """Name and description."""
+    seed: int = Field(0, ge=0, le=2**63 - 1)
+    """Seed of every random draw; same seed, same run."""
+    gpus: list[Gpu] = Field(default_factory=list)
+    """Simulated GPUs."""
+    models: list[Model] = Field(min_length=1)
+    """Served models."""
+    priority_classes: list[PriorityClass] = planned_field(default_factory=list, issue=ENGINE_ISSUE)
+    """Request priority classes."""
+    faults: list[Fault] = Field(default_factory=list)
+    """Scheduled faults."""
+    workload: Workload | None = planned_field(None, issue=ENGINE_ISSUE)
+    """Requests for headless runs (`aisim run`)."""
+    server: Server = planned_field(Server(), issue=SERVER_ISSUE)
+    """Server settings (`aisim serve`)."""
+    telemetry: Telemetry = planned_field(Telemetry(), issue=TELEMETRY_ISSUE)
+    """GPU telemetry settings."""
+    simulation: Simulation = planned_field(Simulation(), issue=ENGINE_ISSUE)
+    """Run settings."""
+
+    def gpu_devices(self) -> dict[str, Gpu]:
+        """Every device id (and every multi-device entry's id) mapped to its GPU entry."""
+        devices: dict[str, Gpu] = {}
+        for gpu in self.gpus:
+            devices[gpu.id] = gpu
+            devices.update({device: gpu for device in gpu.device_ids()})
+        return devices
+
+    def model_named(self, name: str) -> Model | None:
+        """The model a client reaches with `name` (an id or an alias)."""
+        return next((m for m in self.models if name in m.names), None)

@@ -1,0 +1,141 @@
+"""Load a scenario: YAML with positions, then JSON Schema, then pydantic, then cross-references.
+
+Each stage adds problem records instead of stopping, so one run reports every mistake. A
+pydantic error at a place the schema already reported is dropped (same mistake, said twice).
+Cross-reference checks run on the parts that are valid on their own. Warnings (fields that
+are accepted but not simulated yet) come only for an otherwise valid document.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from . import crossref
+from .base import is_planned
+from .document import API_VERSION, Scenario
+from .problems import PathPart, Problem, ScenarioError
+from .source import Source, parse
+from .validation import pydantic_problems, schema_problems
+
+
+@dataclass
+class Checked:
+    """The outcome of checking one document: a scenario when it is valid, and every problem."""
+
+    file: str
+    scenario: Scenario | None
+    problems: list[Problem]
+    base_dir: Path
+
+    @property
+    def valid(self) -> bool:
+        return self.scenario is not None
+
+
+def check_text(text: str, file: str = "<scenario>", base_dir: Path | None = None) -> Checked:
+    """Check a scenario document given as text; relative paths resolve against `base_dir`."""
+    base = base_dir if base_dir is not None else Path(file).parent
+    source = parse(text, file)
+    problems = list(source.problems)
+    scenario = None
+    if source.tree is not None and not problems:
+        scenario = _validate(source, base, problems)
+    errors = [p for p in problems if p.severity == "error"]
+    if errors:
+        scenario = None
+    problems.sort(key=lambda p: (p.line, p.column, p.path, p.message))
+    return Checked(file, scenario, problems, base)
+
+
+def check_file(path: str | Path) -> Checked:
+    """Check a scenario file."""
+    file = Path(path)
+    try:
+        text = file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else str(error)
+        return Checked(str(path), None, [Problem(str(path), 1, 1, "$", f"cannot read the file: {reason}", "file")], file.parent)
+    return check_text(text, str(path), file.parent)
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """The scenario in `path`; raises `ScenarioError` with every problem when it is not valid."""
+    checked = check_file(path)
+    if checked.scenario is None:
+        raise ScenarioError(checked.problems)
+    return checked.scenario
+
+
+def _validate(source: Source, base_dir: Path, problems: list[Problem]) -> Scenario | None:
+    data = source.data
+    if not isinstance(data, dict):
+        shown = "an empty document" if data is None else f"a {type(data).__name__}"
+        problems.append(source.problem([], f"a scenario is a mapping with apiVersion: {API_VERSION}, not {shown}", "document"))
+        return None
+    version = data.get("apiVersion")
+    if version is not None and version != API_VERSION:
+        problems.append(
+            source.problem(
+                ["apiVersion"],
+                f"unknown apiVersion {version!r}: this aisim reads {API_VERSION!r} documents",
+                "apiVersion",
+            )
+        )
+        return None
+    from_schema, covered = schema_problems(source)
+    problems.extend(from_schema)
+    scenario = None
+    try:
+        scenario = Scenario.model_validate(data)
+    except ValidationError as error:
+        problems.extend(pydantic_problems(source, error, covered))
+    except (TypeError, ValueError, RecursionError) as error:  # defensive: never a traceback
+        problems.append(source.problem([], f"cannot be read as a scenario: {error}", "document"))
+    parts = crossref.Parts.of(scenario) if scenario else crossref.Parts.salvage(data)
+    problems.extend(crossref.check(parts, source, base_dir))
+    if scenario is not None and not any(p.severity == "error" for p in problems):
+        problems.extend(planned_warnings(scenario, source))
+    return scenario
+
+
+def planned_warnings(scenario: Scenario, source: Source) -> list[Problem]:
+    """A warning for each field or variant the scenario uses whose behaviour is not built yet."""
+    warnings: list[Problem] = []
+
+    def visit(node: Any, path: list[PathPart]) -> None:
+        if isinstance(node, BaseModel):
+            issue = is_planned(node.model_config.get("json_schema_extra"))
+            if issue:
+                warnings.append(_warning(source, path, type(node).__name__, issue))
+                return
+            for name in sorted(node.model_fields_set, key=list(type(node).model_fields).index):
+                info = type(node).model_fields[name]
+                key = info.alias or name
+                issue = is_planned(info.json_schema_extra)
+                if issue:
+                    warnings.append(_warning(source, [*path, key], key, issue))
+                    continue
+                visit(getattr(node, name), [*path, key])
+        elif isinstance(node, list):
+            for i, item in enumerate(node):
+                visit(item, [*path, i])
+        elif isinstance(node, dict):
+            for key, value in node.items():
+                visit(value, [*path, key])
+
+    visit(scenario, [])
+    return warnings
+
+
+def _warning(source: Source, path: list[PathPart], what: str, issue: str) -> Problem:
+    return source.problem(
+        path,
+        f"{what!r} is accepted but not simulated yet (planned in {issue})",
+        "planned",
+        at_key=True,
+        severity="warning",
+    )

@@ -1,0 +1,403 @@
+"""Served models: architecture, runtime, placement, engine limits, versions and response content."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Annotated, ClassVar, Literal, Union
+
+from pydantic import Field, model_validator
+
+from .base import ENGINE_ISSUE, KSERVE_ISSUE, MEMORY_ISSUE, SERVER_ISSUE, STREAMS_ISSUE, Spec, planned_field
+from .distributions import CountDistribution, DurationDistribution
+from .hardware import Identifier
+from .presets import DTYPE_BYTES, MODEL_FAMILIES, DType, ModelFamily, Task
+from .units import Bandwidth, ByteSize, Count, Duration
+
+ModelName = Annotated[str, Field(pattern=r"^[^\s]+$", min_length=1, max_length=256)]
+"""A model id as clients send it; slashes allowed (`meta-llama/Meta-Llama-3-8B`)."""
+FamilyName = Literal[tuple(MODEL_FAMILIES)]  # type: ignore[valid-type]
+Runtime = Literal["vllm", "tensorrt", "onnxruntime", "python"]
+
+
+
+class Architecture(Spec):
+    """Explicit architecture numbers; with a `family`, each one given here overrides the family's."""
+
+    params: Count | None = None
+    """Parameter count (`8.03B` or an integer)."""
+    layers: int | None = Field(None, ge=1, le=1024)
+    """Transformer layers (blocks)."""
+    hidden: int | None = Field(None, ge=1)
+    """Hidden size (d_model)."""
+    heads: int | None = Field(None, ge=0)
+    """Attention heads."""
+    kv_heads: int | None = Field(None, ge=0)
+    """Key/value heads (fewer than `heads` with grouped-query attention)."""
+    head_dim: int | None = Field(None, ge=0)
+    """Size of one attention head."""
+    intermediate: int | None = Field(None, ge=0)
+    """MLP intermediate size."""
+    vocab: int | None = Field(None, ge=1)
+    """Vocabulary size (output classes for a classifier)."""
+    max_position: int | None = Field(None, ge=0)
+    """Longest context the model supports."""
+    dtype: DType | None = None
+    """Weight data type; sets bytes per parameter."""
+    experts: int | None = Field(None, ge=1)
+    """Experts per MoE layer (1 for dense models)."""
+    experts_per_token: int | None = Field(None, ge=1)
+    """Experts each token is routed to."""
+    active_params: Count | None = None
+    """Parameters touched per token (MoE)."""
+    flops_per_sample: Count | None = None
+    """Forward FLOPs per input sample, for models that are not token based (CNNs)."""
+
+    REQUIRED_WITHOUT_FAMILY: ClassVar[tuple[str, ...]] = ("params", "layers", "hidden", "heads", "kv_heads", "head_dim", "vocab")
+
+
+class Placement(Spec):
+    """Where the model runs."""
+
+    gpus: list[Identifier] = Field(min_length=1)
+    """GPU ids (a GPU entry's id names all its devices)."""
+    tensor_parallel: int = Field(1, ge=1, le=64)
+    """Tensor-parallel degree; weights and KV heads split over this many GPUs."""
+    stream: Identifier = planned_field("default", issue=STREAMS_ISSUE)
+    """CUDA stream this model's steps run on."""
+
+
+class EngineLimits(Spec):
+    """vLLM engine arguments (`--max-num-seqs` and friends); defaults follow vLLM's per-GPU-class rules."""
+
+    max_num_seqs: int | None = Field(None, ge=1, le=65536)
+    """Most requests in one step (vLLM server default: 1,024 on >= 70 GiB non-A100 GPUs, else 256)."""
+    max_num_batched_tokens: int | None = Field(None, ge=1, le=1_048_576)
+    """Token budget per step (vLLM server default: 8,192 on >= 70 GiB non-A100 GPUs, else 2,048)."""
+    block_size: int = Field(16, ge=1, le=256)
+    """Tokens per KV-cache block."""
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1)
+    """Share of total GPU memory the engine may use."""
+    max_model_len: int | None = Field(None, ge=1)
+    """Longest prompt plus output; defaults to the architecture's maximum position."""
+    enable_prefix_caching: bool = True
+    """Reuse KV blocks of identical prompt prefixes."""
+    kv_cache_dtype: Literal["auto", "fp8", "fp8_e4m3", "fp8_e5m2"] = "auto"
+    """KV cache data type; `auto` is the model dtype, fp8 halves the bytes."""
+    kv_cache_memory: ByteSize | None = None
+    """Fixed KV budget (`--kv-cache-memory`); when set, gpuMemoryUtilization is ignored."""
+    scheduling_policy: Literal["fcfs", "priority"] = "fcfs"
+    """Waiting-queue order; `priority` honours request priorities."""
+    long_prefill_token_threshold: int | None = Field(None, ge=1)
+    """Cap on one long prompt's share of a step's token budget."""
+    cuda_graphs: bool = planned_field(True, issue=STREAMS_ISSUE)
+    """Capture decode steps in CUDA graphs (cuts launch overhead, costs memory)."""
+
+
+class CostModel(Spec):
+    """Cost-model constants for this model; absent ones come from the calibrated defaults."""
+
+    bandwidth_efficiency: float | None = Field(None, gt=0, le=1)
+    """Share of datasheet memory bandwidth that weight and KV reads achieve."""
+    mfu: float | None = Field(None, gt=0, le=1)
+    """Share of datasheet FLOP/s that prefill achieves (model FLOP utilisation)."""
+    step_overhead: Duration | None = None
+    """Fixed CPU and launch cost of each engine step."""
+    per_request_overhead: Duration | None = None
+    """CPU cost per request in a step (input preparation, sampling)."""
+
+
+class LatencyOverride(Spec):
+    """Mock mode: fixed latency distributions instead of the cost model (still takes scheduler slots)."""
+
+    ttft: DurationDistribution | None = None
+    """Time to first token."""
+    inter_token: DurationDistribution | None = None
+    """Gap between streamed tokens."""
+    total: DurationDistribution | None = None
+    """Whole-request latency, for non-streaming, embedding and classification requests."""
+
+    @model_validator(mode="after")
+    def _something(self) -> LatencyOverride:
+        if self.ttft is None and self.inter_token is None and self.total is None:
+            raise ValueError("give at least one of ttft, interToken, total")
+        return self
+
+
+class _ContentCommon(Spec):
+    tokens: CountDistribution | None = None
+    """Response length in tokens when the request sets no max_tokens (default 16-256)."""
+
+
+class TemplateContent(_ContentCommon):
+    """Text from a template with request placeholders such as `{{last_user_message}}` and `{{model}}`."""
+
+    kind: Literal["template"]
+    """Content source."""
+    template: str = Field(min_length=1)
+    """Template text."""
+
+
+class EchoContent(_ContentCommon):
+    """Repeat the last user message."""
+
+    kind: Literal["echo"]
+    """Content source."""
+
+
+class LoremContent(_ContentCommon):
+    """Deterministic lorem-ipsum text, seeded by the request."""
+
+    kind: Literal["lorem"]
+    """Content source."""
+
+
+class FixedContent(_ContentCommon):
+    """Always the same text."""
+
+    kind: Literal["fixed"]
+    """Content source."""
+    text: str
+    """The text."""
+
+
+class DatasetContent(_ContentCommon):
+    """Responses looked up from a JSONL file of `{"prompt": ..., "response": ...}` pairs."""
+
+    kind: Literal["dataset"]
+    """Content source."""
+    file: str = Field(min_length=1)
+    """Path of the JSONL file, relative to the scenario file."""
+
+
+Content = Annotated[
+    Union[TemplateContent, EchoContent, LoremContent, FixedContent, DatasetContent],
+    Field(discriminator="kind"),
+]
+
+Datatype = Literal["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
+                   "FP16", "FP32", "FP64", "BF16", "BYTES"]
+
+
+class Tensor(Spec):
+    """A declared input or output tensor (KServe v2 / Triton)."""
+
+    name: str = Field(min_length=1)
+    """Tensor name."""
+    datatype: Datatype
+    """KServe v2 datatype."""
+    shape: list[Annotated[int, Field(ge=-1)]] = Field(min_length=0, max_length=16)
+    """Dimensions; -1 is variable (the batch dimension included when the model batches)."""
+
+
+class TensorRTOptions(Spec):
+    """How a TensorRT engine plan was built; checked against the GPU when it loads."""
+
+    plugins: list[str] = Field(default_factory=list)
+    """Plugins the plan needs; loading fails when one is not in `availablePlugins`."""
+    available_plugins: list[str] = Field(default_factory=list)
+    """Plugins registered in the serving process."""
+    trt_version: str = "10.12.0.36"
+    """TensorRT version the plan was built with."""
+    runtime_version: str = "10.12.0.36"
+    """TensorRT version of the serving runtime."""
+    built_for: str | None = Field(None, pattern=r"^\d+\.\d+$")
+    """Compute capability the plan was built on; defaults to the GPU's own."""
+    hardware_compatibility: Literal["none", "ampere_plus", "same_compute_capability"] = "none"
+    """TensorRT hardware compatibility level."""
+    version_compatible: bool = False
+    """Built with VERSION_COMPATIBLE (runs on later TensorRT versions)."""
+
+
+class OnnxRuntimeOptions(Spec):
+    """ONNX Runtime session settings."""
+
+    optimization_level: Literal["disable", "basic", "extended", "layout", "all"] = "all"
+    """Graph optimisation level (ORT_ENABLE_ALL by default); lower levels run slower."""
+    providers: list[str] = Field(default_factory=lambda: ["CUDAExecutionProvider", "CPUExecutionProvider"])
+    """Execution providers in priority order; unavailable ones fall back to CPU with a warning."""
+
+
+class Load(Spec):
+    """How loading a version behaves."""
+
+    time: Duration | None = None
+    """Load time; derived from weight bytes over storage and PCIe bandwidth when absent."""
+    storage_bandwidth: Bandwidth = 2_000_000_000
+    """Read bandwidth of the storage holding the weights (default 2GB/s)."""
+    sandbox: bool = True
+    """Run a sandbox inference that checks input/output shapes before READY."""
+    fail: str | None = None
+    """Make the load fail with this reason."""
+
+
+class Version(Spec):
+    """One version of a model."""
+
+    version: str = Field(pattern=r"^[0-9A-Za-z._-]+$")
+    """Version label (Triton uses integers)."""
+    load: Load = Load()
+    """Load behaviour."""
+    inputs: list[Tensor] = Field(default_factory=list)
+    """Declared inputs (KServe v2 models)."""
+    outputs: list[Tensor] = Field(default_factory=list)
+    """Declared outputs (KServe v2 models)."""
+    latency_factor: float = Field(1.0, gt=0, le=1000)
+    """Multiplies this version's step time (a regressed version is slower)."""
+    tensorrt: TensorRTOptions | None = None
+    """TensorRT plan settings (runtime `tensorrt`)."""
+    onnxruntime: OnnxRuntimeOptions | None = None
+    """ONNX Runtime settings (runtime `onnxruntime`)."""
+
+
+class LifecycleAction(Spec):
+    """A scheduled lifecycle action."""
+
+    at: Duration
+    """Simulated time of the action."""
+    action: Literal["load", "unload", "switch"]
+    """`load` a version, `unload` it, or hot-`switch` traffic to it."""
+    version: str
+    """The version acted on."""
+
+
+class Rollback(Spec):
+    """Automatic DEGRADED state and rollback when tail latency stays high."""
+
+    enabled: bool = True
+    """Roll back to the previous version on a sustained P99 breach."""
+    p99_above: Duration = 800_000_000
+    """P99 latency threshold (default 800ms)."""
+    window: Duration = 30_000_000_000
+    """How long the breach must last (default 30s)."""
+
+
+class Compatibility(Spec):
+    """What a hot switch between versions allows."""
+
+    inputs: Literal["exact", "compatible"] = "exact"
+    """`exact`: same names, datatypes and shapes; `compatible`: -1 dimensions may match any size."""
+    outputs: Literal["exact", "allow_additional"] = "allow_additional"
+    """`allow_additional`: a new version may add outputs or classes."""
+
+
+class Lifecycle(Spec):
+    """Version lifecycle: initial version, scheduled actions, rollback and compatibility rules."""
+
+    initial_version: str | None = None
+    """Version loaded at start; the first listed when absent."""
+    schedule: list[LifecycleAction] = Field(default_factory=list)
+    """Scheduled load, unload and switch actions."""
+    rollback: Rollback = Rollback()
+    """Rollback rule."""
+    compatibility: Compatibility = Compatibility()
+    """Switch compatibility rules."""
+
+
+class DynamicBatching(Spec):
+    """Triton's dynamic batcher."""
+
+    preferred_batch_sizes: list[Annotated[int, Field(ge=1)]] = Field(default_factory=list)
+    """Batch sizes the batcher aims for."""
+    max_queue_delay: Duration = 0
+    """How long a request may wait for a batch to fill."""
+
+
+class InstanceGroup(Spec):
+    """Triton model instances."""
+
+    count: int = Field(1, ge=1, le=64)
+    """Instances per device."""
+    kind: Literal["gpu", "cpu"] = "gpu"
+    """Where the instances run."""
+    gpus: list[Identifier] = Field(default_factory=list)
+    """GPUs for the instances; the model's placement when empty."""
+
+
+class KServe(Spec):
+    """Settings for serving the model through KServe v2 / Triton."""
+
+    platform: str | None = None
+    """Triton platform or backend name (`onnxruntime_onnx`, `tensorrt_plan`, `python`)."""
+    max_batch_size: int = Field(0, ge=0)
+    """Largest batch (0: the model does not batch; shapes then carry no batch dimension)."""
+    dynamic_batching: DynamicBatching | None = None
+    """Dynamic batcher; absent means every request runs alone."""
+    instance_groups: list[InstanceGroup] = Field(default_factory=lambda: [InstanceGroup()])
+    """Model instances."""
+
+
+class Model(Spec):
+    """A served model."""
+
+    id: ModelName
+    """The model id clients send."""
+    aliases: list[ModelName] = Field(default_factory=list)
+    """Other ids that reach the same model."""
+    family: FamilyName | None = None
+    """Built-in architecture family (see `aisim.scenario.presets`)."""
+    architecture: Architecture | None = None
+    """Explicit architecture; required without a family, overrides with one."""
+    task: Task | None = None
+    """`generate`, `embed` or `classify`; defaults to the family's task."""
+    runtime: Runtime | None = None
+    """Runtime personality: `vllm`, `tensorrt`, `onnxruntime` or `python` (default from the family)."""
+    placement: Placement | None = planned_field(None, issue=ENGINE_ISSUE)
+    """GPUs the model runs on; may be absent only in mock mode (with `latency`)."""
+    engine: EngineLimits = planned_field(EngineLimits(), issue=ENGINE_ISSUE)
+    """vLLM engine limits."""
+    cost_model: CostModel | None = planned_field(None, issue=ENGINE_ISSUE)
+    """Cost-model constants (written by `aisim calibrate`)."""
+    latency: LatencyOverride | None = planned_field(None, issue=ENGINE_ISSUE)
+    """Mock mode: latency distributions instead of the cost model."""
+    content: Content = planned_field(LoremContent(kind="lorem"), issue=SERVER_ISSUE)
+    """Response content."""
+    embedding_dimensions: int | None = planned_field(None, ge=1, le=65536, issue=SERVER_ISSUE)
+    """Embedding size (defaults to the hidden size)."""
+    versions: list[Version] = planned_field(
+        default_factory=lambda: [Version(version="1")], min_length=1, issue=MEMORY_ISSUE
+    )
+    """Model versions."""
+    lifecycle: Lifecycle | None = planned_field(None, issue=MEMORY_ISSUE)
+    """Version lifecycle and hot switching."""
+    kserve: KServe | None = planned_field(None, issue=KSERVE_ISSUE)
+    """KServe v2 / Triton settings."""
+    lora_adapters: list[Identifier] = planned_field(issue=SERVER_ISSUE, default_factory=list)
+    """LoRA adapters loaded at start (more through `/v1/load_lora_adapter`)."""
+
+    @model_validator(mode="after")
+    def _has_architecture(self) -> Model:
+        if self.family is None:
+            given = self.architecture.model_fields_set if self.architecture else set()
+            needed = () if self.latency is not None else Architecture.REQUIRED_WITHOUT_FAMILY
+            missing = [n for n in needed if n not in given]
+            if missing:
+                names = ", ".join(Architecture.model_fields[m].alias or m for m in missing)
+                raise ValueError(f"without a family (and without a latency override), architecture must give {names}")
+        return self
+
+    @property
+    def names(self) -> list[str]:
+        """The id and the aliases."""
+        return [self.id, *self.aliases]
+
+    @property
+    def mock(self) -> bool:
+        """True when a latency override replaces the cost model."""
+        return self.latency is not None
+
+    def resolved(self) -> ModelFamily:
+        """The family with this model's explicit architecture applied."""
+        given = {k: v for k, v in (self.architecture or Architecture()).model_dump().items() if v is not None}
+        if self.family is not None:
+            base = MODEL_FAMILIES[self.family]
+        else:
+            base = ModelFamily(self.id, self.task or "generate", 0, 1, 1, 0, 0, 0, 0, 1, 0)
+        resolved = dataclasses.replace(base, **given)
+        if self.task is not None:
+            resolved = dataclasses.replace(resolved, task=self.task)
+        return resolved
+
+    def weight_bytes(self) -> int:
+        """Bytes of weights, from the parameter count and dtype."""
+        arch = self.resolved()
+        return int(arch.params * DTYPE_BYTES[arch.dtype])

@@ -1,0 +1,131 @@
+"""How `aisim serve` listens and limits (server), what the GPUs export (telemetry), and run settings."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, field_validator
+
+from .base import STREAMS_ISSUE, Spec, planned_field
+from .distributions import DurationDistribution
+from .hardware import Identifier
+from .units import ByteSize, Duration, RateValue
+
+Personality = Literal["openai", "vllm", "kserve", "vllm-metrics", "triton-metrics", "dcgm-metrics", "admin"]
+
+
+class Listener(Spec):
+    """One listening port and the personalities it speaks."""
+
+    port: int = Field(ge=0, le=65535)
+    """TCP port (0 picks a free one)."""
+    personalities: list[Personality] = Field(min_length=1)
+    """Wire dialects served on this port."""
+    metrics_path: Annotated[str, Field(pattern=r"^/")] = "/metrics"
+    """Path of the metrics dialects on this port."""
+
+    @field_validator("personalities")
+    @classmethod
+    def _unique(cls, value: list[str]) -> list[str]:
+        if len(set(value)) != len(value):
+            raise ValueError("personalities must not repeat")
+        return value
+
+
+def _default_listeners() -> list[Listener]:
+    return [Listener(port=8080, personalities=["openai", "vllm", "vllm-metrics"])]
+
+
+class ApiKey(Spec):
+    """An accepted API key; with any key configured, requests without a valid one get 401."""
+
+    name: Identifier
+    """Name that fault scopes and rate limits refer to."""
+    key: str = Field(min_length=1)
+    """The bearer token clients send."""
+
+
+class RateLimits(Spec):
+    """Request and token rate limits (RPM / TPM), answered with 429 and `x-ratelimit-*` headers."""
+
+    requests: RateValue | None = None
+    """Requests allowed (`600/min`)."""
+    tokens: RateValue | None = None
+    """Prompt plus completion tokens allowed (`90000/min`)."""
+    per: Literal["key", "global"] = "key"
+    """Count per API key or for the whole server."""
+
+
+class Admin(Spec):
+    """Admin endpoints (`/admin/...`: fault and field injection, event stream)."""
+
+    enabled: bool = False
+    """Serve the admin endpoints."""
+    token: str | None = None
+    """Bearer token the admin endpoints require."""
+
+
+class Server(Spec):
+    """How `aisim serve` listens, authenticates and limits."""
+
+    host: str = "127.0.0.1"
+    """Interface to bind."""
+    listeners: list[Listener] = Field(default_factory=_default_listeners, min_length=1)
+    """Ports and personalities (default 8080: openai, vllm, vllm-metrics)."""
+    api_keys: list[ApiKey] = Field(default_factory=list)
+    """Accepted API keys; none means no authentication."""
+    rate_limits: RateLimits | None = None
+    """RPM / TPM limits."""
+    network_delay: DurationDistribution | None = None
+    """Artificial network delay added to every response (`120-350ms`)."""
+    max_body_size: ByteSize = 32 * 2**20
+    """Largest request body accepted (default 32MiB)."""
+    admin: Admin = Admin()
+    """Admin endpoints."""
+    model_repository: str | None = None
+    """A Triton model repository folder whose models are served besides `models`."""
+
+
+DcgmLabelStyle = Literal["Hostname", "hostname", "none"]
+
+
+class Dcgm(Spec):
+    """dcgm-exporter options."""
+
+    hostname_label: DcgmLabelStyle = "Hostname"
+    """`Hostname` (older exporters), `hostname` (newer) or `none` (`--no-hostname`)."""
+    hostname: str = "aisim"
+    """Value of the hostname label."""
+    fields: list[Annotated[str, Field(pattern=r"^DCGM_(FI|EXP)_[A-Z0-9_]+$")]] | None = None
+    """Exported fields; dcgm-exporter's default counters when absent."""
+    xid_count_window: Duration = 300_000_000_000
+    """Window of `DCGM_EXP_XID_ERRORS_COUNT` (default 5m)."""
+
+
+class Telemetry(Spec):
+    """GPU telemetry sampled into the timeline and exported as metrics."""
+
+    interval: Duration = 1_000_000_000
+    """Sampling interval (default 1s)."""
+    dcgm: Dcgm = Dcgm()
+    """dcgm-exporter options."""
+
+
+class Timeline(Spec):
+    """What the timeline records."""
+
+    per_token: bool = False
+    """Record every token (memory grows with output length)."""
+    kv_usage: bool = True
+    """Record KV-cache usage after each step."""
+
+
+class Simulation(Spec):
+    """Run settings."""
+
+    until: Duration | None = None
+    """Stop the simulation at this simulated time (default: when the workload drains)."""
+    detail: Literal["step", "layer"] = planned_field("step", issue=STREAMS_ISSUE)
+    """Kernel detail: one kernel per step (fast) or per layer (small scenarios, the TUI)."""
+    timeline: Timeline = Timeline()
+    """Timeline recording options."""

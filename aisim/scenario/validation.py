@@ -1,0 +1,168 @@
+"""Turn JSON Schema and pydantic errors into problem records with plain-language messages.
+
+All schema errors are collected (`iter_errors`), not the first. For `anyOf` / `oneOf` the
+branch whose type matches the value is followed, so `ttft: {kind: normal}` reports the missing
+`mean`, not "valid under none of the given schemas". Unknown keys get a "did you mean" hint.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import re
+from typing import Any, Iterator
+
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import ValidationError as SchemaError
+from pydantic import ValidationError
+
+from .problems import PathPart, Problem
+from .schema import scenario_schema
+from .source import Source, locate
+
+
+@functools.cache
+def _validator() -> Draft202012Validator:
+    return Draft202012Validator(scenario_schema())
+
+
+def schema_problems(source: Source) -> tuple[list[Problem], list[list[PathPart]]]:
+    """Every JSON Schema violation of the document, and the document paths they cover."""
+    problems: list[Problem] = []
+    covered: list[list[PathPart]] = []
+    for error in _validator().iter_errors(source.data):
+        problems.extend(_explain(source, error))
+        covered.append(locate(source.tree, list(error.absolute_path))[1])  # type: ignore[arg-type]
+    return problems, covered
+
+
+def _leaves(error: SchemaError) -> Iterator[SchemaError]:
+    """The errors worth showing: inside a union, those of the branch that fits the value's type."""
+    if error.validator in ("anyOf", "oneOf") and error.context:
+        by_branch: dict[int, list[SchemaError]] = {}
+        for sub in error.context:
+            by_branch.setdefault(sub.schema_path[0], []).append(sub)  # type: ignore[arg-type]
+        fitting = [errs for errs in by_branch.values() if not _type_mismatch(errs, error)]
+        if len(fitting) == 1:
+            for sub in fitting[0]:
+                yield from _leaves(sub)
+            return
+    if error.validator == "allOf" and error.context:
+        for sub in error.context:
+            yield from _leaves(sub)
+        return
+    yield error
+
+
+def _type_mismatch(errors: list[SchemaError], parent: SchemaError) -> bool:
+    """True when a branch failed only because the value has another type (or another tag)."""
+    return all(
+        e.path == parent.path and (e.validator in ("type", "const") or (e.validator == "pattern" and len(errors) == 1))
+        for e in errors
+    )
+
+
+def _explain(source: Source, error: SchemaError) -> list[Problem]:
+    problems = []
+    for leaf in _leaves(error):
+        parts: list[PathPart] = list(leaf.absolute_path)  # type: ignore[arg-type]
+        if leaf.validator == "additionalProperties" and isinstance(leaf.instance, dict):
+            known = list(leaf.schema.get("properties", {}))
+            for key in _unexpected(leaf):
+                hint = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+                text = f"unknown key {key!r}" + (f"; did you mean {hint[0]!r}?" if hint else _allowed(known))
+                problems.append(source.problem([*parts, key], text, "additionalProperties", at_key=True))
+            continue
+        if leaf.validator == "required":
+            key = _missing_key(leaf)
+            problems.append(source.problem(parts, f"missing required key {key!r}", "required", extra=[key]))
+            continue
+        problems.append(source.problem(parts, _message(leaf), str(leaf.validator)))
+    return problems
+
+
+def _missing_key(error: SchemaError) -> str:
+    """The key a `required` error is about (jsonschema reports one key per error)."""
+    missing = [k for k in error.validator_value if isinstance(error.instance, dict) and k not in error.instance]  # type: ignore[union-attr]
+    return next((k for k in missing if repr(k) in error.message), missing[0] if missing else "?")
+
+
+def _unexpected(error: SchemaError) -> list[str]:
+    schema = error.schema
+    properties = schema.get("properties", {})
+    patterns = schema.get("patternProperties", {})
+    return [
+        key
+        for key in error.instance
+        if key not in properties and not any(re.search(p, key) for p in patterns)
+    ]
+
+
+def _allowed(known: list[str]) -> str:
+    return f" (allowed: {', '.join(known)})" if known else ""
+
+
+def _message(error: SchemaError) -> str:
+    value = error.instance
+    schema = error.schema
+    match error.validator:
+        case "enum":
+            options = ", ".join(repr(v) for v in error.validator_value)  # type: ignore[union-attr]
+            hint = difflib.get_close_matches(str(value), [str(v) for v in error.validator_value], n=1, cutoff=0.6)  # type: ignore[union-attr]
+            suffix = f"; did you mean {hint[0]!r}?" if hint else ""
+            return f"{value!r} is not one of {options}{suffix}"
+        case "const":
+            return f"{value!r} must be {error.validator_value!r}"
+        case "type":
+            return f"{_short(value)} is not {_article(error.validator_value)}"
+        case "pattern":
+            expected = schema.get("x-aisim-expected")
+            return f"{_short(value)} is not {expected}" if expected else f"{_short(value)} does not match {error.validator_value!r}"
+        case "minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum":
+            words = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}
+            return f"{value!r} must be {words[error.validator]} {error.validator_value}"  # type: ignore[index]
+        case "minItems":
+            return f"needs at least {error.validator_value} item(s)"
+        case "maxItems":
+            return f"allows at most {error.validator_value} item(s)"
+        case "minLength":
+            return f"{_short(value)} is too short (at least {error.validator_value} character(s))"
+        case "maxLength":
+            return f"{_short(value)} is too long (at most {error.validator_value} characters)"
+        case "minProperties":
+            return f"needs at least {error.validator_value} entries"
+        case "anyOf" | "oneOf":
+            expected = schema.get("x-aisim-expected")
+            return f"{_short(value)} is not {expected}" if expected else f"{_short(value)} is not a valid value here"
+    return error.message
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _article(types: Any) -> str:
+    names = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
+             "number": "a number", "boolean": "true or false", "null": "null"}
+    if isinstance(types, list):
+        return " or ".join(names.get(t, t) for t in types)
+    return names.get(types, str(types))
+
+
+def pydantic_problems(source: Source, error: ValidationError, covered: list[list[PathPart]]) -> list[Problem]:
+    """Problems for pydantic's errors that no schema problem already reports (cross-field rules)."""
+    problems = []
+    for item in error.errors(include_url=False):
+        loc = list(item["loc"])
+        _, walked = locate(source.tree, loc)
+        if any(_related(walked, other) for other in covered):
+            continue
+        message = item["msg"].removeprefix("Value error, ")
+        problems.append(source.problem(loc, message, item["type"]))
+    return problems
+
+
+def _related(a: list[PathPart], b: list[PathPart]) -> bool:
+    shorter = min(len(a), len(b))
+    return a[:shorter] == b[:shorter]

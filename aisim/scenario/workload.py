@@ -1,0 +1,179 @@
+"""Workloads for headless runs: request sources with arrivals, token lengths and model mix."""
+
+from __future__ import annotations
+
+from typing import Annotated, ClassVar, Literal, Union
+
+from pydantic import Field, model_validator
+
+from .base import Spec
+from .distributions import CountDistribution
+from .hardware import Identifier
+from .models import ModelName
+from .units import Duration, RateValue
+
+
+class Poisson(Spec):
+    """Independent arrivals at a mean rate (exponential gaps)."""
+
+    kind: Literal["poisson"]
+    """Arrival process."""
+    rate: RateValue
+    """Mean arrival rate (`5/s`)."""
+
+
+class Gamma(Spec):
+    """Gamma-distributed gaps: bursty when `cv` > 1, smoother than Poisson when `cv` < 1."""
+
+    kind: Literal["gamma"]
+    """Arrival process."""
+    rate: RateValue
+    """Mean arrival rate."""
+    cv: float = Field(gt=0, le=100)
+    """Coefficient of variation of the gaps (1 is Poisson)."""
+
+
+class ConstantRate(Spec):
+    """Evenly spaced arrivals."""
+
+    kind: Literal["constant"]
+    """Arrival process."""
+    rate: RateValue
+    """Arrival rate."""
+
+
+class ClosedBatch(Spec):
+    """A closed batch: `requests` requests all arriving at `at` (offline benchmarks)."""
+
+    kind: Literal["batch"]
+    """Arrival process."""
+    requests: int = Field(ge=1, le=10_000_000)
+    """Number of requests."""
+    at: Duration = 0
+    """Arrival time of the batch."""
+
+
+class TraceColumns(Spec):
+    """Names of the trace's columns (CSV) or keys (JSONL); defaults depend on the format."""
+
+    timestamp: str | None = None
+    """Arrival time: a date-time (`2023-11-16 18:15:46.68`) or seconds (CSV default `TIMESTAMP`, JSONL `timestamp`)."""
+    prompt_tokens: str | None = None
+    """Prompt length (CSV default `ContextTokens`, JSONL `input_length`)."""
+    output_tokens: str | None = None
+    """Output length (CSV default `GeneratedTokens`, JSONL `output_length`)."""
+
+    DEFAULTS: ClassVar[dict[str, tuple[str, str, str]]] = {
+        "csv": ("TIMESTAMP", "ContextTokens", "GeneratedTokens"),
+        "jsonl": ("timestamp", "input_length", "output_length"),
+    }
+
+    def names(self, fmt: str) -> tuple[str, str, str]:
+        """(timestamp, prompt, output) column names for a format."""
+        ts, prompt, output = self.DEFAULTS[fmt]
+        return (self.timestamp or ts, self.prompt_tokens or prompt, self.output_tokens or output)
+
+
+class Trace(Spec):
+    """Arrivals and token lengths replayed from a file: a CSV like the Azure LLM trace, or JSONL."""
+
+    kind: Literal["trace"]
+    """Arrival process."""
+    file: str = Field(min_length=1)
+    """Path of the trace, relative to the scenario file."""
+    format: Literal["csv", "jsonl"] | None = None
+    """File format; from the file extension when absent."""
+    columns: TraceColumns = TraceColumns()
+    """Column names."""
+    time_scale: float = Field(1.0, gt=0, le=1000)
+    """Multiplies the gaps between arrivals (0.5 replays twice as fast)."""
+    timestamp_unit: Literal["s", "ms", "us"] = "s"
+    """Unit of numeric timestamps (Mooncake traces use ms)."""
+    limit: int | None = Field(None, ge=1)
+    """Use only the first `limit` rows."""
+
+    def resolved_format(self) -> Literal["csv", "jsonl"]:
+        """The format, from the field or the file extension."""
+        if self.format is not None:
+            return self.format
+        return "jsonl" if self.file.endswith((".jsonl", ".json")) else "csv"
+
+
+Arrival = Annotated[Union[Poisson, Gamma, ConstantRate, ClosedBatch, Trace], Field(discriminator="kind")]
+
+
+class SharedPrefix(Spec):
+    """Prompts that start with one of `groups` shared prefixes of `tokens` tokens (system prompts, few-shot)."""
+
+    groups: int = Field(ge=1, le=1_000_000)
+    """Number of distinct prefixes."""
+    tokens: int = Field(ge=1, le=1_000_000)
+    """Prefix length in tokens (part of the prompt length)."""
+    fraction: float = Field(1.0, gt=0, le=1)
+    """Share of the source's requests that carry a shared prefix."""
+
+
+class MixEntry(Spec):
+    """One model of a mix."""
+
+    model: ModelName
+    """Model id or alias."""
+    weight: float = Field(1.0, gt=0)
+    """Relative share of requests."""
+
+
+class Source(Spec):
+    """One stream of requests: arrivals, lengths, model (or mix) and priority class."""
+
+    name: Identifier
+    """Name shown in the report."""
+    model: ModelName | None = None
+    """The model every request of this source asks for."""
+    mix: list[MixEntry] | None = Field(None, min_length=1)
+    """A weighted mix of models instead of `model`."""
+    arrival: Arrival
+    """Arrival process."""
+    prompt_tokens: CountDistribution | None = None
+    """Prompt lengths (from the trace when the arrival is a trace)."""
+    output_tokens: CountDistribution | None = None
+    """Output lengths; each request generates exactly this many tokens (from the trace for a trace)."""
+    priority_class: Identifier | None = None
+    """Priority class (from `priorityClasses`) of this source's requests."""
+    shared_prefix: SharedPrefix | None = None
+    """Shared prompt prefixes."""
+    requests: int | None = Field(None, ge=1)
+    """Stop this source after this many requests."""
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Source:
+        if (self.model is None) == (self.mix is None):
+            raise ValueError("give exactly one of model, mix")
+        traced = isinstance(self.arrival, Trace)
+        for name, value in (("promptTokens", self.prompt_tokens), ("outputTokens", self.output_tokens)):
+            if traced and value is not None:
+                raise ValueError(f"{name} comes from the trace; remove it or use another arrival kind")
+            if not traced and value is None:
+                raise ValueError(f"{name} is required unless the arrival is a trace")
+        return self
+
+
+class Workload(Spec):
+    """The requests of a headless run."""
+
+    sources: list[Source] = Field(min_length=1)
+    """Request sources, merged in arrival order."""
+    duration: Duration | None = None
+    """Stop arrivals after this simulated time."""
+    requests: int | None = Field(None, ge=1)
+    """Stop after this many arrivals in all."""
+
+
+class PriorityClass(Spec):
+    """A request priority class: vLLM request priority and the CUDA stream its work runs on."""
+
+    name: Identifier
+    """Class name that sources and the `x-aisim-priority-class` header refer to."""
+    priority: int = Field(0, ge=-1_000_000, le=1_000_000)
+    """vLLM request priority (lower is served first under the `priority` policy)."""
+    stream: Identifier | None = None
+    """CUDA stream for this class's work; the model's stream when absent."""
