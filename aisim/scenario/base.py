@@ -11,12 +11,12 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-ENGINE_ISSUE = "issue 3 (the virtual-device engine)"
-SERVER_ISSUE = "issue 4 (`aisim serve`)"
-MEMORY_ISSUE = "issue 5 (memory pools, OOM and model lifecycles)"
-STREAMS_ISSUE = "issue 6 (CUDA streams and preemption)"
-KSERVE_ISSUE = "issue 7 (Triton / KServe v2)"
-TELEMETRY_ISSUE = "issue 8 (DCGM telemetry)"
+ENGINE_ISSUE = "issue 3, the virtual-device engine"
+SERVER_ISSUE = "issue 4, `aisim serve`"
+MEMORY_ISSUE = "issue 5, memory pools, OOM and model lifecycles"
+STREAMS_ISSUE = "issue 6, CUDA streams and preemption"
+KSERVE_ISSUE = "issue 7, Triton / KServe v2"
+TELEMETRY_ISSUE = "issue 8, DCGM telemetry"
 
 PLANNED_KEY = "x-aisim-status"
 """Schema keyword marking a field or a variant whose behaviour is not simulated yet."""

@@ -23,7 +23,7 @@ from .presets import GIB, GB
 from .problems import PathPart, Problem
 from .server import Server
 from .source import Source
-from .workload import PriorityClass, Source as RequestSource, Trace, Workload
+from .workload import PriorityClass, Source as RequestSource, Trace
 
 Report = Callable[[Sequence[PathPart], str, str], None]
 
@@ -38,6 +38,10 @@ class Parts:
     priority_classes: list[PriorityClass | None] = field(default_factory=list)
     sources: list[RequestSource | None] = field(default_factory=list)
     server: Server | None = None
+    declared_gpus: set[str] = field(default_factory=set)
+    """Every GPU id the document declares, valid entry or not (so a broken entry is not "unknown")."""
+    declared_models: set[str] = field(default_factory=set)
+    """Every model id and alias the document declares, valid entry or not."""
 
     @classmethod
     def of(cls, scenario: Scenario) -> Parts:
@@ -49,6 +53,8 @@ class Parts:
             list(scenario.priority_classes),
             list(scenario.workload.sources) if scenario.workload else [],
             scenario.server,
+            set(scenario.gpu_devices()),
+            {name for model in scenario.models for name in model.names},
         )
 
     @classmethod
@@ -64,7 +70,27 @@ class Parts:
             _each(data.get("priorityClasses"), PriorityClass),
             _each(workload.get("sources") if isinstance(workload, dict) else None, RequestSource),
             _one(data.get("server", {}), Server),
+            _declared(data.get("gpus"), _gpu_names),
+            _declared(data.get("models"), _model_names),
         )
+
+
+def _declared(items: Any, names: Callable[[dict[str, Any]], list[Any]]) -> set[str]:
+    """Names declared by raw list items, whatever else is wrong with them."""
+    entries = [item for item in items if isinstance(item, dict)] if isinstance(items, list) else []
+    return {name for entry in entries for name in names(entry) if isinstance(name, str)}
+
+
+def _gpu_names(entry: dict[str, Any]) -> list[Any]:
+    count = entry.get("count", 1)
+    gpu_id = entry.get("id")
+    more = [f"{gpu_id}-{i}" for i in range(count)] if isinstance(count, int) and 1 < count <= 1024 else []
+    return [gpu_id, *more]
+
+
+def _model_names(entry: dict[str, Any]) -> list[Any]:
+    aliases = entry.get("aliases")
+    return [entry.get("id"), *(aliases if isinstance(aliases, list) else [])]
 
 
 def _one(value: Any, kind: Any) -> Any:
@@ -95,10 +121,10 @@ def check(parts: Parts, source: Source, base_dir: Path) -> list[Problem]:
         problems.append(source.problem(path, message, rule))
 
     devices = _check_gpus(parts, report)
-    models = _check_models(parts, devices, base_dir, report)
+    _check_models(parts, devices, base_dir, report)
     _check_priority_classes(parts, devices, report)
-    _check_faults(parts, devices, models, report)
-    _check_sources(parts, models, base_dir, report)
+    _check_faults(parts, parts.declared_gpus, parts.declared_models, report)
+    _check_sources(parts, parts.declared_models, base_dir, report)
     _check_server(parts, base_dir, report)
     return problems
 
@@ -131,14 +157,14 @@ def _check_gpus(parts: Parts, report: Report) -> dict[str, Gpu]:
     return devices
 
 
-def _check_models(parts: Parts, devices: dict[str, Gpu], base_dir: Path, report: Report) -> set[str]:
+def _check_models(parts: Parts, devices: dict[str, Gpu], base_dir: Path, report: Report) -> None:
     names: set[str] = set()
     for i, model in _present(parts.models):
         for j, name in enumerate(model.names):
             if name in names:
                 report(["models", i, *(("id",) if j == 0 else ("aliases", j - 1))], f"duplicate model name {name!r}", "unique")
             names.add(name)
-        _check_placement(i, model, devices, report)
+        _check_placement(i, model, devices, parts.declared_gpus, report)
         arch = model.resolved()
         limit = model.engine.max_model_len
         if limit is not None and arch.max_position and limit > arch.max_position:
@@ -158,15 +184,14 @@ def _check_models(parts: Parts, devices: dict[str, Gpu], base_dir: Path, report:
         if model.kserve is not None:
             for j, group in enumerate(model.kserve.instance_groups):
                 for k, gpu in enumerate(group.gpus):
-                    if gpu not in devices:
-                        report(["models", i, "kserve", "instanceGroups", j, "gpus", k], f"unknown GPU {gpu!r}{_suggest(gpu, devices)}", "reference")
+                    if gpu not in parts.declared_gpus:
+                        report(["models", i, "kserve", "instanceGroups", j, "gpus", k], f"unknown GPU {gpu!r}{_suggest(gpu, parts.declared_gpus)}", "reference")
         content_file = getattr(model.content, "file", None)
         if content_file is not None and not (base_dir / content_file).is_file():
             report(["models", i, "content", "file"], f"file {content_file!r} does not exist", "file")
-    return names
 
 
-def _check_placement(i: int, model: Model, devices: dict[str, Gpu], report: Report) -> None:
+def _check_placement(i: int, model: Model, devices: dict[str, Gpu], declared: set[str], report: Report) -> None:
     placement = model.placement
     if placement is None:
         if not model.mock:
@@ -177,7 +202,8 @@ def _check_placement(i: int, model: Model, devices: dict[str, Gpu], report: Repo
     for j, gpu_id in enumerate(placement.gpus):
         gpu = devices.get(gpu_id)
         if gpu is None:
-            report(["models", i, "placement", "gpus", j], f"unknown GPU {gpu_id!r}{_suggest(gpu_id, devices)}", "reference")
+            if gpu_id not in declared:
+                report(["models", i, "placement", "gpus", j], f"unknown GPU {gpu_id!r}{_suggest(gpu_id, declared)}", "reference")
             continue
         placed.append(gpu)
         count += gpu.count if gpu_id == gpu.id else 1
@@ -212,7 +238,7 @@ def _check_priority_classes(parts: Parts, devices: dict[str, Gpu], report: Repor
             report(["priorityClasses", i, "stream"], f"no GPU has a stream {cls.stream!r}{_suggest(cls.stream, streams)}", "reference")
 
 
-def _check_faults(parts: Parts, devices: dict[str, Gpu], models: set[str], report: Report) -> None:
+def _check_faults(parts: Parts, devices: set[str], models: set[str], report: Report) -> None:
     faults = list(_present(parts.faults))
     _unique(((["faults", i, "name"], f.name) for i, f in faults if f.name), "fault name", report)
     keys = {k.name for k in parts.server.api_keys} if parts.server else set()
@@ -275,5 +301,3 @@ def _check_server(parts: Parts, base_dir: Path, report: Report) -> None:
     if server.model_repository is not None and not (base_dir / server.model_repository).is_dir():
         report(["server", "modelRepository"], f"folder {server.model_repository!r} does not exist", "file")
 
-
-__all__ = ["Parts", "check", "trace_problem", "Workload"]

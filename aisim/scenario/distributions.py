@@ -171,9 +171,12 @@ DURATION_SHORTHAND = {
     "pattern": f"({DURATION_PATTERN})|({DURATION_RANGE})",
     "x-aisim-expected": "a duration like '200ms', a range like '120-350ms', or a distribution mapping with 'kind'",
 }
+_COUNT_EXPECTED = "a token count like 128, a range like '100-2000', or a distribution mapping with 'kind'"
 COUNT_SHORTHAND = {
-    "anyOf": [{"type": "integer", "minimum": 0}, {"type": "string", "pattern": COUNT_RANGE}],
-    "x-aisim-expected": "a token count like 128, a range like '100-2000', or a distribution mapping with 'kind'",
+    "anyOf": [
+        {"type": "integer", "minimum": 0},
+        {"type": "string", "pattern": COUNT_RANGE, "x-aisim-expected": _COUNT_EXPECTED},
+    ],
 }
 
 DurationDistribution = Annotated[

@@ -54,7 +54,7 @@ class Scenario(Spec):
     telemetry: Telemetry = planned_field(Telemetry(), issue=TELEMETRY_ISSUE)
     """GPU telemetry settings."""
     simulation: Simulation = planned_field(Simulation(), issue=ENGINE_ISSUE)
-    """Run settings."""
+    """Run settings: stop time, kernel detail, timeline options."""
 
     def gpu_devices(self) -> dict[str, Gpu]:
         """Every device id (and every multi-device entry's id) mapped to its GPU entry."""

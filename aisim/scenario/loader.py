@@ -42,7 +42,7 @@ def check_text(text: str, file: str = "<scenario>", base_dir: Path | None = None
     source = parse(text, file)
     problems = list(source.problems)
     scenario = None
-    if source.tree is not None and not problems:
+    if source.readable and not problems:
         scenario = _validate(source, base, problems)
     errors = [p for p in problems if p.severity == "error"]
     if errors:
@@ -110,14 +110,15 @@ def planned_warnings(scenario: Scenario, source: Source) -> list[Problem]:
         if isinstance(node, BaseModel):
             issue = is_planned(node.model_config.get("json_schema_extra"))
             if issue:
-                warnings.append(_warning(source, path, type(node).__name__, issue))
+                kind = getattr(node, "kind", None)
+                warnings.append(_warning(source, path, f"kind {kind!r}" if kind else type(node).__name__, issue))
                 return
             for name in sorted(node.model_fields_set, key=list(type(node).model_fields).index):
                 info = type(node).model_fields[name]
                 key = info.alias or name
                 issue = is_planned(info.json_schema_extra)
                 if issue:
-                    warnings.append(_warning(source, [*path, key], key, issue))
+                    warnings.append(_warning(source, [*path, key], repr(key), issue))
                     continue
                 visit(getattr(node, name), [*path, key])
         elif isinstance(node, list):
@@ -134,7 +135,7 @@ def planned_warnings(scenario: Scenario, source: Source) -> list[Problem]:
 def _warning(source: Source, path: list[PathPart], what: str, issue: str) -> Problem:
     return source.problem(
         path,
-        f"{what!r} is accepted but not simulated yet (planned in {issue})",
+        f"{what} is accepted but not simulated yet; planned in {issue}",
         "planned",
         at_key=True,
         severity="warning",

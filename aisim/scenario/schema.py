@@ -16,6 +16,8 @@ import functools
 import json
 from typing import Any
 
+from pydantic import BaseModel
+
 from .document import API_VERSION, SCHEMA_ID, Scenario
 
 JSON_SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
@@ -52,9 +54,9 @@ def _tagged_union(node: dict[str, Any]) -> dict[str, Any]:
 
 
 @functools.cache
-def scenario_schema() -> dict[str, Any]:
-    """The JSON Schema of `apiVersion: aisim/v1` documents."""
-    raw = Scenario.model_json_schema(by_alias=True, mode="validation")
+def scenario_schema(model: type[BaseModel] = Scenario) -> dict[str, Any]:
+    """The JSON Schema of `apiVersion: aisim/v1` documents (of `model`, for tests of drift)."""
+    raw = model.model_json_schema(by_alias=True, mode="validation")
     schema = _rewrite(raw)
     return {
         "$schema": JSON_SCHEMA_DIALECT,
@@ -64,6 +66,6 @@ def scenario_schema() -> dict[str, Any]:
     }
 
 
-def schema_text() -> str:
+def schema_text(model: type[BaseModel] = Scenario) -> str:
     """The schema as the committed file holds it."""
-    return json.dumps(scenario_schema(), indent=2, ensure_ascii=False) + "\n"
+    return json.dumps(scenario_schema(model), indent=2, ensure_ascii=False) + "\n"

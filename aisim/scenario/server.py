@@ -108,7 +108,7 @@ class Telemetry(Spec):
     interval: Duration = 1_000_000_000
     """Sampling interval (default 1s)."""
     dcgm: Dcgm = Dcgm()
-    """dcgm-exporter options."""
+    """Options of the dcgm-exporter personality (labels, fields)."""
 
 
 class Timeline(Spec):

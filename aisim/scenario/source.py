@@ -1,132 +1,194 @@
-"""The YAML source: parsed with positions, turned into plain JSON data, and asked where a path is.
+"""The YAML source: composed with positions, turned into plain JSON data, and asked where a path is.
 
-ruamel.yaml's round-trip loader keeps 0-based positions on every mapping (`lc.key(k)`,
-`lc.value(k)`) and sequence (`lc.item(i)`); scalars have none, so a scalar's position is asked
-of its parent. Paths from JSON Schema or pydantic are walked down that tree; segments that are
-not in the document (pydantic's union tags) are skipped.
+ruamel.yaml composes the document into nodes that carry 0-based start marks, with its YAML 1.2
+resolver (so `yes` stays a string). The composer is libyaml's C parser from ruamel.yaml.clib
+when installed (about ten times faster on large scenarios than ruamel's round-trip loader, whose
+`lc` positions are the same marks), and ruamel's pure-Python one otherwise. Walking the nodes
+once yields the plain data that JSON Schema and pydantic validate, and an index from each path
+to the position of its key and of its value. Paths from JSON Schema or pydantic are looked up in
+that index; segments that are not in the document (pydantic's union tags) are skipped.
 """
 
 from __future__ import annotations
 
-import datetime
 import io
+import math
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 from ruamel.yaml import YAML
-from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError
+from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from ruamel.yaml.resolver import VersionedResolver
 
-from .problems import PathPart, Problem, format_path
+from .problems import PathPart, Problem, Severity, format_path
 
 Position = tuple[int, int]
 """1-based (line, column)."""
 
+TAG = "tag:yaml.org,2002:"
+
+try:
+    from _ruamel_yaml import CParser
+
+    class _Composer(CParser, VersionedResolver):  # type: ignore[misc, valid-type]
+        """libyaml's parser with ruamel's YAML 1.2 resolver; composes nodes only."""
+
+        def __init__(self, stream: io.StringIO) -> None:
+            CParser.__init__(self, stream)
+            VersionedResolver.__init__(self)
+
+    def _compose(text: str) -> Node | None:
+        return _Composer(io.StringIO(text)).get_single_node()
+
+except ImportError:  # pragma: no cover - without ruamel.yaml.clib
+
+    def _compose(text: str) -> Node | None:
+        return YAML(typ="safe", pure=True).compose(io.StringIO(text))
+
 
 @dataclass
 class Source:
-    """A parsed document: the ruamel tree (for positions) and its plain-data twin (for validation)."""
+    """A parsed document: plain data for validation and the position of every path in it."""
 
     file: str
-    tree: Any
-    data: Any
+    data: Any = None
+    positions: dict[tuple[PathPart, ...], tuple[Position, Position]] = field(default_factory=dict)
+    """Path -> (position of its key or dash, position of its value)."""
     problems: list[Problem] = field(default_factory=list)
+    readable: bool = True
+
+    def locate(self, parts: Sequence[PathPart], *, at_key: bool = False) -> tuple[Position, list[PathPart]]:
+        """Where `parts` is, and the parts actually found (segments absent from the document dropped)."""
+        walked: list[PathPart] = []
+        position = self.positions.get((), ((1, 1), (1, 1)))[1]
+        for index, part in enumerate(parts):
+            found = self.positions.get((*walked, part))
+            if found is None:
+                continue
+            walked.append(part)
+            last = index == len(parts) - 1
+            position = found[0] if (last and at_key) else found[1]
+        return position, walked
 
     def problem(self, parts: Sequence[PathPart], message: str, rule: str, *, at_key: bool = False,
-                extra: Sequence[PathPart] = (), severity: str = "error") -> Problem:
+                extra: Sequence[PathPart] = (), severity: Severity = "error") -> Problem:
         """A problem placed at `parts` (at the key itself with `at_key`); `extra` only extends the path shown."""
-        (line, column), walked = locate(self.tree, parts, at_key=at_key)
-        path = format_path([*walked, *extra])
-        return Problem(self.file, line, column, path, message, rule, severity)  # type: ignore[arg-type]
+        (line, column), walked = self.locate(parts, at_key=at_key)
+        return Problem(self.file, line, column, format_path([*walked, *extra]), message, rule, severity)
 
 
 def parse(text: str, file: str) -> Source:
     """Parse YAML (or JSON) text; syntax and data-model problems land in `problems`."""
-    yaml = YAML(typ="rt")
+    source = Source(file)
     try:
-        tree = yaml.load(io.StringIO(text))
+        root = _compose(text)
     except MarkedYAMLError as error:
         mark = error.problem_mark or error.context_mark
         line, column = (mark.line + 1, mark.column + 1) if mark else (1, 1)
-        message = " ".join(str(p).strip() for p in (error.context, error.problem) if p) or str(error)
-        return Source(file, None, None, [Problem(file, line, column, "$", message, "yaml-syntax")])
+        context = error.context
+        if context and error.context_mark and error.problem_mark:
+            context += f" (started at {error.context_mark.line + 1}:{error.context_mark.column + 1})"
+        message = " ".join(str(p).strip() for p in (context, error.problem) if p) or str(error)
+        return Source(file, problems=[Problem(file, line, column, "$", message, "yaml-syntax")], readable=False)
     except Exception as error:  # noqa: BLE001 - any parser failure is a problem record, never a traceback
-        return Source(file, None, None, [Problem(file, 1, 1, "$", f"not readable as YAML: {error}", "yaml-syntax")])
-    source = Source(file, tree, None)
+        return Source(file, problems=[Problem(file, 1, 1, "$", f"not readable as YAML: {error}", "yaml-syntax")], readable=False)
+    if root is None:
+        return source
+    source.positions[()] = (_mark(root), _mark(root))
     try:
-        source.data = _plain(tree, [], source, set())
+        source.data = _Walker(source).plain(root, (), frozenset())
     except RecursionError:
         source.problems.append(Problem(file, 1, 1, "$", "the document is nested too deeply", "yaml-depth"))
     return source
 
 
-def _plain(node: Any, parts: list[PathPart], source: Source, active: set[int]) -> Any:
-    """JSON data of a ruamel node; non-JSON YAML (odd keys, tags, cycles) becomes problems."""
-    if isinstance(node, (CommentedMap, CommentedSeq)):
-        if id(node) in active:
-            source.problems.append(source.problem(parts, "a recursive alias cannot be used here", "yaml-alias"))
-            return None
-        active = active | {id(node)}
-    if isinstance(node, CommentedMap):
+def _mark(node: Node) -> Position:
+    return (node.start_mark.line + 1, node.start_mark.column + 1)
+
+
+class _Walker:
+    """Builds plain data from nodes, records positions, and reports what JSON cannot hold."""
+
+    def __init__(self, source: Source) -> None:
+        self.source = source
+
+    def report(self, parts: tuple[PathPart, ...], message: str, rule: str, at_key: bool = False) -> None:
+        self.source.problems.append(self.source.problem(parts, message, rule, at_key=at_key))
+
+    def plain(self, node: Node, parts: tuple[PathPart, ...], active: frozenset[int]) -> Any:
+        if isinstance(node, (MappingNode, SequenceNode)):
+            if id(node) in active:
+                self.report(parts, "a recursive alias cannot be used here", "yaml-alias")
+                return None
+            active = active | {id(node)}
+        if isinstance(node, MappingNode):
+            return self.mapping(node, parts, active)
+        if isinstance(node, SequenceNode):
+            items = []
+            for i, item in enumerate(node.value):
+                self.source.positions[(*parts, i)] = (_mark(item), _mark(item))
+                items.append(self.plain(item, (*parts, i), active))
+            return items
+        return self.scalar(node, parts)
+
+    def mapping(self, node: MappingNode, parts: tuple[PathPart, ...], active: frozenset[int]) -> dict[str, Any]:
         result: dict[str, Any] = {}
-        for key, value in node.items():
-            if not isinstance(key, str):
-                shown = key if isinstance(key, (int, float, bool)) or key is None else type(key).__name__
-                source.problems.append(
-                    source.problem([*parts, key], f"mapping keys must be strings, not {shown!r}", "yaml-key", at_key=True)
-                )
+        merged: list[tuple[Node, Node]] = []
+        for key_node, value_node in node.value:
+            if key_node.tag == TAG + "merge":
+                sources = value_node.value if isinstance(value_node, SequenceNode) else [value_node]
+                merged += [pair for m in sources if isinstance(m, MappingNode) for pair in m.value]
                 continue
-            result[key] = _plain(value, [*parts, key], source, active)
+            key = self.scalar(key_node, parts) if isinstance(key_node, ScalarNode) else None
+            if not isinstance(key, str):
+                shown = repr(key) if isinstance(key, (int, float, bool)) or key is None else "a collection"
+                self.report(parts, f"mapping keys must be strings, not {shown} (line {_mark(key_node)[0]})", "yaml-key")
+                continue
+            path = (*parts, key)
+            if key in result:
+                self.source.positions[path] = (_mark(key_node), _mark(value_node))
+                self.report(path, f"duplicate key {key!r}", "yaml-duplicate-key", at_key=True)
+                continue
+            self.source.positions[path] = (_mark(key_node), _mark(value_node))
+            result[key] = self.plain(value_node, path, active)
+        for key_node, value_node in merged:
+            key = self.scalar(key_node, parts) if isinstance(key_node, ScalarNode) else None
+            if isinstance(key, str) and key not in result:
+                self.source.positions[(*parts, key)] = (_mark(key_node), _mark(value_node))
+                result[key] = self.plain(value_node, (*parts, key), active)
         return result
-    if isinstance(node, CommentedSeq):
-        return [_plain(item, [*parts, i], source, active) for i, item in enumerate(node)]
-    if isinstance(node, bool) or node is None:
-        return node
-    if isinstance(node, int):
-        return int(node)
-    if isinstance(node, float):
-        return float(node)
-    if isinstance(node, str):
-        return str(node)
-    if isinstance(node, (datetime.date, datetime.datetime)):
-        return node.isoformat()
-    tag = getattr(getattr(node, "tag", None), "value", None) or type(node).__name__
-    source.problems.append(source.problem(parts, f"unsupported YAML value (tag {tag})", "yaml-tag"))
-    return None
 
-
-def locate(tree: Any, parts: Sequence[PathPart], *, at_key: bool = False) -> tuple[Position, list[PathPart]]:
-    """Where `parts` is in the tree, and the parts actually walked (tag segments dropped)."""
-    node = tree
-    position: Position = _own(tree) or (1, 1)
-    walked: list[PathPart] = []
-    for index, part in enumerate(parts):
-        last = index == len(parts) - 1
-        if isinstance(node, CommentedMap) and not isinstance(part, bool) and part in node:
-            position = _lc(node, part, "key" if (last and at_key) else "value") or _own(node) or position
-            node = node[part]
-        elif isinstance(node, CommentedSeq) and isinstance(part, int) and 0 <= part < len(node):
-            position = _lc(node, part, "item") or _own(node) or position
-            node = node[part]
-        else:
-            continue
-        walked.append(part)
-        own = _own(node)
-        if own and not last:
-            position = own
-    return position, walked
-
-
-def _lc(node: Any, part: PathPart, which: str) -> Position | None:
-    try:
-        line, column = getattr(node.lc, which)(part)
-    except Exception:  # noqa: BLE001 - merged keys (`<<`) have no position of their own
+    def scalar(self, node: Node, parts: tuple[PathPart, ...]) -> Any:
+        tag, text = node.tag, node.value
+        if tag == TAG + "str" or tag == TAG + "timestamp":
+            return text
+        if tag == TAG + "null":
+            return None
+        if tag == TAG + "bool":
+            return text.lower() == "true"
+        if tag == TAG + "int":
+            return _yaml_int(text)
+        if tag == TAG + "float":
+            return _yaml_float(text)
+        self.report(parts, f"unsupported YAML tag {tag}", "yaml-tag")
         return None
-    return (line + 1, column + 1)
 
 
-def _own(node: Any) -> Position | None:
-    lc = getattr(node, "lc", None)
-    if lc is None or lc.line is None:
-        return None
-    return (lc.line + 1, lc.col + 1)
+def _yaml_int(text: str) -> int:
+    digits = text.replace("_", "")
+    sign = -1 if digits.startswith("-") else 1
+    digits = digits.lstrip("+-")
+    for prefix, base in (("0o", 8), ("0x", 16), ("0b", 2)):
+        if digits.lower().startswith(prefix):
+            return sign * int(digits[2:], base)
+    return sign * int(digits)
+
+
+def _yaml_float(text: str) -> float:
+    lowered = text.replace("_", "").lower()
+    if lowered.lstrip("+-") == ".inf":
+        return -math.inf if lowered.startswith("-") else math.inf
+    if lowered == ".nan":
+        return math.nan
+    return float(lowered)

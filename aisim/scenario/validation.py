@@ -18,7 +18,7 @@ from pydantic import ValidationError
 
 from .problems import PathPart, Problem
 from .schema import scenario_schema
-from .source import Source, locate
+from .source import Source
 
 
 @functools.cache
@@ -32,7 +32,7 @@ def schema_problems(source: Source) -> tuple[list[Problem], list[list[PathPart]]
     covered: list[list[PathPart]] = []
     for error in _validator().iter_errors(source.data):
         problems.extend(_explain(source, error))
-        covered.append(locate(source.tree, list(error.absolute_path))[1])  # type: ignore[arg-type]
+        covered.append(source.locate(list(error.absolute_path))[1])  # type: ignore[arg-type]
     return problems, covered
 
 
@@ -57,8 +57,7 @@ def _leaves(error: SchemaError) -> Iterator[SchemaError]:
 def _type_mismatch(errors: list[SchemaError], parent: SchemaError) -> bool:
     """True when a branch failed only because the value has another type (or another tag)."""
     return all(
-        e.path == parent.path and (e.validator in ("type", "const") or (e.validator == "pattern" and len(errors) == 1))
-        for e in errors
+        list(e.absolute_path) == list(parent.absolute_path) and e.validator in ("type", "const") for e in errors
     )
 
 
@@ -155,7 +154,7 @@ def pydantic_problems(source: Source, error: ValidationError, covered: list[list
     problems = []
     for item in error.errors(include_url=False):
         loc = list(item["loc"])
-        _, walked = locate(source.tree, loc)
+        _, walked = source.locate(loc)
         if any(_related(walked, other) for other in covered):
             continue
         message = item["msg"].removeprefix("Value error, ")

@@ -1,0 +1,67 @@
+"""Every mistake at once: several independent mistakes give one problem each, in one run."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from aisim.scenario import check_text
+
+from .conftest import ROOT
+
+FIVE_MISTAKES = """\
+apiVersion: aisim/v1
+kind: Scenario
+metadata: {name: five-mistakes}
+gpus:
+  - id: gpu0
+    profile: H100-SXMM
+  - id: gpu1
+    profile: A100-80GB
+    streams:
+      - {name: default, priority: -9}
+models:
+  - id: chat
+    family: llama-3-8b
+    placement: {gpus: [gpu2]}
+  - id: mock
+    latency: {ttft: 200ms, interToken: fast}
+faults:
+  - kind: api_error
+    error: rate_limit
+    trigger: {probability: 0.05}
+    scope: {models: [chta]}
+"""
+
+
+def test_five_independent_mistakes_give_five_problems() -> None:
+    checked = check_text(FIVE_MISTAKES, "five.yaml")
+    errors = [(p.line, p.column, p.path, p.rule) for p in checked.problems if p.severity == "error"]
+    assert errors == [
+        (6, 14, "$.gpus[0].profile", "enum"),
+        (10, 35, "$.gpus[1].streams[0].priority", "stream-priority"),
+        (14, 24, "$.models[0].placement.gpus[0]", "reference"),
+        (16, 40, "$.models[1].latency.interToken", "pattern"),
+        (21, 22, "$.faults[0].scope.models[0]", "reference"),
+    ]
+
+
+def test_problems_name_what_was_expected() -> None:
+    checked = check_text(FIVE_MISTAKES, "five.yaml")
+    messages = {p.path: p.message for p in checked.problems}
+    assert "'H100-SXMM'" in messages["$.gpus[0].profile"] and "'H100-SXM'" in messages["$.gpus[0].profile"]
+    assert messages["$.faults[0].scope.models[0]"] == "unknown model 'chta'; did you mean 'chat'?"
+    assert "like '200ms'" in messages["$.models[1].latency.interToken"]
+    assert messages["$.models[0].placement.gpus[0]"].startswith("unknown GPU 'gpu2'")
+
+
+def test_json_format_carries_the_same_records(tmp_path, python) -> None:  # type: ignore[no-untyped-def]
+    doc = tmp_path / "five.yaml"
+    doc.write_text(FIVE_MISTAKES)
+    run = subprocess.run([python, "-m", "aisim", "validate", "--format", "json", str(doc)],
+                         capture_output=True, text=True, cwd=ROOT)
+    assert run.returncode == 1
+    [report] = json.loads(run.stdout)
+    assert report["file"] == str(doc) and report["valid"] is False
+    assert {p["path"] for p in report["problems"]} >= {"$.gpus[1].streams[0].priority", "$.models[0].placement.gpus[0]"}
+    assert set(report["problems"][0]) == {"file", "line", "column", "path", "message", "rule", "severity"}
