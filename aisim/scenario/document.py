@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .base import ENGINE_ISSUE, SERVER_ISSUE, TELEMETRY_ISSUE, Spec, planned_field
+from .base import SERVER_ISSUE, TELEMETRY_ISSUE, Spec, planned_field
 from .faults import Fault
 from .hardware import Gpu
 from .models import Model
@@ -43,17 +43,17 @@ class Scenario(Spec):
     """Simulated GPUs."""
     models: list[Model] = Field(min_length=1)
     """Served models."""
-    priority_classes: list[PriorityClass] = planned_field(default_factory=list, issue=ENGINE_ISSUE)
+    priority_classes: list[PriorityClass] = Field(default_factory=list)
     """Request priority classes."""
     faults: list[Fault] = Field(default_factory=list)
     """Scheduled faults."""
-    workload: Workload | None = planned_field(None, issue=ENGINE_ISSUE)
+    workload: Workload | None = None
     """Requests for headless runs (`aisim run`)."""
     server: Server = planned_field(Server(), issue=SERVER_ISSUE)
     """Server settings (`aisim serve`)."""
     telemetry: Telemetry = planned_field(Telemetry(), issue=TELEMETRY_ISSUE)
     """GPU telemetry settings."""
-    simulation: Simulation = planned_field(Simulation(), issue=ENGINE_ISSUE)
+    simulation: Simulation = Simulation()
     """Run settings: stop time, kernel detail, timeline options."""
 
     def gpu_devices(self) -> dict[str, Gpu]:

@@ -12,7 +12,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import ConfigDict, Field, model_validator
 
-from .base import ENGINE_ISSUE, MEMORY_ISSUE, SERVER_ISSUE, TELEMETRY_ISSUE, Spec, planned
+from .base import MEMORY_ISSUE, SERVER_ISSUE, TELEMETRY_ISSUE, Spec, planned
 from .hardware import Identifier
 from .models import ModelName
 from .units import ByteSize, Duration
@@ -177,15 +177,20 @@ class Xid(_DeviceFault):
 
 
 class SlowDown(_FaultCommon):
-    """Make steps slower by a factor (thermal throttling, a noisy neighbour)."""
+    """Make the steps of the scoped models (or GPUs) slower by a factor (thermal throttling, a noisy neighbour)."""
 
-    model_config = ConfigDict(json_schema_extra=planned(ENGINE_ISSUE))
     kind: Literal["slowdown"]
     """Fault kind."""
     factor: float = Field(gt=1, le=1000)
     """Step-time multiplier."""
     duration: Duration | None = None
     """How long it lasts (until the end when absent)."""
+
+    @model_validator(mode="after")
+    def _timed(self) -> SlowDown:
+        if self.trigger.kind not in ("at", "every"):
+            raise ValueError("a slowdown is triggered by time: use trigger.at or trigger.every")
+        return self
 
 
 class DcgmField(_DeviceFault):

@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import Field, model_validator
 
-from .base import ENGINE_ISSUE, KSERVE_ISSUE, MEMORY_ISSUE, SERVER_ISSUE, STREAMS_ISSUE, Spec, planned_field
+from .base import KSERVE_ISSUE, MEMORY_ISSUE, SERVER_ISSUE, STREAMS_ISSUE, Spec, planned_field
 from .distributions import CountDistribution, DurationDistribution
 from .hardware import Identifier
 from .presets import DTYPE_BYTES, MODEL_FAMILIES, DType, ModelFamily, Task
@@ -89,8 +89,8 @@ class EngineLimits(Spec):
     """Waiting-queue order; `priority` honours request priorities."""
     long_prefill_token_threshold: int | None = Field(None, ge=1)
     """Cap on one long prompt's share of a step's token budget."""
-    cuda_graphs: bool = planned_field(True, issue=STREAMS_ISSUE)
-    """Capture decode steps in CUDA graphs (cuts launch overhead, costs memory)."""
+    cuda_graphs: bool = True
+    """Replay steps of up to 512 tokens as CUDA graphs (one launch instead of one per kernel)."""
 
 
 class CostModel(Spec):
@@ -339,15 +339,15 @@ class Model(Spec):
     """Explicit architecture; required without a family, overrides with one."""
     task: Task | None = None
     """`generate`, `embed` or `classify`; defaults to the family's task."""
-    runtime: Runtime | None = None
+    runtime: Runtime | None = planned_field(None, issue=MEMORY_ISSUE)
     """Runtime personality: `vllm`, `tensorrt`, `onnxruntime` or `python` (default from the family)."""
-    placement: Placement | None = planned_field(None, issue=ENGINE_ISSUE)
+    placement: Placement | None = None
     """GPUs the model runs on; may be absent only in mock mode (with `latency`)."""
-    engine: EngineLimits = planned_field(EngineLimits(), issue=ENGINE_ISSUE)
+    engine: EngineLimits = EngineLimits()
     """vLLM engine limits."""
-    cost_model: CostModel | None = planned_field(None, issue=ENGINE_ISSUE)
+    cost_model: CostModel | None = None
     """Cost-model constants (written by `aisim calibrate`)."""
-    latency: LatencyOverride | None = planned_field(None, issue=ENGINE_ISSUE)
+    latency: LatencyOverride | None = None
     """Mock mode: latency distributions instead of the cost model."""
     content: Content = planned_field(LoremContent(kind="lorem"), issue=SERVER_ISSUE)
     """Response content."""

@@ -116,8 +116,6 @@ class Timeline(Spec):
 
     per_token: bool = False
     """Record every token (memory grows with output length)."""
-    kv_usage: bool = True
-    """Record KV-cache usage after each step."""
 
 
 class Simulation(Spec):

@@ -1,0 +1,154 @@
+"""The event kernel: a heap of (time, priority, sequence, handler) on integer nanoseconds.
+
+Ordering is owned by the kernel instance (SimPy's discipline): ties on time break on the
+priority, then on a per-kernel sequence counter, so runs are deterministic and two kernels in
+one process never influence each other. Handlers are plain callables that schedule their
+follow-ups. A handler that raises stops the run: failures never pass unnoticed.
+
+Two clocks drive the same kernel behind one interface: `VirtualClock` runs events as fast as the
+CPU allows; `RealTimeClock` paces them against asyncio's loop at a speed factor, and lets
+outside code (a server handler) inject work "now".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from typing import Callable, NewType
+
+Priority = NewType("Priority", int)
+URGENT = Priority(0)
+"""Control events that must run before ordinary ones at the same instant (stop, faults)."""
+NORMAL = Priority(1)
+"""Ordinary events."""
+LATE = Priority(2)
+"""Events that observe the state after everything else at the same instant (samplers)."""
+
+Handler = Callable[[], None]
+
+
+class EventHandle:
+    """What `schedule` returns: lets the scheduler of an event cancel it."""
+
+    __slots__ = ("cancelled", "handler", "time")
+
+    def __init__(self, time_ns: int, handler: Handler) -> None:
+        self.time = time_ns
+        self.handler = handler
+        self.cancelled = False
+
+    def cancel(self) -> None:
+        self.cancelled = True
+
+
+class Kernel:
+    """The discrete-event core: a clock value and a heap of pending events."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self._queue: list[tuple[int, int, int, EventHandle]] = []
+        self._sequence = itertools.count()
+        self.processed = 0
+
+    def at(self, time_ns: int, handler: Handler, priority: Priority = NORMAL) -> EventHandle:
+        """Run `handler` at `time_ns` (not before now)."""
+        if time_ns < self.now:
+            raise ValueError(f"cannot schedule at {time_ns} ns, before now ({self.now} ns)")
+        handle = EventHandle(time_ns, handler)
+        heapq.heappush(self._queue, (time_ns, priority, next(self._sequence), handle))
+        return handle
+
+    def after(self, delay_ns: int, handler: Handler, priority: Priority = NORMAL) -> EventHandle:
+        """Run `handler` `delay_ns` from now."""
+        return self.at(self.now + delay_ns, handler, priority)
+
+    def peek(self) -> int | None:
+        """Time of the next live event, or None when nothing is pending."""
+        queue = self._queue
+        while queue and queue[0][3].cancelled:
+            heapq.heappop(queue)
+        return queue[0][0] if queue else None
+
+    def step(self) -> None:
+        """Run the next live event."""
+        time_ns, _, _, handle = heapq.heappop(self._queue)
+        if handle.cancelled:
+            return
+        self.now = time_ns
+        self.processed += 1
+        handle.handler()
+
+    def advance(self, time_ns: int) -> None:
+        """Move the clock forward to `time_ns` with no event (the end of a run, real time passing)."""
+        if time_ns > self.now:
+            self.now = time_ns
+
+
+class VirtualClock:
+    """Runs a kernel as fast as the CPU allows."""
+
+    def __init__(self, kernel: Kernel) -> None:
+        self.kernel = kernel
+
+    def run(self, until: int | None = None, progress: Callable[[int], None] | None = None) -> None:
+        """Run events up to and including time `until` (or until none are left)."""
+        kernel = self.kernel
+        check = 0
+        while True:
+            next_time = kernel.peek()
+            if next_time is None or (until is not None and next_time > until):
+                break
+            kernel.step()
+            check += 1
+            if progress is not None and check % 4096 == 0:
+                progress(kernel.now)
+        if until is not None:
+            kernel.advance(until)
+
+
+class RealTimeClock:
+    """Paces a kernel against asyncio's loop: virtual time = (wall time - start) x speed."""
+
+    def __init__(self, kernel: Kernel, speed: float = 1.0) -> None:
+        if speed <= 0:
+            raise ValueError(f"speed must be positive, not {speed}")
+        self.kernel = kernel
+        self.speed = speed
+        self._start_wall = time.monotonic()
+        self._start_virtual = kernel.now
+        self._wake = asyncio.Event()
+        self._stopped = False
+
+    def virtual_now(self) -> int:
+        """The virtual time that corresponds to this wall-clock instant."""
+        elapsed = time.monotonic() - self._start_wall
+        return max(self.kernel.now, self._start_virtual + int(elapsed * self.speed * 1e9))
+
+    def inject(self, handler: Handler, priority: Priority = NORMAL) -> EventHandle:
+        """Schedule work at the current instant from outside the kernel (a request arriving)."""
+        self.kernel.advance(self.virtual_now())
+        handle = self.kernel.at(self.kernel.now, handler, priority)
+        self._wake.set()
+        return handle
+
+    def stop(self) -> None:
+        """Make `run` return."""
+        self._stopped = True
+        self._wake.set()
+
+    async def run(self) -> None:
+        """Run events when their virtual time comes, until `stop`."""
+        kernel = self.kernel
+        while not self._stopped:
+            next_time = kernel.peek()
+            if next_time is not None and next_time <= self.virtual_now():
+                kernel.step()
+                continue
+            self._wake.clear()
+            timeout = None if next_time is None else (next_time - self.virtual_now()) / 1e9 / self.speed
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass

@@ -1,0 +1,425 @@
+"""One vLLM engine instance: the V1 scheduler, its KV cache and its steps on the GPU.
+
+Scheduling follows vLLM V1 (`shared/reference/vllm-engine-and-perf-model.md` §1): each step
+hands out a token budget, first to running requests (one token each while decoding, up to the
+rest of the prompt while prefilling: chunked prefill), then to waiting requests in FCFS or
+priority order while the budget, `max_num_seqs` and free KV blocks allow. When a running request
+cannot get a block, the lowest-priority running request (the last admitted under FCFS) is
+preempted: its blocks are freed and it goes back to the front of the queue, to be recomputed.
+No waiting request is admitted in a step that preempted.
+
+Speed without approximation: while every running request is decoding and nothing can join,
+consecutive steps differ only by one token of context per request, so a run of them is planned
+at once (`CostModel.decode_series`): durations, block needs and end times in numpy. The run
+stops early at the first step that would need more blocks than are free, at the first request
+to finish, and, when a request arrives or a fault starts mid-run, at the first step boundary
+after that moment (`interrupt`). The result is the same, step for step, as planning one step
+at a time; `macro_steps=False` does that, and a test compares the two.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from .costmodel import CostModel
+from .kernel import LATE, EventHandle, Kernel
+from .kv import KvCache
+from .request import Request
+from .timeline import StepRun, Timeline
+
+MAX_RUN = 2048
+"""Longest run of decode steps planned at once."""
+
+
+@dataclass
+class ReplicaStats:
+    """What the report needs from a replica, accumulated as it runs."""
+
+    itl_values: list[np.ndarray] = field(default_factory=list)
+    itl_weights: list[np.ndarray] = field(default_factory=list)
+    steps: int = 0
+    busy_ns: int = 0
+    kv_area: float = 0.0
+    """Integral of used blocks over time (block-ns), for the time-weighted mean usage."""
+    kv_peak: int = 0
+    preemptions: int = 0
+
+
+@dataclass
+class _Plan:
+    """The step (or run of decode steps) in flight."""
+
+    start: int
+    ends: np.ndarray
+    batch: list[tuple[Request, int]]
+    decode_run: bool
+    handle: EventHandle
+    blocks: np.ndarray | None = None
+    """Cumulative new blocks after each step of a decode run."""
+    kv_used: int = 0
+    """Blocks in use while a single step runs."""
+
+
+class Replica:
+    """A vLLM engine replica (one tensor-parallel group of GPUs) serving one model."""
+
+    def __init__(self, name: str, kernel: Kernel, timeline: Timeline, cost: CostModel, kv: KvCache,
+                 max_num_seqs: int, max_num_batched_tokens: int, policy: str = "fcfs",
+                 long_prefill_threshold: int | None = None, gpus: tuple[str, ...] = (), stream: str = "default",
+                 on_finish: Callable[[Request], None] = lambda r: None, macro_steps: bool = True) -> None:
+        self.name = name
+        self.kernel = kernel
+        self.timeline = timeline
+        self.cost = cost
+        self.kv = kv
+        self.max_num_seqs = max_num_seqs
+        self.max_tokens = max_num_batched_tokens
+        self.priority_policy = policy == "priority"
+        self.long_prefill = long_prefill_threshold
+        self.gpus = gpus
+        self.stream = stream
+        self.on_finish = on_finish
+        self.macro_steps = macro_steps
+        self.running: list[Request] = []
+        self._fcfs: deque[Request] = deque()
+        self._heap: list[tuple[int, int, int, Request]] = []
+        self._plan: _Plan | None = None
+        self._kicked = False
+        self.stats = ReplicaStats()
+        self.slowdown = 1.0
+
+    # -- queue -----------------------------------------------------------------------------
+
+    @property
+    def waiting(self) -> int:
+        return len(self._heap) if self.priority_policy else len(self._fcfs)
+
+    @property
+    def outstanding(self) -> int:
+        """Requests waiting or running (for routing)."""
+        return self.waiting + len(self.running)
+
+    def _push(self, request: Request, front: bool = False) -> None:
+        if self.priority_policy:
+            heapq.heappush(self._heap, (request.priority, request.arrival, request.id, request))
+        elif front:
+            self._fcfs.appendleft(request)
+        else:
+            self._fcfs.append(request)
+
+    def _head(self) -> Request | None:
+        if self.priority_policy:
+            return self._heap[0][3] if self._heap else None
+        return self._fcfs[0] if self._fcfs else None
+
+    def _pop(self) -> None:
+        if self.priority_policy:
+            heapq.heappop(self._heap)
+        else:
+            self._fcfs.popleft()
+
+    # -- entry points ----------------------------------------------------------------------
+
+    def submit(self, request: Request) -> None:
+        """A request reaches this replica's scheduler now.
+
+        An idle engine starts its next step once every request arriving at this instant is queued
+        (a LATE event), so requests that arrive together are scheduled together.
+        """
+        self._push(request)
+        if self._plan is not None:
+            self.interrupt()
+        elif not self._kicked:
+            self._kicked = True
+            self.kernel.at(self.kernel.now, self._kick, LATE)
+
+    def _kick(self) -> None:
+        self._kicked = False
+        if self._plan is None:
+            self._start()
+
+    def interrupt(self) -> None:
+        """Something changed now: a decode run in flight ends at the next step boundary."""
+        plan = self._plan
+        if plan is None or not plan.decode_run or len(plan.ends) == 1:
+            return
+        index = int(np.searchsorted(plan.ends, self.kernel.now, side="left"))
+        if index + 1 >= len(plan.ends):
+            return
+        plan.handle.cancel()
+        plan.ends = plan.ends[: index + 1]
+        plan.handle = self.kernel.at(int(plan.ends[-1]), self._finish_step)
+
+    # -- one step --------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        if self.macro_steps and self._decode_run_possible():
+            plan = self._plan_decode_run()
+            if plan is not None:
+                self._plan = plan
+                return
+        batch = self._schedule()
+        if not batch:
+            self._plan = None
+            return
+        context = sum(r.computed for r, _ in batch)
+        new_tokens = sum(q for _, q in batch)
+        pairs = sum(q * r.computed + q * (q + 1) / 2 for r, q in batch)
+        duration = int(self.cost.step_ns(len(batch), new_tokens, context, pairs) * self.slowdown)
+        end = self.kernel.now + duration
+        handle = self.kernel.at(end, self._finish_step)
+        self._plan = _Plan(self.kernel.now, np.array([end], dtype=np.int64), batch, False, handle, kv_used=self.kv.used)
+
+    def _finish_step(self) -> None:
+        plan = self._plan
+        assert plan is not None
+        if plan.decode_run:
+            self._apply_decode_run(plan)
+        else:
+            self._apply_step(plan)
+        self._plan = None
+        self._start()
+
+    def _schedule(self) -> list[tuple[Request, int]]:
+        """Plan one V1 step: running requests first, then waiting ones; may preempt."""
+        kv = self.kv
+        budget = self.max_tokens
+        batch: list[tuple[Request, int]] = []
+        preempted: set[int] = set()
+        for request in list(self.running):
+            if budget == 0:
+                break
+            if request.id in preempted:
+                continue
+            tokens = min(request.to_compute, budget)
+            if self.long_prefill and request.to_compute > 1:
+                tokens = min(tokens, self.long_prefill)
+            need = kv.blocks_for(request.computed + tokens) - request.own_blocks - request.shared_blocks
+            while need > 0 and not kv.take(need):
+                victim = self._victim()
+                for position, (scheduled, granted) in enumerate(batch):
+                    if scheduled is victim:
+                        del batch[position]
+                        budget += granted
+                        break
+                self._preempt(victim)
+                preempted.add(victim.id)
+                if victim is request:
+                    break
+            if request.id in preempted:
+                continue
+            request.own_blocks += max(need, 0)
+            batch.append((request, tokens))
+            budget -= tokens
+        if preempted:
+            return batch
+        while budget > 0 and len(self.running) < self.max_num_seqs:
+            request = self._head()
+            if request is None:
+                break
+            tokens = self._admit(request, budget)
+            if tokens == 0:
+                break
+            self._pop()
+            self.running.append(request)
+            batch.append((request, tokens))
+            budget -= tokens
+        return batch
+
+    def _admit(self, request: Request, budget: int) -> int:
+        """Give a waiting request its prefix-cache hit and blocks for its first chunk; 0 if it cannot start."""
+        kv = self.kv
+        total = request.prompt + request.generated
+        shared, own = kv.lookup(request.id, request.group, request.prefix, total)
+        cached = (shared + own) * kv.block_size
+        tokens = min(total - cached, budget)
+        if self.long_prefill:
+            tokens = min(tokens, self.long_prefill)
+        if kv.prefix_caching and cached + tokens < total:
+            tokens = (cached + tokens) // kv.block_size * kv.block_size - cached
+        if tokens <= 0:
+            return 0
+        need = kv.blocks_for(cached + tokens) - shared - own
+        if need > kv.available_after_hit(request.id, request.group, shared, own):
+            return 0
+        kv.acquire(request.id, request.group, shared, own, total)
+        kv.take(need)
+        request.computed = cached
+        request.shared_blocks = shared
+        request.own_blocks = own + need
+        if request.scheduled_at < 0:
+            request.scheduled_at = self.kernel.now
+            self.timeline.add(self.kernel.now, "request_scheduled", request.id, self.name)
+        return tokens
+
+    def _victim(self) -> Request:
+        if self.priority_policy:
+            return max(self.running, key=lambda r: (r.priority, r.arrival, r.id))
+        return self.running[-1]
+
+    def _preempt(self, request: Request) -> None:
+        self.running.remove(request)
+        self._release(request, preempted=True)
+        request.computed = 0
+        request.preemptions += 1
+        self.stats.preemptions += 1
+        self.timeline.add(self.kernel.now, "request_preempted", request.id, self.name)
+        self._push(request, front=True)
+
+    def _release(self, request: Request, preempted: bool) -> None:
+        if preempted:
+            self.kv.park_request(request.id, request.own_blocks)
+        else:
+            self.kv.release(request.own_blocks)
+        if request.shared_blocks:
+            self.kv.drop_group(request.group)
+        request.own_blocks = 0
+        request.shared_blocks = 0
+
+    def _apply_step(self, plan: _Plan) -> None:
+        end = int(plan.ends[0])
+        itl: list[int] = []
+        prefill = 0
+        for request, tokens in plan.batch:
+            if request.to_compute > 1 or request.generated == 0:
+                prefill += tokens
+            before = request.computed
+            request.computed += tokens
+            if request.group >= 0 and before < request.prefix:
+                self._grow_group(request)
+            if request.to_compute:
+                continue
+            if request.output == 0:
+                self._finish(request, end)
+                continue
+            request.generated += 1
+            if request.first_token_at < 0:
+                request.first_token_at = end
+                self.timeline.add(end, "request_first_token", request.id)
+            else:
+                itl.append(end - request.last_token_at)
+            request.last_token_at = end
+            if self.timeline.per_token:
+                self.timeline.add(end, "token", request.id, request.generated - 1)
+            if request.generated >= request.output:
+                self._finish(request, end)
+        if itl:
+            self.stats.itl_values.append(np.array(itl, dtype=np.int64))
+            self.stats.itl_weights.append(np.ones(len(itl), dtype=np.int64))
+        decode = sum(tokens for _, tokens in plan.batch) - prefill
+        self._log(plan.start, plan.ends, len(plan.batch), prefill, decode, np.array([plan.kv_used]))
+        self.running = [r for r in self.running if not r.done]
+
+    def _grow_group(self, request: Request) -> None:
+        full = min(request.computed, request.prefix) // self.kv.block_size
+        moved = self.kv.extend_group(request.group, request.shared_blocks, full)
+        request.own_blocks -= moved
+        request.shared_blocks += moved
+
+    def _finish(self, request: Request, time_ns: int) -> None:
+        request.finished_at = time_ns
+        request.outcome = "completed"
+        self._release(request, preempted=False)
+        self.timeline.add(time_ns, "request_finished", request.id, "completed", request.generated)
+        self.on_finish(request)
+
+    def _log(self, start: int, ends: np.ndarray, requests: int, prefill: int, decode: int, kv_used: np.ndarray) -> None:
+        count = len(ends)
+        starts = np.empty(count, dtype=np.int64)
+        starts[0] = start
+        starts[1:] = ends[:-1]
+        stats = self.stats
+        stats.steps += count
+        stats.busy_ns += int(ends[-1] - start)
+        stats.kv_area += float(np.dot(kv_used, ends - starts))
+        stats.kv_peak = max(stats.kv_peak, int(kv_used.max()))
+        self.timeline.steps.append(StepRun(
+            self.name, self.gpus, self.stream, starts, ends.copy(), np.full(count, requests),
+            np.full(count, prefill), np.full(count, decode), kv_used, self.kv.total,
+        ))
+
+    # -- runs of decode steps --------------------------------------------------------------
+
+    def _decode_run_possible(self) -> bool:
+        running = self.running
+        if not running or len(running) > self.max_tokens:
+            return False
+        if any(r.to_compute != 1 or r.generated == 0 for r in running):
+            return False
+        head = self._head()
+        if head is None or len(running) >= self.max_num_seqs:
+            return True
+        return not self._could_admit(head, self.max_tokens - len(running))
+
+    def _could_admit(self, request: Request, budget: int) -> bool:
+        """Whether `_admit` would start `request` now (without changing anything)."""
+        kv = self.kv
+        total = request.prompt + request.generated
+        shared, own = kv.lookup(request.id, request.group, request.prefix, total)
+        cached = (shared + own) * kv.block_size
+        tokens = min(total - cached, budget)
+        if kv.prefix_caching and cached + tokens < total:
+            tokens = (cached + tokens) // kv.block_size * kv.block_size - cached
+        if tokens <= 0:
+            return False
+        return kv.blocks_for(cached + tokens) - shared - own <= kv.available_after_hit(request.id, request.group, shared, own)
+
+    def _plan_decode_run(self) -> _Plan | None:
+        running = self.running
+        bs = self.kv.block_size
+        computed = np.fromiter((r.computed for r in running), dtype=np.int64, count=len(running))
+        steps = min(MAX_RUN, min(r.output - r.generated for r in running))
+        residues = np.bincount((-computed) % bs, minlength=bs)
+        blocks = np.cumsum(residues[np.arange(steps) % bs])
+        if blocks[-1] > self.kv.available:
+            steps = int(np.searchsorted(blocks, self.kv.available, side="right"))
+            if steps == 0:
+                return None
+            blocks = blocks[:steps]
+        durations = self.cost.decode_series(len(running), int(computed.sum()), steps)
+        if self.slowdown != 1.0:
+            durations = (durations * self.slowdown).astype(np.int64)
+        ends = self.kernel.now + np.cumsum(durations)
+        handle = self.kernel.at(int(ends[-1]), self._finish_step)
+        batch = [(r, 1) for r in running]
+        return _Plan(self.kernel.now, ends, batch, True, handle, blocks)
+
+    def _apply_decode_run(self, plan: _Plan) -> None:
+        ends = plan.ends
+        steps = len(ends)
+        bs = self.kv.block_size
+        assert plan.blocks is not None
+        taken = int(plan.blocks[steps - 1])
+        used_before = self.kv.used
+        ok = self.kv.take(taken)
+        assert ok, "a decode run took blocks that were not available"
+        requests = [r for r, _ in plan.batch]
+        computed = np.fromiter((r.computed for r in requests), dtype=np.int64, count=len(requests))
+        new_blocks = -(-(computed + steps) // bs) - (-(-computed // bs))
+        last = np.fromiter((r.last_token_at for r in requests), dtype=np.int64, count=len(requests))
+        end = int(ends[-1])
+        per_token = self.timeline.per_token
+        for request, grown in zip(requests, new_blocks.tolist()):
+            request.computed += steps
+            request.generated += steps
+            request.own_blocks += grown
+            request.last_token_at = end
+            if per_token:
+                for k in range(steps):
+                    self.timeline.add(int(ends[k]), "token", request.id, request.generated - steps + k)
+        stats = self.stats
+        stats.itl_values.append(ends[0] - last)
+        stats.itl_weights.append(np.ones(len(requests), dtype=np.int64))
+        if steps > 1:
+            stats.itl_values.append(np.diff(ends))
+            stats.itl_weights.append(np.full(steps - 1, len(requests), dtype=np.int64))
+        self._log(plan.start, ends, len(requests), 0, len(requests), used_before + plan.blocks[:steps])
+        for request in requests:
+            if request.generated >= request.output:
+                self._finish(request, end)
+        self.running = [r for r in self.running if not r.done]

@@ -1,0 +1,138 @@
+"""The report of a run: per model and overall, as plain JSON-serialisable data.
+
+Intervals follow vLLM's metric definitions (`vllm-engine-and-perf-model.md` §2): queue time is
+arrival to first scheduled, TTFT arrival to first token, ITL the gap between consecutive tokens
+of a request (a preemption's recompute is charged to it), E2E arrival to last token. Statistics
+are over completed requests (ITL over all their token gaps). Throughput divides by the span from
+the first arrival to the last completion. KV usage is time-weighted over the engine's steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable
+
+import numpy as np
+
+from ..scenario.presets import GIB
+from .request import Request
+from .served import Engine
+from .simulation import ServedModel, Simulation
+
+NS = 1e9
+PERCENTILES = (50, 90, 99)
+
+
+def _round(value: float) -> float:
+    return float(round(value, 6))
+
+
+def _stats(values_ns: np.ndarray, weights: np.ndarray | None = None) -> dict[str, float] | None:
+    """mean, p50, p90, p99 and max in seconds (weighted percentiles when weights are given)."""
+    if len(values_ns) == 0:
+        return None
+    values = values_ns.astype(np.float64) / NS
+    if weights is None:
+        weights = np.ones(len(values), dtype=np.int64)
+    order = np.argsort(values, kind="stable")
+    values, weights = values[order], weights[order]
+    cumulative = np.cumsum(weights)
+    total = int(cumulative[-1])
+    result = {"mean": _round(float(np.dot(values, weights) / total))}
+    for p in PERCENTILES:
+        index = int(np.searchsorted(cumulative, p / 100 * total, side="left"))
+        result[f"p{p}"] = _round(float(values[min(index, len(values) - 1)]))
+    result["max"] = _round(float(values[-1]))
+    return result
+
+
+def _request_section(requests: list[Request], engines: Iterable[Engine]) -> dict[str, Any]:
+    completed = [r for r in requests if r.outcome == "completed"]
+    outcomes = {"arrived": len(requests), "completed": len(completed),
+                "failed": sum(r.outcome == "failed" for r in requests),
+                "aborted": sum(r.outcome == "aborted" for r in requests)}
+    outcomes["unfinished"] = outcomes["arrived"] - outcomes["completed"] - outcomes["failed"] - outcomes["aborted"]
+    section: dict[str, Any] = {"requests": outcomes}
+    arrival = np.array([r.arrival for r in completed], dtype=np.int64)
+    first = np.array([r.first_token_at if r.first_token_at >= 0 else r.finished_at for r in completed], dtype=np.int64)
+    section["ttft"] = _stats(first - arrival)
+    values = [v for e in engines for v in e.stats.itl_values]
+    weights = [w for e in engines for w in e.stats.itl_weights]
+    section["itl"] = _stats(np.concatenate(values), np.concatenate(weights)) if values else None
+    section["e2e"] = _stats(np.array([r.finished_at for r in completed], dtype=np.int64) - arrival)
+    section["queue"] = _stats(np.array([r.scheduled_at for r in completed], dtype=np.int64) - arrival)
+    if completed:
+        span = (max(r.finished_at for r in completed) - min(r.arrival for r in requests)) / NS
+        span = span or 1e-9
+        section["throughput"] = {
+            "requests_per_s": _round(len(completed) / span),
+            "input_tokens_per_s": _round(sum(r.prompt for r in completed) / span),
+            "output_tokens_per_s": _round(sum(r.generated for r in completed) / span),
+        }
+    else:
+        section["throughput"] = None
+    section["preemptions"] = sum(r.preemptions for r in requests)
+    return section
+
+
+def _model_section(served: ServedModel, end_ns: int) -> dict[str, Any]:
+    model = served.model
+    section: dict[str, Any] = {
+        "mode": "mock" if served.mock else "simulated",
+        "state": "FAILED" if served.failure else "READY",
+    }
+    if served.failure:
+        section["failure"] = served.failure
+    section.update(_request_section(served.requests, served.engines))
+    if not served.mock and served.plans:
+        memory = served.plans[0]
+        replicas = [e for e in served.engines]
+        kv_peak = max((r.stats.kv_peak for r in replicas), default=0)
+        busy = [r.stats for r in replicas]
+        area = sum(s.kv_area for s in busy)
+        section["engine"] = {
+            "gpus": served.gpu_names,
+            "replicas": len(served.plans),
+            "calibrated_on_this_gpu": served.fitted,
+            "max_num_seqs": memory.max_num_seqs,
+            "max_num_batched_tokens": memory.max_num_batched_tokens,
+            "max_model_len": memory.max_model_len,
+            "kv_cache_tokens": memory.kv_tokens,
+            "kv_cache_blocks": memory.num_blocks,
+            "steps": sum(s.steps for s in busy),
+            "busy_fraction": _round(sum(s.busy_ns for s in busy) / max(end_ns, 1) / max(len(busy), 1)),
+        }
+        total = memory.num_blocks or 1
+        section["kv_usage"] = {
+            "peak": _round(kv_peak / total),
+            "mean": _round(area / total / max(end_ns, 1) / max(len(busy), 1)),
+        }
+        section["memory_gib"] = {
+            "weights": _round(memory.weights / GIB),
+            "activation_peak": _round(memory.activation_peak / GIB),
+            "non_torch": _round(memory.non_torch / GIB),
+            "kv_reserved": _round(memory.num_blocks * memory.block_size * memory.kv_bytes_per_token / GIB),
+            "peak_used": _round((memory.non_kv + kv_peak * memory.block_size * memory.kv_bytes_per_token) / GIB),
+            "capacity": _round(memory.capacity / GIB),
+        }
+        kv = [e.kv for e in served.engines if hasattr(e, "kv")]
+        queries = sum(k.query_tokens for k in kv)
+        section["prefix_cache_hit_rate"] = _round(sum(k.hit_tokens for k in kv) / queries) if queries else None
+    return section
+
+
+def build_report(sim: Simulation, wall_seconds: float | None = None) -> dict[str, Any]:
+    """The report of a finished run; deterministic unless `wall_seconds` is included."""
+    end_ns = sim.kernel.now
+    engines = [e for served in sim.served_models for e in served.engines]
+    report: dict[str, Any] = {
+        "scenario": sim.scenario.metadata.name,
+        "seed": sim.seed,
+        "simulated_seconds": _round(end_ns / NS),
+        "events": sim.kernel.processed,
+        "overall": _request_section(sim.requests, engines),
+        "models": {s.model.id: _model_section(s, end_ns) for s in sim.served_models},
+    }
+    if wall_seconds is not None:
+        report["wall_seconds"] = _round(wall_seconds)
+        report["speed"] = _round(end_ns / NS / wall_seconds) if wall_seconds else None
+    return report

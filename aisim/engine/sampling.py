@@ -1,0 +1,65 @@
+"""Draws from the scenario's distributions with a seeded numpy Generator.
+
+Every draw comes from a `numpy.random.Generator` that the simulation derives from the scenario
+seed with `SeedSequence.spawn`, one per component, so adding a component never changes the draws
+of another. Values are returned as integers in the distribution's unit (nanoseconds or tokens).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..scenario.distributions import (
+    ConstantCount,
+    ConstantDuration,
+    EmpiricalCount,
+    EmpiricalDuration,
+    LogNormalCount,
+    LogNormalDuration,
+    NormalCount,
+    NormalDuration,
+    UniformCount,
+    UniformDuration,
+)
+
+Distribution = (
+    ConstantDuration | UniformDuration | NormalDuration | LogNormalDuration | EmpiricalDuration
+    | ConstantCount | UniformCount | NormalCount | LogNormalCount | EmpiricalCount
+)
+
+
+def sample(dist: Distribution, rng: np.random.Generator, size: int) -> np.ndarray:
+    """`size` draws as int64, never negative; normal and log-normal draws are clipped to min / max."""
+    if isinstance(dist, (ConstantDuration, ConstantCount)):
+        values = np.full(size, float(dist.value))
+    elif isinstance(dist, (UniformDuration, UniformCount)):
+        if isinstance(dist, UniformCount):
+            return rng.integers(dist.min, dist.max + 1, size=size, dtype=np.int64)
+        values = rng.uniform(dist.min, dist.max, size=size)
+    elif isinstance(dist, (NormalDuration, NormalCount)):
+        values = rng.normal(dist.mean, dist.stddev, size=size)
+        values = np.clip(values, dist.min or 0, dist.max if dist.max is not None else None)
+    elif isinstance(dist, (LogNormalDuration, LogNormalCount)):
+        values = np.exp(rng.normal(np.log(max(dist.median, 1)), dist.sigma, size=size))
+        if dist.max is not None:
+            values = np.minimum(values, dist.max)
+    else:
+        points = dist.points()
+        quantiles = np.array([q for q, _ in points])
+        levels = np.array([float(v) for _, v in points])
+        values = np.interp(rng.uniform(quantiles[0], quantiles[-1], size=size), quantiles, levels)
+    return np.maximum(np.rint(values), 0).astype(np.int64)
+
+
+def mean(dist: Distribution) -> float:
+    """The distribution's mean (used to size things before any draw)."""
+    if isinstance(dist, (ConstantDuration, ConstantCount)):
+        return float(dist.value)
+    if isinstance(dist, (UniformDuration, UniformCount)):
+        return (dist.min + dist.max) / 2
+    if isinstance(dist, (NormalDuration, NormalCount)):
+        return float(dist.mean)
+    if isinstance(dist, (LogNormalDuration, LogNormalCount)):
+        return float(dist.median * np.exp(dist.sigma**2 / 2))
+    points = dist.points()
+    return float(np.trapezoid([float(v) for _, v in points], [q for q, _ in points]) / (points[-1][0] - points[0][0]))

@@ -1,0 +1,129 @@
+"""A served model: the replicas behind one model id, or a mock engine for latency overrides.
+
+Requests are routed to the replica with the fewest outstanding requests (ties to the lowest
+index), as a least-loaded load balancer in front of data-parallel vLLM replicas does.
+
+Mock mode (a `latency` override) skips the cost model but not the scheduler slots: at most
+`max_num_seqs` requests run at once (default 256), the rest wait in FCFS order. A running
+request's first token comes `ttft` after it starts and each next one `interToken` later; a
+request with no output tokens (an embedding) takes `total`. When only `total` is given, tokens
+are spread evenly over it after a first token at a tenth of it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable, Protocol
+
+import numpy as np
+
+from ..scenario.models import LatencyOverride
+from .kernel import Kernel
+from .replica import Replica, ReplicaStats
+from .request import Request
+from .sampling import sample
+from .timeline import Timeline
+
+DEFAULT_MOCK_SEQS = 256
+
+
+class Engine(Protocol):
+    """What a served model offers the simulation."""
+
+    stats: ReplicaStats
+
+    def submit(self, request: Request) -> None: ...
+
+    @property
+    def outstanding(self) -> int: ...
+
+
+class MockEngine:
+    """Latency from distributions; concurrency from scheduler slots."""
+
+    def __init__(self, name: str, kernel: Kernel, timeline: Timeline, latency: LatencyOverride,
+                 rng: np.random.Generator, max_num_seqs: int | None, on_finish: Callable[[Request], None]) -> None:
+        self.name = name
+        self.kernel = kernel
+        self.timeline = timeline
+        self.latency = latency
+        self.rng = rng
+        self.slots = max_num_seqs or DEFAULT_MOCK_SEQS
+        self.on_finish = on_finish
+        self.running = 0
+        self.queue: deque[Request] = deque()
+        self.stats = ReplicaStats()
+
+    @property
+    def outstanding(self) -> int:
+        return self.running + len(self.queue)
+
+    def submit(self, request: Request) -> None:
+        if self.running < self.slots:
+            self._start(request)
+        else:
+            self.queue.append(request)
+
+    def _draw(self, which: str) -> int | None:
+        dist = getattr(self.latency, which)
+        return None if dist is None else int(sample(dist, self.rng, 1)[0])
+
+    def _start(self, request: Request) -> None:
+        now = self.kernel.now
+        self.running += 1
+        request.scheduled_at = now
+        self.timeline.add(now, "request_scheduled", request.id, self.name)
+        total = self._draw("total")
+        if request.output == 0:
+            finish = now + (total if total is not None else self._draw("ttft") or 0)
+            self.kernel.at(finish, lambda: self._finish(request, finish, None))
+            return
+        ttft = self._draw("ttft")
+        if ttft is None:
+            ttft = (total or 0) // 10
+        if self.latency.inter_token is not None:
+            gaps = sample(self.latency.inter_token, self.rng, request.output - 1)
+        else:
+            spread = max((total or 0) - ttft, 0)
+            gaps = np.full(request.output - 1, spread // max(request.output - 1, 1), dtype=np.int64)
+        times = now + ttft + np.concatenate(([0], np.cumsum(gaps)))
+        first = int(times[0])
+        self.kernel.at(first, lambda: self._first_token(request, first))
+        self.kernel.at(int(times[-1]), lambda: self._finish(request, int(times[-1]), times))
+
+    def _first_token(self, request: Request, time_ns: int) -> None:
+        request.first_token_at = time_ns
+        self.timeline.add(time_ns, "request_first_token", request.id)
+
+    def _finish(self, request: Request, time_ns: int, times: np.ndarray | None) -> None:
+        if times is not None:
+            request.generated = len(times)
+            request.last_token_at = time_ns
+            if len(times) > 1:
+                gaps = np.diff(times)
+                self.stats.itl_values.append(gaps)
+                self.stats.itl_weights.append(np.ones(len(gaps), dtype=np.int64))
+            if self.timeline.per_token:
+                for index, t in enumerate(times.tolist()):
+                    self.timeline.add(t, "token", request.id, index)
+        request.finished_at = time_ns
+        request.outcome = "completed"
+        self.timeline.add(time_ns, "request_finished", request.id, "completed", request.generated)
+        self.running -= 1
+        self.on_finish(request)
+        if self.queue:
+            self._start(self.queue.popleft())
+
+
+class Router:
+    """Routes a model's requests to the least-loaded of its replicas."""
+
+    def __init__(self, replicas: list[Engine]) -> None:
+        self.replicas = replicas
+
+    def submit(self, request: Request) -> None:
+        target = min(range(len(self.replicas)), key=lambda i: (self.replicas[i].outstanding, i))
+        self.replicas[target].submit(request)
+
+
+__all__ = ["Engine", "MockEngine", "Replica", "Router"]

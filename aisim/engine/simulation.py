@@ -1,0 +1,279 @@
+"""Compile a scenario into a running simulation: GPUs, model replicas, workload feeds, faults.
+
+Randomness: one `SeedSequence` from the scenario seed, spawned into one child per workload
+source and one per mock model, in document order; nothing else draws random numbers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+from ..scenario import Scenario
+from ..scenario.faults import SlowDown
+from ..scenario.models import Model
+from ..scenario.presets import GIB
+from . import calibration
+from .costmodel import CostModel
+from .kernel import URGENT, Kernel, VirtualClock
+from .kv import KvCache
+from .memory import MemoryPlan, plan
+from .replica import Replica
+from .request import Request
+from .served import Engine, MockEngine, Router
+from .timeline import Timeline
+from .workload import Arrival, SourceFeed
+
+
+class EndlessWorkload(ValueError):
+    """The workload never stops and no stop time was given."""
+
+
+@dataclass(eq=False)
+class ServedModel:
+    """One model of the scenario at run time."""
+
+    model: Model
+    engines: list[Engine]
+    router: Router | None
+    plans: list[MemoryPlan] = field(default_factory=list)
+    gpu_names: list[str] = field(default_factory=list)
+    fitted: bool = True
+    failure: str = ""
+    requests: list[Request] = field(default_factory=list)
+
+    @property
+    def mock(self) -> bool:
+        return self.model.mock
+
+
+def _load_failure(plan_: MemoryPlan) -> str:
+    """vLLM's start-up error when the KV cache cannot hold one request (`kv_cache_utils.py`)."""
+    if plan_.num_blocks <= 0:
+        return ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+                "when initializing the engine.")
+    if plan_.kv_tokens < plan_.max_model_len:
+        need = plan_.max_model_len * plan_.kv_bytes_per_token / GIB
+        avail = plan_.kv_available / GIB
+        return (f"ValueError: To serve at least one request with the model's max seq len ({plan_.max_model_len}), "
+                f"({need:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
+                f"({avail:.2f} GiB). Based on the available memory, the estimated maximum model length is "
+                f"{plan_.kv_tokens}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` "
+                "when initializing the engine.")
+    return ""
+
+
+class Simulation:
+    """A scenario compiled onto one kernel; `run` drives it on the virtual clock."""
+
+    def __init__(self, scenario: Scenario, base_dir: Path = Path("."), seed: int | None = None,
+                 macro_steps: bool = True) -> None:
+        self.scenario = scenario
+        self.base_dir = base_dir
+        self.seed = scenario.seed if seed is None else seed
+        self.kernel = Kernel()
+        self.timeline = Timeline(per_token=scenario.simulation.timeline.per_token)
+        self.macro_steps = macro_steps
+        sources = scenario.workload.sources if scenario.workload else []
+        workload_seq, model_seq = np.random.SeedSequence(self.seed).spawn(2)
+        self._source_rngs = [np.random.default_rng(s) for s in workload_seq.spawn(len(sources))]
+        self._model_rngs = [np.random.default_rng(s) for s in model_seq.spawn(len(scenario.models))]
+        self.devices = scenario.gpu_devices()
+        self.models: dict[str, ServedModel] = {}
+        for index, model in enumerate(scenario.models):
+            served = self._serve(model, self._model_rngs[index])
+            for name in model.names:
+                self.models[name] = served
+        self.requests: list[Request] = []
+        self._arrived = 0
+        self._feeds: list[Iterator[Arrival]] = []
+        self._schedule_faults()
+
+    # -- building ----------------------------------------------------------------------------
+
+    def _serve(self, model: Model, rng: np.random.Generator) -> ServedModel:
+        kernel, timeline = self.kernel, self.timeline
+        if model.latency is not None:
+            engine = MockEngine(model.id, kernel, timeline, model.latency, rng, model.engine.max_num_seqs, lambda r: None)
+            served = ServedModel(model, [engine], Router([engine]))
+            timeline.add(0, "model_state", model.id, model.versions[0].version, "READY", "mock mode")
+            return served
+        assert model.placement is not None
+        devices: list[str] = []
+        for name in model.placement.gpus:
+            gpu = self.devices[name]
+            devices += gpu.device_ids() if name == gpu.id else [name]
+        tp = model.placement.tensor_parallel
+        served = ServedModel(model, [], None)
+        arch = model.resolved()
+        for start in range(0, len(devices) - tp + 1, tp):
+            group = tuple(devices[start:start + tp])
+            profile = self.devices[group[0]].resolved()
+            memory = plan(model, profile)
+            efficiency, fitted = calibration.efficiency(profile.name, model.cost_model)
+            served.fitted = served.fitted and fitted
+            served.plans.append(memory)
+            served.gpu_names.append(profile.name)
+            failure = _load_failure(memory)
+            if failure:
+                served.failure = failure
+                continue
+            cost = CostModel(arch, profile, efficiency, tp, memory.kv_bytes_per_token,
+                             cuda_graphs=model.engine.cuda_graphs, factor=model.versions[0].latency_factor)
+            kv = KvCache(memory.num_blocks, memory.block_size, model.engine.enable_prefix_caching)
+            name = f"{model.id}/{len(served.engines)}"
+            served.engines.append(Replica(
+                name, kernel, timeline, cost, kv, memory.max_num_seqs, memory.max_num_batched_tokens,
+                model.engine.scheduling_policy, model.engine.long_prefill_token_threshold, group,
+                model.placement.stream, macro_steps=self.macro_steps,
+            ))
+        if served.failure:
+            served.engines = []
+            timeline.add(0, "model_state", model.id, model.versions[0].version, "FAILED", served.failure)
+        else:
+            served.router = Router(served.engines)
+            timeline.add(0, "model_state", model.id, model.versions[0].version, "READY", "loaded")
+        return served
+
+    def _schedule_faults(self) -> None:
+        for index, fault in enumerate(self.scenario.faults):
+            if isinstance(fault, SlowDown):
+                self._schedule_slowdown(fault, fault.name or f"fault-{index}")
+
+    def _targets(self, fault: SlowDown) -> list[Replica]:
+        scope = fault.scope
+        chosen: list[Replica] = []
+        for served in dict.fromkeys(self.models.values()):
+            if scope.models and not set(scope.models) & set(served.model.names):
+                continue
+            for engine in served.engines:
+                if isinstance(engine, Replica) and (not scope.gpus or set(scope.gpus) & self._gpu_names(engine)):
+                    chosen.append(engine)
+        return chosen
+
+    def _gpu_names(self, replica: Replica) -> set[str]:
+        return set(replica.gpus) | {self.devices[d].id for d in replica.gpus}
+
+    def _schedule_slowdown(self, fault: SlowDown, name: str) -> None:
+        trigger = fault.trigger
+        if trigger.at is not None:
+            starts: Iterator[int] = iter([trigger.at])
+        else:
+            assert trigger.every is not None
+            first = trigger.from_ if trigger.from_ is not None else trigger.every
+            starts = (first + k * trigger.every for k in range(10**9))
+
+        def begin() -> None:
+            start = self.kernel.now
+            if trigger.until is not None and start > trigger.until:
+                return
+            targets = self._targets(fault)
+            for replica in targets:
+                replica.slowdown = fault.factor
+                replica.interrupt()
+            self.timeline.add(start, "fault", name, "slowdown", ",".join(r.name for r in targets), f"x{fault.factor}")
+            if fault.duration is not None:
+                self.kernel.at(start + fault.duration, lambda: end(targets), URGENT)
+            following = next(starts, None)
+            if following is not None and following > start:
+                self.kernel.at(following, begin, URGENT)
+
+        def end(targets: list[Replica]) -> None:
+            for replica in targets:
+                replica.slowdown = 1.0
+                replica.interrupt()
+            self.timeline.add(self.kernel.now, "fault", name, "slowdown_end", ",".join(r.name for r in targets), "")
+
+        self.kernel.at(next(starts), begin, URGENT)
+
+    # -- arrivals ----------------------------------------------------------------------------
+
+    def _start_workload(self) -> None:
+        workload = self.scenario.workload
+        if workload is None:
+            return
+        priorities = {c.name: c.priority for c in self.scenario.priority_classes}
+        for index, source in enumerate(workload.sources):
+            feed = iter(SourceFeed(index, source, self._source_rngs[index], self.base_dir, priorities, workload.duration))
+            self._next_arrival(feed)
+
+    def _next_arrival(self, feed: Iterator[Arrival]) -> None:
+        limit = self.scenario.workload.requests if self.scenario.workload else None
+        if limit is not None and self._arrived >= limit:
+            return
+        arrival = next(feed, None)
+        if arrival is None:
+            return
+        self._arrived += 1
+        self.kernel.at(arrival.time, lambda: self._arrive(arrival, feed), URGENT)
+
+    def _arrive(self, arrival: Arrival, feed: Iterator[Arrival]) -> None:
+        self.submit(arrival)
+        self._next_arrival(feed)
+
+    def submit(self, arrival: Arrival) -> Request:
+        """A request reaches the server now (from the workload, or from an API handler)."""
+        now = self.kernel.now
+        served = self.models[arrival.model]
+        request = Request(len(self.requests), served.model.id, arrival.source, now, arrival.prompt, arrival.output,
+                          arrival.priority, arrival.group, arrival.prefix)
+        if served.model.resolved().task != "generate":
+            request.output = 0
+        self.requests.append(request)
+        served.requests.append(request)
+        self.timeline.add(now, "request_arrived", request.id, served.model.id, arrival.source, arrival.prompt,
+                          request.output, arrival.priority)
+        error = self._reject(served, request)
+        if error:
+            request.finished_at = now
+            request.outcome = "failed"
+            request.error = error
+            self.timeline.add(now, "request_failed", request.id, error)
+        else:
+            assert served.router is not None
+            served.router.submit(request)
+        return request
+
+    def _reject(self, served: ServedModel, request: Request) -> str:
+        if served.failure:
+            return f"model {served.model.id!r} failed to load: {served.failure}"
+        if served.plans:
+            limit = served.plans[0].max_model_len
+            if request.prompt + request.output > limit:
+                return (f"This model's maximum context length is {limit} tokens. However, you requested "
+                        f"{request.prompt + request.output} tokens ({request.prompt} in the messages, "
+                        f"{request.output} in the completion). Please reduce the length of the messages or completion.")
+        return ""
+
+    # -- running -----------------------------------------------------------------------------
+
+    def stop_time(self, until: int | None = None) -> int | None:
+        """When the run stops: `until`, else the scenario's `simulation.until`; None when the workload drains."""
+        if until is not None:
+            return until
+        if self.scenario.simulation.until is not None:
+            return self.scenario.simulation.until
+        workload = self.scenario.workload
+        if workload is None:
+            return None
+        endless = [s.name for s in workload.sources if s.arrival.kind in ("poisson", "gamma", "constant") and s.requests is None]
+        if endless and workload.duration is None and workload.requests is None:
+            raise EndlessWorkload(
+                f"source(s) {', '.join(endless)} never stop: give workload.duration, workload.requests, "
+                "a source's requests, simulation.until or --until"
+            )
+        return None
+
+    def run(self, until: int | None = None, progress: Callable[[int], None] | None = None) -> None:
+        """Run the whole scenario on the virtual clock."""
+        stop = self.stop_time(until)
+        self._start_workload()
+        VirtualClock(self.kernel).run(stop, progress)
+
+    @property
+    def served_models(self) -> list[ServedModel]:
+        """Each served model once, in scenario order."""
+        return list(dict.fromkeys(self.models.values()))

@@ -1,0 +1,120 @@
+"""The timeline: typed records of everything that happened, exported as JSONL and Chrome trace.
+
+Request-level records are tuples `(time_ns, type, *fields)` whose field names come from
+`RECORD_FIELDS`, the one place that defines each record type. Engine steps are kept in columns
+(numpy arrays per run of steps), because a long run has hundreds of thousands of them; they are
+expanded into one record per step only when exported. Per-token records are off by default so
+that memory stays bounded on long runs.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import IO, Any, Iterator
+
+import numpy as np
+
+RECORD_FIELDS: dict[str, tuple[str, ...]] = {
+    "request_arrived": ("request", "model", "source", "prompt_tokens", "output_tokens", "priority"),
+    "request_scheduled": ("request", "replica"),
+    "request_first_token": ("request",),
+    "request_preempted": ("request", "replica"),
+    "request_finished": ("request", "outcome", "output_tokens"),
+    "request_failed": ("request", "error"),
+    "token": ("request", "index"),
+    "model_state": ("model", "version", "state", "reason"),
+    "fault": ("name", "kind", "target", "detail"),
+}
+STEP_FIELDS = ("end_ns", "replica", "gpus", "stream", "requests", "prefill_tokens", "decode_tokens", "kv_used_blocks", "kv_total_blocks")
+
+
+@dataclass(frozen=True)
+class StepRun:
+    """Consecutive steps of one engine replica, in columns."""
+
+    replica: str
+    gpus: tuple[str, ...]
+    stream: str
+    starts: np.ndarray
+    ends: np.ndarray
+    requests: np.ndarray
+    prefill_tokens: np.ndarray
+    decode_tokens: np.ndarray
+    kv_used: np.ndarray
+    kv_total: int
+
+    def records(self) -> Iterator[tuple[int, str, dict[str, Any]]]:
+        gpus = list(self.gpus)
+        for i in range(len(self.starts)):
+            yield int(self.starts[i]), "step", {
+                "end_ns": int(self.ends[i]), "replica": self.replica, "gpus": gpus, "stream": self.stream,
+                "requests": int(self.requests[i]), "prefill_tokens": int(self.prefill_tokens[i]),
+                "decode_tokens": int(self.decode_tokens[i]), "kv_used_blocks": int(self.kv_used[i]),
+                "kv_total_blocks": self.kv_total,
+            }
+
+
+class Timeline:
+    """Collects records during a run."""
+
+    def __init__(self, per_token: bool = False) -> None:
+        self.per_token = per_token
+        self.events: list[tuple[Any, ...]] = []
+        self.steps: list[StepRun] = []
+
+    def add(self, time_ns: int, kind: str, *fields: Any) -> None:
+        """Append a request-level record; `fields` in the order `RECORD_FIELDS[kind]` names them."""
+        self.events.append((time_ns, kind, *fields))
+
+    def records(self) -> list[dict[str, Any]]:
+        """Every record as a dict, in time order (ties in the order they were made, steps first)."""
+        rows: list[tuple[int, int, int, str, dict[str, Any]]] = []
+        order = 0
+        for run in self.steps:
+            for time_ns, kind, fields in run.records():
+                rows.append((time_ns, 0, order, kind, fields))
+                order += 1
+        for event in self.events:
+            fields = dict(zip(RECORD_FIELDS[event[1]], event[2:]))
+            rows.append((event[0], 1, order, event[1], fields))
+            order += 1
+        rows.sort(key=lambda row: (row[0], row[1], row[2]))
+        return [{"t_ns": t, "type": kind, **fields} for t, _, _, kind, fields in rows]
+
+    def write_jsonl(self, out: IO[str]) -> int:
+        """One JSON object per line; returns the number of records."""
+        records = self.records()
+        for record in records:
+            out.write(json.dumps(record, separators=(",", ":")) + "\n")
+        return len(records)
+
+    def write_chrome_trace(self, out: IO[str]) -> None:
+        """Chrome trace JSON (opens in Perfetto): one process per GPU set, one lane per stream and replica,
+        steps as complete events, requests as async spans."""
+        trace: list[dict[str, Any]] = []
+        lanes: dict[tuple[str, str], tuple[int, int]] = {}
+        for run in self.steps:
+            process = ",".join(run.gpus) or "mock"
+            key = (process, f"{run.stream} / {run.replica}")
+            if key not in lanes:
+                pid = 1 + len({p for p, _ in lanes})
+                pid = next((p for (name, _), (p, _) in lanes.items() if name == process), pid)
+                tid = 1 + len(lanes)
+                lanes[key] = (pid, tid)
+                trace.append({"ph": "M", "name": "process_name", "pid": pid, "tid": tid, "args": {"name": f"GPU {process}"}})
+                trace.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": key[1]}})
+            pid, tid = lanes[key]
+            for start, end, requests, prefill, decode in zip(run.starts.tolist(), run.ends.tolist(), run.requests.tolist(),
+                                                             run.prefill_tokens.tolist(), run.decode_tokens.tolist()):
+                trace.append({"ph": "X", "name": "step", "pid": pid, "tid": tid, "ts": start / 1000,
+                              "dur": (end - start) / 1000,
+                              "args": {"requests": requests, "prefill_tokens": prefill, "decode_tokens": decode}})
+        names = {"request_arrived": "b", "request_finished": "e", "request_failed": "e"}
+        for event in self.events:
+            phase = names.get(event[1])
+            if phase:
+                fields = dict(zip(RECORD_FIELDS[event[1]], event[2:]))
+                trace.append({"ph": phase, "cat": "request", "name": "request", "id": fields["request"], "pid": 0,
+                              "tid": 0, "ts": event[0] / 1000, "args": fields})
+        json.dump({"traceEvents": trace, "displayTimeUnit": "ms"}, out, separators=(",", ":"))

@@ -1,0 +1,147 @@
+"""Arrivals for headless runs: the workload's sources, drawn lazily in chunks.
+
+Each source yields `Arrival`s in time order from its own seeded generator: Poisson (exponential
+gaps), gamma (gaps with a chosen coefficient of variation), constant rate, a closed batch at one
+instant, or a trace file (CSV like the Azure LLM trace, or JSONL). Token lengths come from the
+source's distributions or from the trace; shared prefixes and model mixes are drawn per request.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from ..scenario.workload import ClosedBatch, ConstantRate, Gamma, Poisson, Source, Trace
+from .sampling import sample
+
+CHUNK = 1024
+NS = 1_000_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Arrival:
+    """One request of the workload."""
+
+    time: int
+    source: str
+    model: str
+    prompt: int
+    output: int
+    priority: int
+    group: int
+    prefix: int
+
+
+def _gaps(source: Source, rng: np.random.Generator, size: int) -> np.ndarray:
+    arrival = source.arrival
+    assert isinstance(arrival, (Poisson, Gamma, ConstantRate))
+    mean = arrival.rate.period_ns / arrival.rate.count
+    if isinstance(arrival, Poisson):
+        gaps = rng.exponential(mean, size)
+    elif isinstance(arrival, Gamma):
+        shape = 1 / arrival.cv**2
+        gaps = rng.gamma(shape, mean / shape, size)
+    else:
+        gaps = np.full(size, mean)
+    return np.rint(gaps).astype(np.int64)
+
+
+def _trace_rows(trace: Trace, base_dir: Path) -> Iterator[tuple[float, int, int]]:
+    """(seconds since the first row, prompt tokens, output tokens) for each row of a trace file."""
+    fmt = trace.resolved_format()
+    ts_col, prompt_col, output_col = trace.columns.names(fmt)
+    unit = {"s": 1.0, "ms": 1e-3, "us": 1e-6}[trace.timestamp_unit]
+    with (base_dir / trace.file).open(encoding="utf-8", newline="") as handle:
+        rows = csv.DictReader(handle) if fmt == "csv" else (json.loads(line) for line in handle if line.strip())
+        first: float | None = None
+        for index, row in enumerate(rows):
+            if trace.limit is not None and index >= trace.limit:
+                break
+            stamp = _seconds(row[ts_col], unit)
+            first = stamp if first is None else first
+            yield stamp - first, int(row[prompt_col]), int(row[output_col])
+
+
+def _seconds(value: object, unit: float) -> float:
+    """A timestamp as seconds: a number in `unit`, or a date-time (fractions beyond microseconds dropped)."""
+    if isinstance(value, (int, float)):
+        return float(value) * unit
+    text = str(value).strip()
+    try:
+        return float(text) * unit
+    except ValueError:
+        pass
+    head, dot, fraction = text.partition(".")
+    parsed = datetime.datetime.fromisoformat(head + (dot + fraction[:6] if dot else ""))
+    return parsed.replace(tzinfo=datetime.timezone.utc).timestamp() if parsed.tzinfo is None else parsed.timestamp()
+
+
+class SourceFeed:
+    """The arrivals of one source, in time order."""
+
+    def __init__(self, index: int, source: Source, rng: np.random.Generator, base_dir: Path,
+                 priorities: dict[str, int], stop_ns: int | None) -> None:
+        self.index = index
+        self.source = source
+        self.rng = rng
+        self.base_dir = base_dir
+        self.priority = priorities.get(source.priority_class or "", 0)
+        self.stop_ns = stop_ns
+        self.models = [source.model] if source.model else [m.model for m in source.mix or []]
+        weights = np.array([1.0] if source.model else [m.weight for m in source.mix or []])
+        self.weights = weights / weights.sum()
+
+    def __iter__(self) -> Iterator[Arrival]:
+        arrival = self.source.arrival
+        count = 0
+        limit = self.source.requests
+        for times, prompts, outputs in self._chunks():
+            models = self.rng.choice(len(self.models), size=len(times), p=self.weights) if len(self.models) > 1 else None
+            groups, prefixes = self._prefixes(len(times))
+            for i in range(len(times)):
+                if (limit is not None and count >= limit) or (self.stop_ns is not None and times[i] > self.stop_ns):
+                    return
+                prompt = int(prompts[i])
+                prefix = int(prefixes[i])
+                if prefix:
+                    prompt = max(prompt, prefix + 1)
+                yield Arrival(int(times[i]), self.source.name, self.models[0 if models is None else int(models[i])],
+                              prompt, int(outputs[i]), self.priority, int(groups[i]), prefix)
+                count += 1
+            if isinstance(arrival, ClosedBatch):
+                return
+
+    def _chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        arrival = self.source.arrival
+        if isinstance(arrival, Trace):
+            rows = list(_trace_rows(arrival, self.base_dir))
+            times = np.array([int(round(t * arrival.time_scale * NS)) for t, _, _ in rows], dtype=np.int64)
+            yield times, np.array([p for _, p, _ in rows]), np.array([o for _, _, o in rows])
+            return
+        if isinstance(arrival, ClosedBatch):
+            size = arrival.requests
+            yield np.full(size, arrival.at, dtype=np.int64), *self._lengths(size)
+            return
+        last = 0
+        while True:
+            times = last + np.cumsum(_gaps(self.source, self.rng, CHUNK))
+            last = int(times[-1])
+            yield times, *self._lengths(CHUNK)
+
+    def _lengths(self, size: int) -> tuple[np.ndarray, np.ndarray]:
+        assert self.source.prompt_tokens is not None and self.source.output_tokens is not None
+        return sample(self.source.prompt_tokens, self.rng, size), sample(self.source.output_tokens, self.rng, size)
+
+    def _prefixes(self, size: int) -> tuple[np.ndarray, np.ndarray]:
+        shared = self.source.shared_prefix
+        if shared is None:
+            return np.full(size, -1), np.zeros(size, dtype=np.int64)
+        has = self.rng.random(size) < shared.fraction
+        groups = np.where(has, self.index * 1_000_000 + self.rng.integers(0, shared.groups, size), -1)
+        return groups, np.where(has, shared.tokens, 0)

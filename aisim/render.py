@@ -1,0 +1,83 @@
+"""Text renderings of run results for the terminal: the report table and a progress line."""
+
+from __future__ import annotations
+
+import sys
+import time
+from typing import Any
+
+STATS = ("ttft", "itl", "e2e", "queue")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1000:,.1f}"
+
+
+def _latency_rows(section: dict[str, Any]) -> list[str]:
+    rows = [f"  {'latency (ms)':14} {'mean':>10} {'p50':>10} {'p90':>10} {'p99':>10} {'max':>10}"]
+    for name in STATS:
+        stats = section.get(name)
+        if stats:
+            cells = " ".join(f"{_ms(stats[k]):>10}" for k in ("mean", "p50", "p90", "p99", "max"))
+            rows.append(f"  {name.upper():14} {cells}")
+    return rows
+
+
+def _section(title: str, section: dict[str, Any]) -> list[str]:
+    counts = section["requests"]
+    lines = [title]
+    lines.append("  requests: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v or k in ("arrived", "completed")))
+    if section.get("failure"):
+        lines.append(f"  load failed: {section['failure']}")
+    lines += _latency_rows(section)
+    throughput = section.get("throughput")
+    if throughput:
+        lines.append(f"  throughput: {throughput['requests_per_s']:.2f} req/s, "
+                     f"{throughput['input_tokens_per_s']:,.0f} input tok/s, {throughput['output_tokens_per_s']:,.0f} output tok/s")
+    engine = section.get("engine")
+    if engine:
+        lines.append(f"  engine: {engine['replicas']} replica(s) on {', '.join(engine['gpus'])}, "
+                     f"KV cache {engine['kv_cache_tokens']:,} tokens, {engine['steps']:,} steps, "
+                     f"busy {engine['busy_fraction'] * 100:.1f} %"
+                     + ("" if engine["calibrated_on_this_gpu"] else " (cost model extrapolated: no data for this GPU)"))
+        kv = section["kv_usage"]
+        memory = section["memory_gib"]
+        lines.append(f"  KV usage: peak {kv['peak'] * 100:.1f} %, mean {kv['mean'] * 100:.1f} %; "
+                     f"preemptions {section['preemptions']}; peak memory {memory['peak_used']:.2f} of "
+                     f"{memory['capacity']:.2f} GiB")
+    return lines
+
+
+def report_table(report: dict[str, Any], wall_seconds: float) -> str:
+    """The report as a readable table."""
+    simulated = report["simulated_seconds"]
+    speed = simulated / wall_seconds if wall_seconds else float("inf")
+    lines = [f"scenario {report['scenario']} (seed {report['seed']}): {simulated:,.1f} simulated s in "
+             f"{wall_seconds:.2f} wall s ({speed:,.0f}x real time), {report['events']:,} events", ""]
+    for name, section in report["models"].items():
+        lines += _section(f"model {name} ({section['mode']})", section) + [""]
+    if len(report["models"]) > 1:
+        lines += _section("overall", report["overall"]) + [""]
+    return "\n".join(lines)
+
+
+class Progress:
+    """A one-line progress display on stderr, refreshed at most ten times a second."""
+
+    def __init__(self, total_ns: int | None) -> None:
+        self.total = total_ns
+        self.started = time.perf_counter()
+        self.shown = 0.0
+
+    def update(self, now_ns: int) -> None:
+        wall = time.perf_counter()
+        if wall - self.shown < 0.1 or wall - self.started < 0.5:
+            return
+        self.shown = wall
+        done = f" {now_ns / self.total * 100:5.1f} %" if self.total else ""
+        sys.stderr.write(f"\r  simulating: {now_ns / 1e9:10,.1f} s{done}")
+        sys.stderr.flush()
+
+    def close(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r" + " " * 40 + "\r")

@@ -1,0 +1,71 @@
+"""Replay rows of the Argonne vLLM calibration CSV through the simulator (shared by the benches).
+
+Each row is an offline run: `Batch Size` requests arrive at t = 0, each with `Input Output
+Length` prompt tokens and exactly as many output tokens; the measured `Latency` is the whole
+batch. Assumptions (stated in `shared/reference/vllm-engine-and-perf-model.md` §5.2): the A100 is
+an A100-SXM4-40GB, the H100 an H100-SXM; vLLM ran with the offline `LLM` class defaults
+(16,384 batched tokens and 1,024 sequences on the H100, 8,192 and 256 on the A100) and
+`gpu_memory_utilization` 0.9.
+"""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import dataclass
+from pathlib import Path
+
+from aisim.engine.costmodel import Efficiency
+from aisim.engine.simulation import Simulation
+from aisim.scenario import Scenario
+
+DATA = Path(__file__).resolve().parent / "data" / "argonne-vllm-calibration.csv"
+GPUS = {"Nvidia A100 GPU": "A100-40GB", "Nvidia H100 GPU": "H100-SXM"}
+FAMILIES = {"meta-llama/Llama-2-7b-hf": "llama-2-7b", "meta-llama/Meta-Llama-3-8B": "llama-3-8b"}
+OFFLINE_LIMITS = {"A100-40GB": (8192, 256), "H100-SXM": (16384, 1024)}
+
+
+@dataclass(frozen=True)
+class Row:
+    gpu: str
+    family: str
+    length: int
+    batch: int
+    latency: float
+
+
+def rows() -> list[Row]:
+    with DATA.open(newline="") as handle:
+        return [
+            Row(GPUS[r["Hardware"]], FAMILIES[r["Model"]], int(r["Input Output Length"]), int(r["Batch Size"]),
+                float(r["Latency"]))
+            for r in csv.DictReader(handle)
+        ]
+
+
+def scenario(row: Row, efficiency: Efficiency | None = None) -> Scenario:
+    tokens, seqs = OFFLINE_LIMITS[row.gpu]
+    model: dict[str, object] = {
+        "id": "m", "family": row.family, "placement": {"gpus": ["g"]},
+        "engine": {"maxNumBatchedTokens": tokens, "maxNumSeqs": seqs, "gpuMemoryUtilization": 0.9},
+    }
+    if efficiency is not None:
+        model["costModel"] = {
+            "bandwidthEfficiency": efficiency.bandwidth, "mfu": efficiency.mfu,
+            "stepOverhead": efficiency.step_overhead_ns, "perRequestOverhead": efficiency.per_request_ns,
+        }
+    return Scenario.model_validate({
+        "apiVersion": "aisim/v1", "kind": "Scenario", "metadata": {"name": "argonne"},
+        "gpus": [{"id": "g", "profile": row.gpu}], "models": [model],
+        "workload": {"sources": [{
+            "name": "batch", "model": "m", "arrival": {"kind": "batch", "requests": row.batch},
+            "promptTokens": row.length, "outputTokens": row.length,
+        }]},
+    })
+
+
+def simulated_latency(row: Row, efficiency: Efficiency | None = None) -> float:
+    """Seconds from t = 0 to the last request's completion."""
+    sim = Simulation(scenario(row, efficiency))
+    sim.run()
+    assert all(r.outcome == "completed" for r in sim.requests)
+    return max(r.finished_at for r in sim.requests) / 1e9

@@ -1,0 +1,105 @@
+"""vLLM V1 scheduling: token budget, chunked prefill, preemption, priorities, prefix caching; nothing lost."""
+
+from __future__ import annotations
+
+from aisim.engine.replica import Replica
+from aisim.engine.report import build_report
+
+from .engine_helpers import batch, llama, poisson, run, scenario
+
+
+def _steps(sim):  # type: ignore[no-untyped-def]
+    return [r for r in sim.timeline.records() if r["type"] == "step"]
+
+
+def _assert_nothing_lost(sim) -> None:  # type: ignore[no-untyped-def]
+    assert all(r.outcome in ("completed", "failed") for r in sim.requests)
+    for served in sim.served_models:
+        for engine in served.engines:
+            if isinstance(engine, Replica):
+                assert engine.kv.used == 0 and not engine.running and engine.waiting == 0
+
+
+def test_steps_respect_the_token_budget_and_max_num_seqs() -> None:
+    sim = run(scenario([llama(maxNumBatchedTokens=512, maxNumSeqs=4)], [batch(10, 1000, 20)]))
+    steps = _steps(sim)
+    assert max(s["prefill_tokens"] + s["decode_tokens"] for s in steps) <= 512
+    assert max(s["requests"] for s in steps) <= 4
+    _assert_nothing_lost(sim)
+
+
+def test_long_prompts_are_prefilled_in_chunks_beside_running_decodes() -> None:
+    sim = run(scenario([llama(maxNumBatchedTokens=256)], [batch(1, 64, 200), poisson("5/s", 1, 2000, 5)]))
+    mixed = [s for s in _steps(sim) if s["prefill_tokens"] and s["decode_tokens"]]
+    assert mixed, "a prefill chunk should share steps with the running decode"
+    assert all(s["prefill_tokens"] + s["decode_tokens"] <= 256 for s in mixed)
+    _assert_nothing_lost(sim)
+
+
+def test_kv_pressure_preempts_by_recompute_and_every_request_still_completes() -> None:
+    engine = {"kvCacheMemory": 64 * 2 * 2**20, "maxNumSeqs": 64, "maxModelLen": 1024}  # 64 blocks = 1,024 tokens
+    sim = run(scenario([llama(**engine)], [batch(8, 100, 200)]))
+    report = build_report(sim)
+    assert report["models"]["m"]["preemptions"] > 0
+    assert report["models"]["m"]["requests"]["completed"] == 8
+    preempted = {r["request"] for r in sim.timeline.records() if r["type"] == "request_preempted"}
+    assert preempted and max(preempted) >= 5  # the last admitted go first under FCFS
+    _assert_nothing_lost(sim)
+
+
+def test_priority_policy_serves_urgent_requests_first() -> None:
+    sources = [
+        {**batch(40, 500, 50), "name": "bulk", "priorityClass": "bulk"},
+        {**batch(5, 500, 50), "name": "urgent", "priorityClass": "urgent",
+         "arrival": {"kind": "batch", "requests": 5, "at": "10ms"}},
+    ]
+    classes = [{"name": "bulk", "priority": 10}, {"name": "urgent", "priority": 0}]
+    queue = {}
+    for policy in ("fcfs", "priority"):
+        sim = run(scenario([llama(maxNumSeqs=4, schedulingPolicy=policy)], sources, priorityClasses=classes))
+        urgent = [r for r in sim.requests if r.source == "urgent"]
+        queue[policy] = sum(r.scheduled_at - r.arrival for r in urgent) / len(urgent)
+        _assert_nothing_lost(sim)
+    assert queue["priority"] < queue["fcfs"] / 4
+
+
+def test_prefix_caching_hits_shared_prefixes_and_cuts_ttft() -> None:
+    shared = {"groups": 1, "tokens": 2048, "fraction": 1.0}
+    ttft = {}
+    for caching in (True, False):
+        sim = run(scenario([llama(enablePrefixCaching=caching)], [poisson("2/s", 40, 2200, 10, sharedPrefix=shared)]))
+        report = build_report(sim)
+        ttft[caching] = report["models"]["m"]["ttft"]["mean"]
+        if caching:
+            assert report["models"]["m"]["prefix_cache_hit_rate"] > 0.8
+        _assert_nothing_lost(sim)
+    assert ttft[True] < ttft[False] / 2
+
+
+def test_requests_longer_than_the_context_fail_with_vllms_message() -> None:
+    sim = run(scenario([llama(maxModelLen=1024)], [batch(2, 1000, 100)]))
+    assert {r.outcome for r in sim.requests} == {"failed"}
+    assert "maximum context length is 1024 tokens" in sim.requests[0].error
+
+
+def test_a_model_whose_kv_cache_cannot_hold_one_request_fails_to_load() -> None:
+    sim = run(scenario([llama(gpuMemoryUtilization=0.2)], [batch(1, 10, 10)]))
+    report = build_report(sim)
+    assert report["models"]["m"]["state"] == "FAILED"
+    assert "No available memory for the cache blocks" in report["models"]["m"]["failure"]
+    assert sim.requests[0].outcome == "failed"
+
+
+def test_runs_of_decode_steps_give_exactly_the_step_by_step_result() -> None:
+    cases = [
+        scenario([llama()], [poisson("6/s", 120, {"kind": "lognormal", "median": 600, "sigma": 0.8, "max": 6000},
+                                     "10-400")]),
+        scenario([llama(kvCacheMemory=300 * 2 * 2**20, maxNumSeqs=32, maxModelLen=4096)], [poisson("20/s", 60, "100-800", "50-300")]),
+        scenario([llama(schedulingPolicy="priority")],
+                 [poisson("8/s", 80, 300, "20-200", sharedPrefix={"groups": 3, "tokens": 256})]),
+    ]
+    for s in cases:
+        fast, slow = run(s, macro_steps=True), run(s, macro_steps=False)
+        assert fast.timeline.records() == slow.timeline.records()
+        assert build_report(fast) == {**build_report(slow), "events": build_report(fast)["events"]}
+        assert fast.kernel.processed < slow.kernel.processed
