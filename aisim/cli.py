@@ -33,6 +33,7 @@ def _validate(args: argparse.Namespace) -> int:
 def _run(args: argparse.Namespace) -> int:
     from .engine.report import build_report
     from .engine.simulation import EndlessWorkload, Simulation
+    from .engine.workload import TraceError
     from .render import Progress, report_table
     from .scenario.units import QuantityError, parse_duration
 
@@ -53,7 +54,11 @@ def _run(args: argparse.Namespace) -> int:
         return 1
     progress = Progress(stop) if sys.stderr.isatty() and not args.quiet else None
     started = time.perf_counter()
-    sim.run(until, progress.update if progress else None)
+    try:
+        sim.run(until, progress.update if progress else None)
+    except TraceError as error:
+        sys.stderr.write(f"aisim run: trace: {error}\n")
+        return 1
     wall = time.perf_counter() - started
     if progress:
         progress.close()

@@ -29,21 +29,23 @@ def _section(title: str, section: dict[str, Any]) -> list[str]:
     lines.append("  requests: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v or k in ("arrived", "completed")))
     if section.get("failure"):
         lines.append(f"  load failed: {section['failure']}")
-    lines += _latency_rows(section)
+    if any(section.get(name) for name in STATS):
+        lines += _latency_rows(section)
     throughput = section.get("throughput")
     if throughput:
         lines.append(f"  throughput: {throughput['requests_per_s']:.2f} req/s, "
                      f"{throughput['input_tokens_per_s']:,.0f} input tok/s, {throughput['output_tokens_per_s']:,.0f} output tok/s")
     engine = section.get("engine")
     if engine:
+        kv_tokens = engine["kv_cache_tokens"]
         lines.append(f"  engine: {engine['replicas']} replica(s) on {', '.join(engine['gpus'])}, "
-                     f"KV cache {engine['kv_cache_tokens']:,} tokens, {engine['steps']:,} steps, "
+                     f"KV cache {'none' if kv_tokens is None else f'{kv_tokens:,} tokens'}, {engine['steps']:,} steps, "
                      f"busy {engine['busy_fraction'] * 100:.1f} %"
                      + ("" if engine["calibrated_on_this_gpu"] else " (cost model extrapolated: no data for this GPU)"))
         kv = section["kv_usage"]
         memory = section["memory_gib"]
-        lines.append(f"  KV usage: peak {kv['peak'] * 100:.1f} %, mean {kv['mean'] * 100:.1f} %; "
-                     f"preemptions {section['preemptions']}; peak memory {memory['peak_used']:.2f} of "
+        usage = f"KV usage: peak {kv['peak'] * 100:.1f} %, mean {kv['mean'] * 100:.1f} %; " if kv else ""
+        lines.append(f"  {usage}preemptions {section['preemptions']}; peak memory {memory['peak_used']:.2f} of "
                      f"{memory['capacity']:.2f} GiB")
     return lines
 

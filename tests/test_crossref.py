@@ -29,9 +29,9 @@ def test_duplicate_gpu_ids_and_model_names() -> None:
 
 def test_multi_gpu_entries_declare_numbered_devices() -> None:
     body = (
-        "gpus:\n  - {id: node, profile: H100-SXM, count: 4}\n"
-        "models:\n  - {id: big, family: llama-3-70b, placement: {gpus: [node], tensorParallel: 4}}\n"
-        "  - {id: small, family: llama-3-8b, placement: {gpus: [node-3]}}\n"
+        "gpus:\n  - {id: node, profile: H100-SXM, count: 5}\n"
+        "models:\n  - {id: big, family: llama-3-70b, placement: {gpus: [node-0, node-1, node-2, node-3], tensorParallel: 4}}\n"
+        "  - {id: small, family: llama-3-8b, placement: {gpus: [node-4]}}\n"
     )
     assert errors(body) == []
 
@@ -141,3 +141,15 @@ def test_trace_sources_take_lengths_from_the_trace() -> None:
         "workload:\n  sources:\n    - {name: s, model: m, promptTokens: 5, arrival: {kind: trace, file: x.csv}}\n"
     )
     assert path == "$.workload.sources[0]" and "promptTokens comes from the trace" in message
+
+
+def test_models_sharing_a_gpu_cannot_reserve_more_than_all_of_it() -> None:
+    body = (
+        "gpus: [{id: g, profile: H100-SXM}]\nmodels:\n"
+        "  - {id: a, family: llama-3-8b, placement: {gpus: [g]}, engine: {gpuMemoryUtilization: 0.6}}\n"
+        "  - {id: b, family: mistral-7b, placement: {gpus: [g]}, engine: {gpuMemoryUtilization: 0.5}}\n"
+    )
+    [(line, _, path, message)] = errors(body)
+    assert (line, path) == (7, "$.models[1].engine.gpuMemoryUtilization")
+    assert message.startswith("GPU 'g' is oversubscribed") and "1.10 (a 0.6, b 0.5)" in message
+    assert errors(body.replace("0.5}", "0.4}")) == []

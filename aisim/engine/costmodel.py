@@ -7,7 +7,7 @@
   bandwidth x `bandwidth_efficiency`;
 - compute time: 2 x active parameters x new tokens plus the attention FLOPs
   (4 x layers x heads x head_dim x query-key pairs, causal), over the datasheet peak of the weight
-  dtype x `mfu`;
+  dtype x `mfu` (FP8 peak for 8- and 4-bit weights, half the FP16 peak for FP32);
 - launch: one host launch per kernel (about ten kernels per layer) in eager steps; a CUDA-graph
   replay (15 us + 0.5 us per kernel, `gpu-memory-and-streams.md` §5.4) for steps of at most 512
   tokens, which vLLM captures;
@@ -58,6 +58,8 @@ class CostModel:
         dtype_bytes = DTYPE_BYTES[arch.dtype]
         bandwidth = gpu.memory_bandwidth * efficiency.bandwidth
         peak = gpu.fp8_flops if arch.dtype in ("fp8", "int8", "int4") and gpu.fp8_flops else gpu.fp16_flops
+        if arch.dtype == "fp32":
+            peak //= 2  # TF32-rate tensor math, half the FP16 rate on Ampere and later (an approximation)
         flops = peak * efficiency.mfu
         active = arch.active_params or arch.params
         experts = arch.experts

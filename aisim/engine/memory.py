@@ -21,6 +21,8 @@ from ..scenario.models import EngineLimits, Model
 from ..scenario.presets import DTYPE_BYTES, GIB, GpuProfile, ModelFamily
 
 NON_TORCH_BYTES = int(0.35 * GIB)
+NO_KV_BLOCKS = 2**62
+"""Block count of a model without attention (a CNN): its KV cache never limits it."""
 NCCL_BYTES_PER_GPU = int(0.25 * GIB)
 
 
@@ -57,6 +59,11 @@ class MemoryPlan:
     max_num_batched_tokens: int
     max_num_seqs: int
     max_model_len: int
+
+    @property
+    def has_kv(self) -> bool:
+        """False for models without attention layers, which keep no KV cache."""
+        return self.kv_bytes_per_token > 0
 
     @property
     def non_kv(self) -> int:
@@ -100,6 +107,6 @@ def plan(model: Model, gpu: GpuProfile, limits: EngineLimits | None = None, tens
     else:
         available = requested - weights - activations - non_torch
     block_bytes = per_token * limits.block_size
-    blocks = max(0, available // block_bytes) if block_bytes else 0
+    blocks = max(0, available // block_bytes) if block_bytes else NO_KV_BLOCKS
     return MemoryPlan(gpu.capacity, requested, weights, activations, non_torch, available, per_token,
                       limits.block_size, int(blocks), tokens, seqs, max_len)

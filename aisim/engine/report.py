@@ -96,8 +96,8 @@ def _model_section(served: ServedModel, end_ns: int) -> dict[str, Any]:
             "max_num_seqs": memory.max_num_seqs,
             "max_num_batched_tokens": memory.max_num_batched_tokens,
             "max_model_len": memory.max_model_len,
-            "kv_cache_tokens": memory.kv_tokens,
-            "kv_cache_blocks": memory.num_blocks,
+            "kv_cache_tokens": memory.kv_tokens if memory.has_kv else None,
+            "kv_cache_blocks": memory.num_blocks if memory.has_kv else None,
             "steps": sum(s.steps for s in busy),
             "busy_fraction": _round(sum(s.busy_ns for s in busy) / max(end_ns, 1) / max(len(busy), 1)),
         }
@@ -105,12 +105,12 @@ def _model_section(served: ServedModel, end_ns: int) -> dict[str, Any]:
         section["kv_usage"] = {
             "peak": _round(kv_peak / total),
             "mean": _round(area / total / max(end_ns, 1) / max(len(busy), 1)),
-        }
+        } if memory.has_kv else None
         section["memory_gib"] = {
             "weights": _round(memory.weights / GIB),
             "activation_peak": _round(memory.activation_peak / GIB),
             "non_torch": _round(memory.non_torch / GIB),
-            "kv_reserved": _round(memory.num_blocks * memory.block_size * memory.kv_bytes_per_token / GIB),
+            "kv_reserved": _round(memory.num_blocks * memory.block_size * memory.kv_bytes_per_token / GIB) if memory.has_kv else 0.0,
             "peak_used": _round((memory.non_kv + kv_peak * memory.block_size * memory.kv_bytes_per_token) / GIB),
             "capacity": _round(memory.capacity / GIB),
         }

@@ -52,6 +52,8 @@ class ServedModel:
 
 def _load_failure(plan_: MemoryPlan) -> str:
     """vLLM's start-up error when the KV cache cannot hold one request (`kv_cache_utils.py`)."""
+    if not plan_.has_kv:
+        return ""
     if plan_.num_blocks <= 0:
         return ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
                 "when initializing the engine.")

@@ -68,16 +68,17 @@ class Timeline:
         self.events.append((time_ns, kind, *fields))
 
     def records(self) -> list[dict[str, Any]]:
-        """Every record as a dict, in time order (ties in the order they were made, steps first)."""
+        """Every record as a dict, in time order; at one instant, request and model records come before
+        the steps that start then, and otherwise keep the order they were made in."""
         rows: list[tuple[int, int, int, str, dict[str, Any]]] = []
         order = 0
         for run in self.steps:
             for time_ns, kind, fields in run.records():
-                rows.append((time_ns, 0, order, kind, fields))
+                rows.append((time_ns, 1, order, kind, fields))
                 order += 1
         for event in self.events:
             fields = dict(zip(RECORD_FIELDS[event[1]], event[2:]))
-            rows.append((event[0], 1, order, event[1], fields))
+            rows.append((event[0], 0, order, event[1], fields))
             order += 1
         rows.sort(key=lambda row: (row[0], row[1], row[2]))
         return [{"t_ns": t, "type": kind, **fields} for t, _, _, kind, fields in rows]

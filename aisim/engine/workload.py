@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import datetime
 import json
+from decimal import Decimal, InvalidOperation
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -38,6 +39,10 @@ class Arrival:
     prefix: int
 
 
+class TraceError(ValueError):
+    """A trace row that cannot be read."""
+
+
 def _gaps(source: Source, rng: np.random.Generator, size: int) -> np.ndarray:
     arrival = source.arrival
     assert isinstance(arrival, (Poisson, Gamma, ConstantRate))
@@ -52,34 +57,53 @@ def _gaps(source: Source, rng: np.random.Generator, size: int) -> np.ndarray:
     return np.rint(gaps).astype(np.int64)
 
 
-def _trace_rows(trace: Trace, base_dir: Path) -> Iterator[tuple[float, int, int]]:
-    """(seconds since the first row, prompt tokens, output tokens) for each row of a trace file."""
+def _trace_rows(trace: Trace, base_dir: Path) -> Iterator[tuple[int, int, int]]:
+    """(nanoseconds since the first row, prompt tokens, output tokens) for each row of a trace file."""
     fmt = trace.resolved_format()
     ts_col, prompt_col, output_col = trace.columns.names(fmt)
-    unit = {"s": 1.0, "ms": 1e-3, "us": 1e-6}[trace.timestamp_unit]
+    unit_ns = {"s": NS, "ms": 1_000_000, "us": 1_000}[trace.timestamp_unit]
     with (base_dir / trace.file).open(encoding="utf-8", newline="") as handle:
-        rows = csv.DictReader(handle) if fmt == "csv" else (json.loads(line) for line in handle if line.strip())
-        first: float | None = None
+        rows = csv.DictReader(handle) if fmt == "csv" else (_json_row(line) for line in handle if line.strip())
+        first: int | None = None
         for index, row in enumerate(rows):
             if trace.limit is not None and index >= trace.limit:
                 break
-            stamp = _seconds(row[ts_col], unit)
+            try:
+                stamp = _nanoseconds(row[ts_col], unit_ns)
+                prompt, output = int(row[prompt_col]), int(row[output_col])
+            except (KeyError, TypeError, ValueError) as error:
+                raise TraceError(f"{trace.file}: row {index + 1}: {error!r} in {row!r}") from error
             first = stamp if first is None else first
-            yield stamp - first, int(row[prompt_col]), int(row[output_col])
+            yield stamp - first, prompt, output
 
 
-def _seconds(value: object, unit: float) -> float:
-    """A timestamp as seconds: a number in `unit`, or a date-time (fractions beyond microseconds dropped)."""
-    if isinstance(value, (int, float)):
-        return float(value) * unit
+def _json_row(line: str) -> dict[str, object]:
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise TraceError(f"not a JSON line: {error}") from error
+    return row if isinstance(row, dict) else {}
+
+
+_EPOCH = datetime.datetime(1970, 1, 1)
+
+
+def _nanoseconds(value: object, unit_ns: int) -> int:
+    """A timestamp as exact integer nanoseconds: a number in the trace's unit, or a date-time.
+
+    Date-times keep their fraction to the microsecond (the Azure trace writes seven digits).
+    """
     text = str(value).strip()
     try:
-        return float(text) * unit
-    except ValueError:
+        return int(Decimal(text) * unit_ns)
+    except InvalidOperation:
         pass
     head, dot, fraction = text.partition(".")
     parsed = datetime.datetime.fromisoformat(head + (dot + fraction[:6] if dot else ""))
-    return parsed.replace(tzinfo=datetime.timezone.utc).timestamp() if parsed.tzinfo is None else parsed.timestamp()
+    if parsed.tzinfo is not None:
+        parsed = parsed.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+    delta = parsed - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * NS + delta.microseconds * 1_000
 
 
 class SourceFeed:
@@ -121,7 +145,8 @@ class SourceFeed:
         arrival = self.source.arrival
         if isinstance(arrival, Trace):
             rows = list(_trace_rows(arrival, self.base_dir))
-            times = np.array([int(round(t * arrival.time_scale * NS)) for t, _, _ in rows], dtype=np.int64)
+            scale = Decimal(repr(arrival.time_scale))
+            times = np.array([int(t * scale) for t, _, _ in rows], dtype=np.int64)
             yield times, np.array([p for _, p, _ in rows]), np.array([o for _, _, o in rows])
             return
         if isinstance(arrival, ClosedBatch):

@@ -159,7 +159,19 @@ def _check_gpus(parts: Parts, report: Report) -> dict[str, Gpu]:
 
 def _check_models(parts: Parts, devices: dict[str, Gpu], base_dir: Path, report: Report) -> None:
     names: set[str] = set()
+    shares: dict[str, list[tuple[str, float]]] = {}
     for i, model in _present(parts.models):
+        for device in _placed_devices(model, devices):
+            shares.setdefault(device, []).append((model.id, model.engine.gpu_memory_utilization))
+            total = sum(share for _, share in shares[device])
+            if total > 1 + 1e-9:
+                asked = ", ".join(f"{name} {share:g}" for name, share in shares[device])
+                report(
+                    ["models", i, "engine", "gpuMemoryUtilization"],
+                    f"GPU {device!r} is oversubscribed: gpuMemoryUtilization of the models placed on it adds up "
+                    f"to {total:.2f} ({asked})",
+                    "capacity",
+                )
         for j, name in enumerate(model.names):
             if name in names:
                 report(["models", i, *(("id",) if j == 0 else ("aliases", j - 1))], f"duplicate model name {name!r}", "unique")
@@ -189,6 +201,18 @@ def _check_models(parts: Parts, devices: dict[str, Gpu], base_dir: Path, report:
         content_file = getattr(model.content, "file", None)
         if content_file is not None and not (base_dir / content_file).is_file():
             report(["models", i, "content", "file"], f"file {content_file!r} does not exist", "file")
+
+
+def _placed_devices(model: Model, devices: dict[str, Gpu]) -> list[str]:
+    """The device ids a simulated model occupies (a multi-GPU entry's id stands for all its devices)."""
+    if model.placement is None or model.mock or model.resolved_runtime() != "vllm":
+        return []
+    placed: list[str] = []
+    for gpu_id in model.placement.gpus:
+        gpu = devices.get(gpu_id)
+        if gpu is not None:
+            placed += gpu.device_ids() if gpu_id == gpu.id else [gpu_id]
+    return placed
 
 
 def _check_placement(i: int, model: Model, devices: dict[str, Gpu], declared: set[str], report: Report) -> None:

@@ -397,6 +397,10 @@ class Model(Spec):
             resolved = dataclasses.replace(resolved, task=self.task)
         return resolved
 
+    def resolved_runtime(self) -> Runtime:
+        """The runtime personality: the model's own, or its family's default."""
+        return self.runtime or self.resolved().default_runtime
+
     def weight_bytes(self) -> int:
         """Bytes of weights, from the parameter count and dtype."""
         arch = self.resolved()

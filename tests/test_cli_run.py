@@ -1,0 +1,53 @@
+"""`aisim run` as users call it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from .conftest import ROOT, SCENARIOS
+
+
+def _aisim(python: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([python, "-m", "aisim", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_run_without_arguments_runs_the_built_in_default_scenario(python: str) -> None:
+    run = _aisim(python, "run")
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.startswith("scenario default (seed 42)")
+    for expected in ("model gpt-4-turbo-mock (mock)", "model llama3-8b-sim (simulated)", "TTFT", "ITL", "E2E", "QUEUE",
+                     "KV cache 448,144 tokens"):
+        assert expected in run.stdout
+
+
+def test_json_report_timeline_and_chrome_trace(python: str, tmp_path: Path) -> None:
+    timeline, trace = tmp_path / "t.jsonl", tmp_path / "trace.json"
+    run = _aisim(python, "run", str(SCENARIOS / "default.yaml"), "--json", "--until", "20s",
+                 "--timeline", str(timeline), "--chrome-trace", str(trace))
+    assert run.returncode == 0, run.stderr
+    report = json.loads(run.stdout)
+    assert report["simulated_seconds"] == 20.0 and "wall_seconds" not in report
+    assert report["overall"]["requests"]["unfinished"] > 0  # stopped mid-flight: in-flight requests are counted, not lost
+    records = [json.loads(line) for line in timeline.read_text().splitlines()]
+    assert {"request_arrived", "request_scheduled", "request_first_token", "request_finished", "step",
+            "model_state"} <= {r["type"] for r in records}
+    assert all(a["t_ns"] <= b["t_ns"] for a, b in zip(records, records[1:]))
+    events = json.loads(trace.read_text())["traceEvents"]
+    lanes = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert lanes == {"default / llama3-8b-sim/0"}
+    assert any(e["ph"] == "X" for e in events) and any(e["ph"] == "b" for e in events)
+
+
+def test_run_rejects_an_invalid_scenario_and_an_endless_workload(python: str, tmp_path: Path) -> None:
+    bad = _aisim(python, "run", str(ROOT / "tests" / "scenarios" / "invalid" / "unknown-gpu.yaml"))
+    assert bad.returncode == 1 and "unknown GPU 'gpu9'" in bad.stderr
+    endless = tmp_path / "endless.yaml"
+    endless.write_text("apiVersion: aisim/v1\nkind: Scenario\nmetadata: {name: endless}\n"
+                       "models: [{id: m, latency: {total: 1ms}}]\nworkload:\n  sources:\n"
+                       "    - {name: s, model: m, arrival: {kind: poisson, rate: 1/s}, promptTokens: 1, outputTokens: 1}\n")
+    run = _aisim(python, "run", str(endless))
+    assert run.returncode == 1 and "never stop" in run.stderr
+    assert _aisim(python, "run", str(endless), "--until", "5s").returncode == 0
+    assert _aisim(python, "run", str(endless), "--until", "5 parsecs").returncode == 2
