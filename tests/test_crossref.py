@@ -102,7 +102,7 @@ def test_device_faults_need_a_gpu_and_a_time() -> None:
     [(_, _, path, message)] = errors(
         "models: [{id: m, latency: {total: 1s}}]\nfaults:\n  - {kind: xid, code: 79, trigger: {probability: 0.5}}\n"
     )
-    assert path == "$.faults[0]" and "scope.gpus" in message
+    assert path == "$.faults[0]" and message == "a xid fault is triggered by time: use trigger.at or trigger.every"
 
 
 def test_max_model_len_cannot_exceed_the_architecture() -> None:

@@ -231,8 +231,9 @@ class Replica:
             budget -= tokens
         return batch
 
-    def _admit(self, request: Request, budget: int) -> int:
-        """Give a waiting request its prefix-cache hit and blocks for its first chunk; 0 if it cannot start."""
+    def _admission(self, request: Request, budget: int) -> tuple[int, int, int, int] | None:
+        """How a waiting request would start now: (shared hit, own hit, tokens, new blocks), or None
+        when it cannot (no budget left for a whole block, or not enough free blocks). Changes nothing."""
         kv = self.kv
         total = request.prompt + request.generated
         shared, own = kv.lookup(request.id, request.group, request.prefix, total)
@@ -243,13 +244,22 @@ class Replica:
         if kv.prefix_caching and cached + tokens < total:
             tokens = (cached + tokens) // kv.block_size * kv.block_size - cached
         if tokens <= 0:
-            return 0
+            return None
         need = kv.blocks_for(cached + tokens) - shared - own
         if need > kv.available_after_hit(request.id, request.group, shared, own):
+            return None
+        return shared, own, tokens, need
+
+    def _admit(self, request: Request, budget: int) -> int:
+        """Give a waiting request its prefix-cache hit and blocks for its first chunk; 0 if it cannot start."""
+        admission = self._admission(request, budget)
+        if admission is None:
             return 0
-        kv.acquire(request.id, request.group, shared, own, total)
+        shared, own, tokens, need = admission
+        kv = self.kv
+        kv.acquire(request.id, request.group, shared, own, request.prompt + request.generated)
         kv.take(need)
-        request.computed = cached
+        request.computed = (shared + own) * kv.block_size
         request.shared_blocks = shared
         request.own_blocks = own + need
         if request.scheduled_at < 0:
@@ -354,20 +364,7 @@ class Replica:
         head = self._head()
         if head is None or len(running) >= self.max_num_seqs:
             return True
-        return not self._could_admit(head, self.max_tokens - len(running))
-
-    def _could_admit(self, request: Request, budget: int) -> bool:
-        """Whether `_admit` would start `request` now (without changing anything)."""
-        kv = self.kv
-        total = request.prompt + request.generated
-        shared, own = kv.lookup(request.id, request.group, request.prefix, total)
-        cached = (shared + own) * kv.block_size
-        tokens = min(total - cached, budget)
-        if kv.prefix_caching and cached + tokens < total:
-            tokens = (cached + tokens) // kv.block_size * kv.block_size - cached
-        if tokens <= 0:
-            return False
-        return kv.blocks_for(cached + tokens) - shared - own <= kv.available_after_hit(request.id, request.group, shared, own)
+        return self._admission(head, self.max_tokens - len(running)) is None
 
     def _plan_decode_run(self) -> _Plan | None:
         running = self.running

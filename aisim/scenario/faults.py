@@ -91,13 +91,19 @@ class _FaultCommon(Spec):
     """What the fault applies to."""
 
 
-class _DeviceFault(_FaultCommon):
+class _TimedFault(_FaultCommon):
+    @model_validator(mode="after")
+    def _timed(self) -> _TimedFault:
+        if self.trigger.kind not in ("at", "every"):
+            raise ValueError(f"a {self.kind} fault is triggered by time: use trigger.at or trigger.every")  # type: ignore[attr-defined]
+        return self
+
+
+class _DeviceFault(_TimedFault):
     @model_validator(mode="after")
     def _device_scoped(self) -> _DeviceFault:
         if not self.scope.gpus:
-            raise ValueError("a device fault needs scope.gpus")
-        if self.trigger.kind not in ("at", "every"):
-            raise ValueError("a device fault is triggered by time: use trigger.at or trigger.every")
+            raise ValueError(f"a {self.kind} fault needs scope.gpus")  # type: ignore[attr-defined]
         return self
 
 
@@ -176,7 +182,7 @@ class Xid(_DeviceFault):
     """XID number."""
 
 
-class SlowDown(_FaultCommon):
+class SlowDown(_TimedFault):
     """Make the steps of the scoped models (or GPUs) slower by a factor (thermal throttling, a noisy neighbour)."""
 
     kind: Literal["slowdown"]
@@ -185,12 +191,6 @@ class SlowDown(_FaultCommon):
     """Step-time multiplier."""
     duration: Duration | None = None
     """How long it lasts (until the end when absent)."""
-
-    @model_validator(mode="after")
-    def _timed(self) -> SlowDown:
-        if self.trigger.kind not in ("at", "every"):
-            raise ValueError("a slowdown is triggered by time: use trigger.at or trigger.every")
-        return self
 
 
 class DcgmField(_DeviceFault):
