@@ -7,8 +7,6 @@ import pytest
 from aisim.scenario.units import (
     QuantityError,
     Rate,
-    format_duration,
-    format_size,
     parse_bandwidth,
     parse_count,
     parse_duration,
@@ -70,11 +68,3 @@ def test_rates_are_exact_integer_ratios() -> None:
 def test_wrong_quantities_are_refused_with_the_expected_form(parse, text) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(QuantityError, match="is not"):
         parse(text)
-
-
-def test_formatting() -> None:
-    assert format_duration(1_500_000) == "1500us"
-    assert format_duration(120_000_000_000) == "2min"
-    assert format_duration(0) == "0s"
-    assert format_size(15 * 2**30) == "15.00 GiB"
-    assert format_size(300) == "300 bytes"

@@ -152,6 +152,8 @@ class KvCache:
         referencing a new chain). The new blocks move from the request's own into the chain;
         returns how many moved. A request behind the frontier keeps its copies (as vLLM does).
         """
+        if not self.prefix_caching:
+            return 0
         chain = self._groups.setdefault(group, Chain())
         if referenced != chain.length or computed_full <= chain.length:
             return 0

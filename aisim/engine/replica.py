@@ -22,8 +22,6 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable
-
 import numpy as np
 
 from .costmodel import CostModel
@@ -71,7 +69,7 @@ class Replica:
     def __init__(self, name: str, kernel: Kernel, timeline: Timeline, cost: CostModel, kv: KvCache,
                  max_num_seqs: int, max_num_batched_tokens: int, policy: str = "fcfs",
                  long_prefill_threshold: int | None = None, gpus: tuple[str, ...] = (), stream: str = "default",
-                 on_finish: Callable[[Request], None] = lambda r: None, macro_steps: bool = True) -> None:
+                 macro_steps: bool = True) -> None:
         self.name = name
         self.kernel = kernel
         self.timeline = timeline
@@ -83,7 +81,6 @@ class Replica:
         self.long_prefill = long_prefill_threshold
         self.gpus = gpus
         self.stream = stream
-        self.on_finish = on_finish
         self.macro_steps = macro_steps
         self.running: list[Request] = []
         self._fcfs: deque[Request] = deque()
@@ -219,15 +216,15 @@ class Replica:
         if preempted:
             return batch
         while budget > 0 and len(self.running) < self.max_num_seqs:
-            request = self._head()
-            if request is None:
+            head = self._head()
+            if head is None:
                 break
-            tokens = self._admit(request, budget)
+            tokens = self._admit(head, budget)
             if tokens == 0:
                 break
             self._pop()
-            self.running.append(request)
-            batch.append((request, tokens))
+            self.running.append(head)
+            batch.append((head, tokens))
             budget -= tokens
         return batch
 
@@ -336,7 +333,6 @@ class Replica:
         request.outcome = "completed"
         self._release(request, preempted=False)
         self.timeline.add(time_ns, "request_finished", request.id, "completed", request.generated)
-        self.on_finish(request)
 
     def _log(self, start: int, ends: np.ndarray, requests: int, prefill: int, decode: int, kv_used: np.ndarray) -> None:
         count = len(ends)

@@ -14,6 +14,7 @@ from typing import Any, Iterable
 import numpy as np
 
 from ..scenario.presets import GIB
+from .replica import Replica
 from .request import Request
 from .served import Engine
 from .simulation import ServedModel, Simulation
@@ -75,7 +76,6 @@ def _request_section(requests: list[Request], engines: Iterable[Engine]) -> dict
 
 
 def _model_section(served: ServedModel, end_ns: int) -> dict[str, Any]:
-    model = served.model
     section: dict[str, Any] = {
         "mode": "mock" if served.mock else "simulated",
         "state": "FAILED" if served.failure else "READY",
@@ -85,9 +85,8 @@ def _model_section(served: ServedModel, end_ns: int) -> dict[str, Any]:
     section.update(_request_section(served.requests, served.engines))
     if not served.mock and served.plans:
         memory = served.plans[0]
-        replicas = [e for e in served.engines]
-        kv_peak = max((r.stats.kv_peak for r in replicas), default=0)
-        busy = [r.stats for r in replicas]
+        busy = [engine.stats for engine in served.engines]
+        kv_peak = max((s.kv_peak for s in busy), default=0)
         area = sum(s.kv_area for s in busy)
         section["engine"] = {
             "gpus": served.gpu_names,
@@ -114,7 +113,7 @@ def _model_section(served: ServedModel, end_ns: int) -> dict[str, Any]:
             "peak_used": _round((memory.non_kv + kv_peak * memory.block_size * memory.kv_bytes_per_token) / GIB),
             "capacity": _round(memory.capacity / GIB),
         }
-        kv = [e.kv for e in served.engines if hasattr(e, "kv")]
+        kv = [e.kv for e in served.engines if isinstance(e, Replica)]
         queries = sum(k.query_tokens for k in kv)
         section["prefix_cache_hit_rate"] = _round(sum(k.hit_tokens for k in kv) / queries) if queries else None
     return section

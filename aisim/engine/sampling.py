@@ -49,17 +49,3 @@ def sample(dist: Distribution, rng: np.random.Generator, size: int) -> np.ndarra
         levels = np.array([float(v) for _, v in points])
         values = np.interp(rng.uniform(quantiles[0], quantiles[-1], size=size), quantiles, levels)
     return np.maximum(np.rint(values), 0).astype(np.int64)
-
-
-def mean(dist: Distribution) -> float:
-    """The distribution's mean (used to size things before any draw)."""
-    if isinstance(dist, (ConstantDuration, ConstantCount)):
-        return float(dist.value)
-    if isinstance(dist, (UniformDuration, UniformCount)):
-        return (dist.min + dist.max) / 2
-    if isinstance(dist, (NormalDuration, NormalCount)):
-        return float(dist.mean)
-    if isinstance(dist, (LogNormalDuration, LogNormalCount)):
-        return float(dist.median * np.exp(dist.sigma**2 / 2))
-    points = dist.points()
-    return float(np.trapezoid([float(v) for _, v in points], [q for q, _ in points]) / (points[-1][0] - points[0][0]))

@@ -13,13 +13,13 @@ are spread evenly over it after a first token at a tenth of it.
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from ..scenario.models import LatencyOverride
 from .kernel import Kernel
-from .replica import Replica, ReplicaStats
+from .replica import ReplicaStats
 from .request import Request
 from .sampling import sample
 from .timeline import Timeline
@@ -42,14 +42,13 @@ class MockEngine:
     """Latency from distributions; concurrency from scheduler slots."""
 
     def __init__(self, name: str, kernel: Kernel, timeline: Timeline, latency: LatencyOverride,
-                 rng: np.random.Generator, max_num_seqs: int | None, on_finish: Callable[[Request], None]) -> None:
+                 rng: np.random.Generator, max_num_seqs: int | None) -> None:
         self.name = name
         self.kernel = kernel
         self.timeline = timeline
         self.latency = latency
         self.rng = rng
         self.slots = max_num_seqs or DEFAULT_MOCK_SEQS
-        self.on_finish = on_finish
         self.running = 0
         self.queue: deque[Request] = deque()
         self.stats = ReplicaStats()
@@ -110,7 +109,6 @@ class MockEngine:
         request.outcome = "completed"
         self.timeline.add(time_ns, "request_finished", request.id, "completed", request.generated)
         self.running -= 1
-        self.on_finish(request)
         if self.queue:
             self._start(self.queue.popleft())
 
@@ -125,5 +123,3 @@ class Router:
         target = min(range(len(self.replicas)), key=lambda i: (self.replicas[i].outstanding, i))
         self.replicas[target].submit(request)
 
-
-__all__ = ["Engine", "MockEngine", "Replica", "Router"]

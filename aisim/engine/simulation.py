@@ -91,7 +91,6 @@ class Simulation:
                 self.models[name] = served
         self.requests: list[Request] = []
         self._arrived = 0
-        self._feeds: list[Iterator[Arrival]] = []
         self._schedule_faults()
 
     # -- building ----------------------------------------------------------------------------
@@ -99,7 +98,7 @@ class Simulation:
     def _serve(self, model: Model, rng: np.random.Generator) -> ServedModel:
         kernel, timeline = self.kernel, self.timeline
         if model.latency is not None:
-            engine = MockEngine(model.id, kernel, timeline, model.latency, rng, model.engine.max_num_seqs, lambda r: None)
+            engine = MockEngine(model.id, kernel, timeline, model.latency, rng, model.engine.max_num_seqs)
             served = ServedModel(model, [engine], Router([engine]))
             timeline.add(0, "model_state", model.id, model.versions[0].version, "READY", "mock mode")
             return served

@@ -94,18 +94,20 @@ class Timeline:
         """Chrome trace JSON (opens in Perfetto): one process per GPU set, one lane per stream and replica,
         steps as complete events, requests as async spans."""
         trace: list[dict[str, Any]] = []
-        lanes: dict[tuple[str, str], tuple[int, int]] = {}
+        processes: dict[str, int] = {}
+        lanes: dict[tuple[str, str], int] = {}
         for run in self.steps:
-            process = ",".join(run.gpus) or "mock"
-            key = (process, f"{run.stream} / {run.replica}")
-            if key not in lanes:
-                pid = 1 + len({p for p, _ in lanes})
-                pid = next((p for (name, _), (p, _) in lanes.items() if name == process), pid)
-                tid = 1 + len(lanes)
-                lanes[key] = (pid, tid)
-                trace.append({"ph": "M", "name": "process_name", "pid": pid, "tid": tid, "args": {"name": f"GPU {process}"}})
-                trace.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": key[1]}})
-            pid, tid = lanes[key]
+            process, lane = ",".join(run.gpus), f"{run.stream} / {run.replica}"
+            if process not in processes:
+                processes[process] = len(processes) + 1
+                trace.append({"ph": "M", "name": "process_name", "pid": processes[process],
+                              "args": {"name": f"GPU {process}"}})
+            pid = processes[process]
+            if (process, lane) not in lanes:
+                lanes[(process, lane)] = len(lanes) + 1
+                trace.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": lanes[(process, lane)],
+                              "args": {"name": lane}})
+            tid = lanes[(process, lane)]
             for start, end, requests, prefill, decode in zip(run.starts.tolist(), run.ends.tolist(), run.requests.tolist(),
                                                              run.prefill_tokens.tolist(), run.decode_tokens.tolist()):
                 trace.append({"ph": "X", "name": "step", "pid": pid, "tid": tid, "ts": start / 1000,

@@ -11,7 +11,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-ENGINE_ISSUE = "issue 3, the virtual-device engine"
 SERVER_ISSUE = "issue 4, `aisim serve`"
 MEMORY_ISSUE = "issue 5, memory pools, OOM and model lifecycles"
 STREAMS_ISSUE = "issue 6, CUDA streams and preemption"

@@ -172,19 +172,3 @@ RateValue = Annotated[
     WithJsonSchema({"type": "string", "pattern": RATE_PATTERN, "x-aisim-expected": RATE_EXPECTED}),
 ]
 """An exact rate, written as `5/s`."""
-
-
-def format_duration(ns: int) -> str:
-    """The largest unit that states a duration exactly (`1_500_000` ns is `1500us`)."""
-    for unit in ("h", "min", "s", "ms", "us", "ns"):
-        if ns and ns % DURATION_UNITS[unit] == 0:
-            return f"{ns // DURATION_UNITS[unit]}{unit}"
-    return "0s"
-
-
-def format_size(n: int) -> str:
-    """Bytes in binary units with two decimals, as PyTorch and vLLM print them (`15.00 GiB`)."""
-    for unit in ("GiB", "MiB", "KiB"):
-        if n >= SIZE_UNITS[unit]:
-            return f"{n / SIZE_UNITS[unit]:.2f} {unit}"
-    return f"{n} bytes"
