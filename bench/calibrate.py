@@ -7,7 +7,7 @@ GPU's rows, replaying each row through the real simulator (Nelder-Mead from scip
 fitted constants beside the stored ones; `--write` stores them in `aisim/engine/calibrated.json`,
 which the engine loads.
 
-    pip install scipy && python bench/calibrate.py [--write]
+    pip install scipy && python bench/calibrate.py [--write] [--holdout llama-3-8b]
 """
 
 from __future__ import annotations
@@ -56,10 +56,13 @@ def errors(data: list[Row], efficiency: Efficiency) -> list[float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="store the fitted constants in calibrated.json")
+    parser.add_argument("--holdout", metavar="FAMILY", help="fit without this model family's rows and report the "
+                        "error on them (out-of-sample check), e.g. llama-3-8b")
     args = parser.parse_args()
     by_gpu: dict[str, list[Row]] = {}
+    held: dict[str, list[Row]] = {}
     for row in rows():
-        by_gpu.setdefault(row.gpu, []).append(row)
+        (held if row.family == args.holdout else by_gpu).setdefault(row.gpu, []).append(row)
     fitted: dict[str, dict[str, object]] = {}
     for gpu, data in by_gpu.items():
         start = calibration.FITTED.get(gpu, calibration.DEFAULT)
@@ -73,13 +76,17 @@ def main() -> None:
               f"({result.nfev} evaluations)")
         print(f"  stored: {start}")
         print(f"  stored: median |error| {statistics.median(stored):.2f} %, max {max(stored):.2f} %")
+        if held.get(gpu):
+            unseen = errors(held[gpu], best)
+            print(f"  held-out {args.holdout}: median |error| {statistics.median(unseen):.2f} %, max {max(unseen):.2f} % "
+                  f"({len(unseen)} rows not used in the fit)")
         fitted[gpu] = {
             "bandwidth": round(best.bandwidth, 4), "mfu": round(best.mfu, 4),
             "step_overhead_ns": best.step_overhead_ns, "per_request_ns": best.per_request_ns,
             "rows": len(data), "median_abs_error_pct": round(statistics.median(found), 2),
             "max_abs_error_pct": round(max(found), 2),
         }
-    if args.write:
+    if args.write and not args.holdout:
         document = {"source": "bench/data/argonne-vllm-calibration.csv (see bench/argonne.py for the assumptions)",
                     "command": "python bench/calibrate.py --write", "gpus": fitted}
         STORE.write_text(json.dumps(document, indent=2) + "\n")
