@@ -19,7 +19,7 @@ from .base import is_planned
 from .document import API_VERSION, Scenario
 from .problems import PathPart, Problem, ScenarioError
 from .source import Source, parse
-from .validation import pydantic_problems, schema_problems
+from .validation import json_type_name, pydantic_problems, schema_problems
 
 
 @dataclass
@@ -73,7 +73,7 @@ def load_scenario(path: str | Path) -> Scenario:
 def _validate(source: Source, base_dir: Path, problems: list[Problem]) -> Scenario | None:
     data = source.data
     if not isinstance(data, dict):
-        shown = "an empty document" if data is None else f"a {type(data).__name__}"
+        shown = "an empty document" if data is None else json_type_name(data)
         problems.append(source.problem([], f"a scenario is a mapping with apiVersion: {API_VERSION}, not {shown}", "document"))
         return None
     version = data.get("apiVersion")

@@ -141,6 +141,12 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def json_type_name(value: Any) -> str:
+    """`[1]` is "a list", `"x"` "a string": a value's JSON type in words."""
+    kinds = ((bool, "boolean"), (int, "integer"), (float, "number"), (str, "string"), (list, "array"), (dict, "object"))
+    return _article(next((name for kind, name in kinds if isinstance(value, kind)), "null"))
+
+
 def _article(types: Any) -> str:
     names = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
              "number": "a number", "boolean": "true or false", "null": "null"}
