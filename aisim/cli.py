@@ -76,6 +76,78 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
+SERVE_FLAGS = {"--port", "--host", "--delay-ms", "--config", "--seed", "--speed", "-h", "--help"}
+
+
+def split_foreign_flags(argv: list[str]) -> tuple[list[str], list[str]]:
+    """Separate flags `aisim serve` does not know (vLLM's, from a controller's command line) from its own.
+
+    An unknown `--flag` takes the next word as its value unless that word is a flag or a scenario
+    file (`.yaml`, `.yml`, `.json`), so `--tensor-parallel-size 2` and `--enable-prefix-caching` both go.
+    """
+    kept: list[str] = []
+    foreign: list[str] = []
+    words = iter(range(len(argv)))
+    for index in words:
+        word = argv[index]
+        if not word.startswith("-") or word.split("=", 1)[0] in SERVE_FLAGS:
+            kept.append(word)
+            if word in SERVE_FLAGS - {"-h", "--help"} and index + 1 < len(argv):
+                kept.append(argv[index + 1])
+                next(words, None)
+            continue
+        foreign.append(word)
+        following = argv[index + 1] if index + 1 < len(argv) else None
+        if "=" not in word and following is not None and not following.startswith("-") \
+                and not following.endswith((".yaml", ".yml", ".json")):
+            foreign.append(following)
+            next(words, None)
+    return kept, foreign
+
+
+def _serve(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from pydantic import TypeAdapter, ValidationError
+
+    from .api.server import ServerState, serve
+    from .scenario.distributions import DurationDistribution
+
+    if args.foreign:
+        sys.stderr.write(f"aisim serve: ignoring options it does not simulate: {' '.join(args.foreign)}\n")
+    path = args.config or args.scenario or str(DEFAULT_SCENARIO)
+    checked = check_file(path)
+    sys.stderr.write(render_text(checked.problems))
+    if checked.scenario is None:
+        return 1
+    delay = None
+    if args.delay_ms:
+        try:
+            delay = TypeAdapter(DurationDistribution).validate_python(args.delay_ms.replace(" ", "") + "ms")
+        except ValidationError:
+            sys.stderr.write(f"aisim serve: --delay-ms: {args.delay_ms!r} is not a number or a range like 120-350\n")
+            return 2
+
+    async def main() -> None:
+        state = ServerState(checked.scenario, checked.base_dir, seed=args.seed, network_delay=delay, speed=args.speed)
+        bound = await serve(state, args.host, args.port)
+        scenario = checked.scenario
+        for (host, port), listener in zip(bound, scenario.server.listeners):
+            print(f"aisim serving {scenario.metadata.name} at http://{host}:{port} "
+                  f"({', '.join(listener.personalities)})", flush=True)
+        print(f"models: {', '.join(m.id for m in scenario.models)}", flush=True)
+        await asyncio.Event().wait()
+
+    try:
+        asyncio.run(main())
+    except KeyboardInterrupt:
+        pass
+    except OSError as error:
+        sys.stderr.write(f"aisim serve: {error}\n")
+        return 1
+    return 0
+
+
 def _schema(args: argparse.Namespace) -> int:
     sys.stdout.write(schema_text())
     return 0
@@ -104,6 +176,16 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--quiet", action="store_true", help="no progress bar")
     run.set_defaults(handler=_run)
 
+    serve = commands.add_parser("serve", help="serve a scenario's APIs in real time (OpenAI, vLLM, metrics)")
+    serve.add_argument("scenario", nargs="?", metavar="SCENARIO", help="scenario file (default: the built-in default)")
+    serve.add_argument("--config", metavar="FILE", help="scenario file (same as SCENARIO)")
+    serve.add_argument("--port", type=int, help="port of the first listener (default: the scenario's, 8080)")
+    serve.add_argument("--host", help="interface to bind (default: the scenario's, 127.0.0.1)")
+    serve.add_argument("--delay-ms", metavar="MS", help="network delay added to every request: 200 or 120-350")
+    serve.add_argument("--seed", type=int, help="override the scenario's seed")
+    serve.add_argument("--speed", type=float, default=1.0, help="virtual seconds per wall second (default 1)")
+    serve.set_defaults(handler=_serve, foreign=[])
+
     schema = commands.add_parser("schema", help="print the JSON Schema of the scenario language")
     schema.set_defaults(handler=_schema)
     return parser
@@ -112,7 +194,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    foreign: list[str] = []
+    if words[:1] == ["serve"]:
+        kept, foreign = split_foreign_flags(words[1:])
+        words = ["serve", *kept]
+    args = parser.parse_args(words)
+    if foreign:
+        args.foreign = foreign
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2

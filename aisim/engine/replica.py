@@ -22,6 +22,8 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Callable
+
 import numpy as np
 
 from .costmodel import CostModel
@@ -48,6 +50,19 @@ class ReplicaStats:
     preemptions: int = 0
 
 
+@dataclass(frozen=True)
+class StepReport:
+    """What one finished step did, for observers such as a metrics endpoint."""
+
+    prompt_tokens: int
+    """Prompt lengths of the requests whose first token this step produced."""
+    generation_tokens: int
+    """Tokens sampled in this step."""
+    preemptions: int
+    prefix_cache_queries: int
+    prefix_cache_hits: int
+
+
 @dataclass
 class _Plan:
     """The step (or run of decode steps) in flight."""
@@ -61,6 +76,9 @@ class _Plan:
     """Cumulative new blocks after each step of a decode run."""
     kv_used: int = 0
     """Blocks in use while a single step runs."""
+    preemptions: int = 0
+    queries: int = 0
+    hits: int = 0
 
 
 class Replica:
@@ -89,6 +107,8 @@ class Replica:
         self._kicked = False
         self.stats = ReplicaStats()
         self.slowdown = 1.0
+        self.on_step: Callable[[Replica, StepReport], None] | None = None
+        """Called after every step (a live server's metrics); None in headless runs."""
 
     # -- queue -----------------------------------------------------------------------------
 
@@ -160,6 +180,7 @@ class Replica:
             if plan is not None:
                 self._plan = plan
                 return
+        preempted_before, queries, hits = self.stats.preemptions, self.kv.query_tokens, self.kv.hit_tokens
         batch = self._schedule()
         if not batch:
             self._plan = None
@@ -170,7 +191,9 @@ class Replica:
         duration = int(self.cost.step_ns(len(batch), new_tokens, context, pairs) * self.slowdown)
         end = self.kernel.now + duration
         handle = self.kernel.at(end, self._finish_step)
-        self._plan = _Plan(self.kernel.now, np.array([end], dtype=np.int64), batch, False, handle, kv_used=self.kv.used)
+        self._plan = _Plan(self.kernel.now, np.array([end], dtype=np.int64), batch, False, handle, kv_used=self.kv.used,
+                           preemptions=self.stats.preemptions - preempted_before,
+                           queries=self.kv.query_tokens - queries, hits=self.kv.hit_tokens - hits)
 
     def _finish_step(self) -> None:
         plan = self._plan
@@ -292,7 +315,11 @@ class Replica:
         end = int(plan.ends[0])
         itl: list[int] = []
         prefill = 0
+        first_prompts = 0
+        sampled = 0
         for request, tokens in plan.batch:
+            if request.done:  # aborted while the step ran
+                continue
             if request.to_compute > 1 or request.generated == 0:
                 prefill += tokens
             before = request.computed
@@ -305,14 +332,17 @@ class Replica:
                 self._finish(request, end)
                 continue
             request.generated += 1
+            sampled += 1
             if request.first_token_at < 0:
                 request.first_token_at = end
+                first_prompts += request.prompt
                 self.timeline.add(end, "request_first_token", request.id)
             else:
                 itl.append(end - request.last_token_at)
             request.last_token_at = end
             if self.timeline.per_token:
                 self.timeline.add(end, "token", request.id, request.generated - 1)
+            request.notify("token")
             if request.generated >= request.output:
                 self._finish(request, end)
         if itl:
@@ -321,6 +351,8 @@ class Replica:
         decode = sum(tokens for _, tokens in plan.batch) - prefill
         self._log(plan.start, plan.ends, len(plan.batch), prefill, decode, np.array([plan.kv_used]))
         self.running = [r for r in self.running if not r.done]
+        if self.on_step is not None:
+            self.on_step(self, StepReport(first_prompts, sampled, plan.preemptions, plan.queries, plan.hits))
 
     def _grow_group(self, request: Request) -> None:
         full = min(request.computed, request.prefix) // self.kv.block_size
@@ -333,6 +365,25 @@ class Replica:
         request.outcome = "completed"
         self._release(request, preempted=False)
         self.timeline.add(time_ns, "request_finished", request.id, "completed", request.generated)
+        request.notify("finished")
+
+    def abort(self, request: Request) -> None:
+        """The client went away: drop the request now and free its blocks (vLLM's abort)."""
+        if request.done:
+            return
+        if request in self.running:
+            self.running.remove(request)
+            self._release(request, preempted=False)
+        elif self.priority_policy:
+            self._heap = [entry for entry in self._heap if entry[3] is not request]
+            heapq.heapify(self._heap)
+        else:
+            self._fcfs.remove(request)
+        request.finished_at = self.kernel.now
+        request.outcome = "aborted"
+        self.timeline.add(self.kernel.now, "request_finished", request.id, "aborted", request.generated)
+        request.notify("aborted")
+        self.interrupt()
 
     def _log(self, start: int, ends: np.ndarray, requests: int, prefill: int, decode: int, kv_used: np.ndarray) -> None:
         count = len(ends)
@@ -344,7 +395,7 @@ class Replica:
         stats.busy_ns += int(ends[-1] - start)
         stats.kv_area += float(np.dot(kv_used, ends - starts))
         stats.kv_peak = max(stats.kv_peak, int(kv_used.max()))
-        self.timeline.steps.append(StepRun(
+        self.timeline.add_steps(StepRun(
             self.name, self.gpus, self.stream, starts, ends.copy(), np.full(count, requests),
             np.full(count, prefill), np.full(count, decode), kv_used, self.kv.total,
         ))
@@ -355,8 +406,8 @@ class Replica:
         running = self.running
         if not running or len(running) > self.max_tokens:
             return False
-        if any(r.to_compute != 1 or r.generated == 0 for r in running):
-            return False
+        if any(r.to_compute != 1 or r.generated == 0 or r.watcher is not None for r in running):
+            return False  # a watched request needs an event per token
         head = self._head()
         if head is None or len(running) >= self.max_num_seqs:
             return True

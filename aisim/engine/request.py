@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Callable, Literal
 
 Outcome = Literal["completed", "failed", "aborted", ""]
+Watcher = Callable[[str, "Request"], None]
+"""Called with "token", "finished", "failed" or "aborted" as the engine moves a watched request."""
 
 
 @dataclass(slots=True, eq=False)
@@ -39,6 +41,10 @@ class Request:
     preemptions: int = 0
     outcome: Outcome = ""
     error: str = ""
+    watcher: Watcher | None = None
+    """Set for requests a client waits on (the server); None in headless runs."""
+    engine: Any = None
+    """The engine serving the request (to abort it)."""
 
     @property
     def to_compute(self) -> int:
@@ -48,3 +54,8 @@ class Request:
     @property
     def done(self) -> bool:
         return self.finished_at >= 0
+
+    def notify(self, event: str) -> None:
+        """Tell the watcher, if any, what just happened."""
+        if self.watcher is not None:
+            self.watcher(event, self)

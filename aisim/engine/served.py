@@ -18,7 +18,7 @@ from typing import Protocol
 import numpy as np
 
 from ..scenario.models import LatencyOverride
-from .kernel import Kernel
+from .kernel import EventHandle, Kernel
 from .replica import ReplicaStats
 from .request import Request
 from .sampling import sample
@@ -33,6 +33,8 @@ class Engine(Protocol):
     stats: ReplicaStats
 
     def submit(self, request: Request) -> None: ...
+
+    def abort(self, request: Request) -> None: ...
 
     @property
     def outstanding(self) -> int: ...
@@ -49,19 +51,34 @@ class MockEngine:
         self.latency = latency
         self.rng = rng
         self.slots = max_num_seqs or DEFAULT_MOCK_SEQS
-        self.running = 0
+        self.running: dict[int, list[EventHandle]] = {}
         self.queue: deque[Request] = deque()
         self.stats = ReplicaStats()
 
     @property
     def outstanding(self) -> int:
-        return self.running + len(self.queue)
+        return len(self.running) + len(self.queue)
 
     def submit(self, request: Request) -> None:
-        if self.running < self.slots:
+        if len(self.running) < self.slots:
             self._start(request)
         else:
             self.queue.append(request)
+
+    def abort(self, request: Request) -> None:
+        """The client went away: cancel the request's pending events and free its slot."""
+        if request.done:
+            return
+        if request.id in self.running:
+            for handle in self.running.pop(request.id):
+                handle.cancel()
+        else:
+            self.queue.remove(request)
+        request.finished_at = self.kernel.now
+        request.outcome = "aborted"
+        self.timeline.add(self.kernel.now, "request_finished", request.id, "aborted", request.generated)
+        request.notify("aborted")
+        self._next()
 
     def _draw(self, which: str) -> int | None:
         dist = getattr(self.latency, which)
@@ -69,13 +86,12 @@ class MockEngine:
 
     def _start(self, request: Request) -> None:
         now = self.kernel.now
-        self.running += 1
         request.scheduled_at = now
         self.timeline.add(now, "request_scheduled", request.id, self.name)
         total = self._draw("total")
         if request.output == 0:
             finish = now + (total if total is not None else self._draw("ttft") or 0)
-            self.kernel.at(finish, lambda: self._finish(request, finish, None))
+            self.running[request.id] = [self.kernel.at(finish, lambda: self._finish(request, np.array([], dtype=np.int64)))]
             return
         ttft = self._draw("ttft")
         if ttft is None:
@@ -86,18 +102,28 @@ class MockEngine:
             spread = max((total or 0) - ttft, 0)
             gaps = np.full(request.output - 1, spread // max(request.output - 1, 1), dtype=np.int64)
         times = now + ttft + np.concatenate(([0], np.cumsum(gaps)))
-        first = int(times[0])
-        self.kernel.at(first, lambda: self._first_token(request, first))
-        self.kernel.at(int(times[-1]), lambda: self._finish(request, int(times[-1]), times))
+        handles = [self.kernel.at(int(times[0]), lambda: self._first_token(request))]
+        if request.watcher is not None:
+            handles += [self.kernel.at(int(t), lambda: self._token(request)) for t in times[1:-1].tolist()]
+        handles.append(self.kernel.at(int(times[-1]), lambda: self._finish(request, times)))
+        self.running[request.id] = handles
 
-    def _first_token(self, request: Request, time_ns: int) -> None:
-        request.first_token_at = time_ns
-        self.timeline.add(time_ns, "request_first_token", request.id)
+    def _first_token(self, request: Request) -> None:
+        request.first_token_at = self.kernel.now
+        self.timeline.add(self.kernel.now, "request_first_token", request.id)
+        if request.output > 1:
+            self._token(request)
 
-    def _finish(self, request: Request, time_ns: int, times: np.ndarray | None) -> None:
-        if times is not None:
-            request.generated = len(times)
-            request.last_token_at = time_ns
+    def _token(self, request: Request) -> None:
+        request.generated += 1
+        request.last_token_at = self.kernel.now
+        request.notify("token")
+
+    def _finish(self, request: Request, times: np.ndarray) -> None:
+        """The last token (all of them at once for an unwatched request) and the end of the request."""
+        if len(times):
+            request.generated = len(times) - 1
+            self._token(request)
             if len(times) > 1:
                 gaps = np.diff(times)
                 self.stats.itl_values.append(gaps)
@@ -105,11 +131,15 @@ class MockEngine:
             if self.timeline.per_token:
                 for index, t in enumerate(times.tolist()):
                     self.timeline.add(t, "token", request.id, index)
-        request.finished_at = time_ns
+        request.finished_at = self.kernel.now
         request.outcome = "completed"
-        self.timeline.add(time_ns, "request_finished", request.id, "completed", request.generated)
-        self.running -= 1
-        if self.queue:
+        self.timeline.add(self.kernel.now, "request_finished", request.id, "completed", request.generated)
+        request.notify("finished")
+        del self.running[request.id]
+        self._next()
+
+    def _next(self) -> None:
+        if self.queue and len(self.running) < self.slots:
             self._start(self.queue.popleft())
 
 
@@ -120,6 +150,7 @@ class Router:
         self.replicas = replicas
 
     def submit(self, request: Request) -> None:
-        target = min(range(len(self.replicas)), key=lambda i: (self.replicas[i].outstanding, i))
-        self.replicas[target].submit(request)
+        target = self.replicas[min(range(len(self.replicas)), key=lambda i: (self.replicas[i].outstanding, i))]
+        request.engine = target
+        target.submit(request)
 

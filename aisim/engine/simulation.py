@@ -22,10 +22,14 @@ from .kernel import URGENT, Kernel, VirtualClock
 from .kv import KvCache
 from .memory import MemoryPlan, plan
 from .replica import Replica
-from .request import Request
+from .request import Request, Watcher
 from .served import Engine, MockEngine, Router
 from .timeline import Timeline
 from .workload import Arrival, SourceFeed
+
+
+ROLLING_RECORDS = 100_000
+"""Timeline records of each kind a non-retaining (serving) simulation keeps."""
 
 
 class EndlessWorkload(ValueError):
@@ -72,12 +76,15 @@ class Simulation:
     """A scenario compiled onto one kernel; `run` drives it on the virtual clock."""
 
     def __init__(self, scenario: Scenario, base_dir: Path = Path("."), seed: int | None = None,
-                 macro_steps: bool = True) -> None:
+                 macro_steps: bool = True, retain: bool = True) -> None:
+        """`retain=False` (a long-running server) keeps no list of past requests and only a rolling
+        window of the timeline, so memory stays bounded."""
         self.scenario = scenario
         self.base_dir = base_dir
         self.seed = scenario.seed if seed is None else seed
         self.kernel = Kernel()
-        self.timeline = Timeline(per_token=scenario.simulation.timeline.per_token)
+        self.retain = retain
+        self.timeline = Timeline(scenario.simulation.timeline.per_token, None if retain else ROLLING_RECORDS)
         self.macro_steps = macro_steps
         sources = scenario.workload.sources if scenario.workload else []
         workload_seq, model_seq = np.random.SeedSequence(self.seed).spawn(2)
@@ -90,6 +97,7 @@ class Simulation:
             for name in model.names:
                 self.models[name] = served
         self.requests: list[Request] = []
+        self.submitted = 0
         self._arrived = 0
         self._schedule_faults()
 
@@ -215,16 +223,18 @@ class Simulation:
         self.submit(arrival)
         self._next_arrival(feed)
 
-    def submit(self, arrival: Arrival) -> Request:
-        """A request reaches the server now (from the workload, or from an API handler)."""
+    def submit(self, arrival: Arrival, watcher: Watcher | None = None) -> Request:
+        """A request reaches the server now (from the workload, or from an API handler that watches it)."""
         now = self.kernel.now
         served = self.models[arrival.model]
-        request = Request(len(self.requests), served.model.id, arrival.source, now, arrival.prompt, arrival.output,
-                          arrival.priority, arrival.group, arrival.prefix)
+        request = Request(self.submitted, served.model.id, arrival.source, now, arrival.prompt, arrival.output,
+                          arrival.priority, arrival.group, arrival.prefix, watcher=watcher)
+        self.submitted += 1
         if served.model.resolved().task != "generate":
             request.output = 0
-        self.requests.append(request)
-        served.requests.append(request)
+        if self.retain:
+            self.requests.append(request)
+            served.requests.append(request)
         self.timeline.add(now, "request_arrived", request.id, served.model.id, arrival.source, arrival.prompt,
                           request.output, arrival.priority)
         error = self._reject(served, request)
@@ -233,10 +243,16 @@ class Simulation:
             request.outcome = "failed"
             request.error = error
             self.timeline.add(now, "request_failed", request.id, error)
+            request.notify("failed")
         else:
             assert served.router is not None
             served.router.submit(request)
         return request
+
+    def abort(self, request: Request) -> None:
+        """The client of `request` went away: its engine drops it and frees what it held."""
+        if not request.done and request.engine is not None:
+            request.engine.abort(request)
 
     def _reject(self, served: ServedModel, request: Request) -> str:
         if served.failure:

@@ -10,6 +10,7 @@ that memory stays bounded on long runs.
 from __future__ import annotations
 
 import json
+from collections import deque
 from dataclasses import dataclass
 from typing import IO, Any, Iterator
 
@@ -56,12 +57,28 @@ class StepRun:
 
 
 class Timeline:
-    """Collects records during a run."""
+    """Collects records during a run.
 
-    def __init__(self, per_token: bool = False) -> None:
+    A long-running server keeps only the most recent `max_records` records of each kind (a rolling
+    window that consumers such as the metrics feed read as it goes); `added_steps` counts every
+    step run ever added, so a reader knows how many it has not seen.
+    """
+
+    def __init__(self, per_token: bool = False, max_records: int | None = None) -> None:
         self.per_token = per_token
-        self.events: list[tuple[Any, ...]] = []
-        self.steps: list[StepRun] = []
+        self.events: deque[tuple[Any, ...]] | list[tuple[Any, ...]] = deque(maxlen=max_records) if max_records else []
+        self.steps: deque[StepRun] | list[StepRun] = deque(maxlen=max_records) if max_records else []
+        self.added_steps = 0
+
+    def add_steps(self, run: StepRun) -> None:
+        """Append a run of engine steps."""
+        self.steps.append(run)
+        self.added_steps += 1
+
+    def recent_steps(self, seen: int) -> list[StepRun]:
+        """The step runs added after the first `seen` ones (those still in the window)."""
+        fresh = min(self.added_steps - seen, len(self.steps))
+        return list(self.steps)[len(self.steps) - fresh:] if fresh > 0 else []
 
     def add(self, time_ns: int, kind: str, *fields: Any) -> None:
         """Append a request-level record; `fields` in the order `RECORD_FIELDS[kind]` names them."""

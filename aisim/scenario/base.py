@@ -11,7 +11,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-SERVER_ISSUE = "issue 4, `aisim serve`"
 MEMORY_ISSUE = "issue 5, memory pools, OOM and model lifecycles"
 STREAMS_ISSUE = "issue 6, CUDA streams and preemption"
 KSERVE_ISSUE = "issue 7, Triton / KServe v2"
@@ -23,6 +22,11 @@ PLANNED_KEY = "x-aisim-status"
 
 class Spec(BaseModel):
     """A node of the scenario document."""
+
+    def planned_values(self) -> list[tuple[str, str, str]]:
+        """(field, what, issue) for values this node holds whose behaviour is not built yet (enum members
+        accepted ahead of their implementation), `what` naming the value; none by default."""
+        return []
 
     model_config = ConfigDict(
         extra="forbid",

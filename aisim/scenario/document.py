@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .base import SERVER_ISSUE, TELEMETRY_ISSUE, Spec, planned_field
+from .base import TELEMETRY_ISSUE, Spec, planned_field
 from .faults import Fault
 from .hardware import Gpu
 from .models import Model
@@ -49,7 +49,7 @@ class Scenario(Spec):
     """Scheduled faults."""
     workload: Workload | None = None
     """Requests for headless runs (`aisim run`)."""
-    server: Server = planned_field(Server(), issue=SERVER_ISSUE)
+    server: Server = Server()
     """Server settings (`aisim serve`)."""
     telemetry: Telemetry = planned_field(Telemetry(), issue=TELEMETRY_ISSUE)
     """GPU telemetry settings."""

@@ -12,7 +12,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import ConfigDict, Field, model_validator
 
-from .base import MEMORY_ISSUE, SERVER_ISSUE, TELEMETRY_ISSUE, Spec, planned
+from .base import MEMORY_ISSUE, TELEMETRY_ISSUE, Spec, planned
 from .hardware import Identifier
 from .models import ModelName
 from .units import ByteSize, Duration
@@ -110,7 +110,6 @@ class _DeviceFault(_TimedFault):
 class ApiError(_FaultCommon):
     """Answer a request with an API error (429, 401, 400, 404, 500, 503)."""
 
-    model_config = ConfigDict(json_schema_extra=planned(SERVER_ISSUE))
     kind: Literal["api_error"]
     """Fault kind."""
     error: ApiErrorName
@@ -126,7 +125,6 @@ class ApiError(_FaultCommon):
 class Timeout(_FaultCommon):
     """Hold the request without answering, then close the connection."""
 
-    model_config = ConfigDict(json_schema_extra=planned(SERVER_ISSUE))
     kind: Literal["timeout"]
     """Fault kind."""
     duration: Duration
@@ -134,7 +132,6 @@ class Timeout(_FaultCommon):
 
 
 class _StreamFault(_FaultCommon):
-    model_config = ConfigDict(json_schema_extra=planned(SERVER_ISSUE))
     after_tokens: int = Field(1, ge=0)
     """Streamed tokens before the fault."""
 

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from . import crossref
-from .base import is_planned
+from .base import Spec, is_planned
 from .document import API_VERSION, Scenario
 from .problems import PathPart, Problem, ScenarioError
 from .source import Source, parse
@@ -113,6 +113,9 @@ def planned_warnings(scenario: Scenario, source: Source) -> list[Problem]:
                 kind = getattr(node, "kind", None)
                 warnings.append(_warning(source, path, f"kind {kind!r}" if kind else type(node).__name__, issue))
                 return
+            if isinstance(node, Spec):
+                for key, what, planned_by in node.planned_values():
+                    warnings.append(_warning(source, [*path, key], what, planned_by))
             for name in sorted(node.model_fields_set, key=list(type(node).model_fields).index):
                 info = type(node).model_fields[name]
                 key = info.alias or name

@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import Field, model_validator
 
-from .base import KSERVE_ISSUE, MEMORY_ISSUE, SERVER_ISSUE, STREAMS_ISSUE, Spec, planned_field
+from .base import KSERVE_ISSUE, MEMORY_ISSUE, STREAMS_ISSUE, Spec, planned_field
 from .distributions import CountDistribution, DurationDistribution
 from .hardware import Identifier
 from .presets import DTYPE_BYTES, MODEL_FAMILIES, DType, ModelFamily, Task
@@ -349,9 +349,9 @@ class Model(Spec):
     """Cost-model constants (written by `aisim calibrate`)."""
     latency: LatencyOverride | None = None
     """Mock mode: latency distributions instead of the cost model."""
-    content: Content = planned_field(LoremContent(kind="lorem"), issue=SERVER_ISSUE)
+    content: Content = LoremContent(kind="lorem")
     """Response content."""
-    embedding_dimensions: int | None = planned_field(None, ge=1, le=65536, issue=SERVER_ISSUE)
+    embedding_dimensions: int | None = Field(None, ge=1, le=65536)
     """Embedding size (defaults to the hidden size)."""
     versions: list[Version] = planned_field(
         default_factory=lambda: [Version(version="1")], min_length=1, issue=MEMORY_ISSUE
@@ -361,7 +361,7 @@ class Model(Spec):
     """Version lifecycle and hot switching."""
     kserve: KServe | None = planned_field(None, issue=KSERVE_ISSUE)
     """KServe v2 / Triton settings."""
-    lora_adapters: list[Identifier] = planned_field(issue=SERVER_ISSUE, default_factory=list)
+    lora_adapters: list[Identifier] = Field(default_factory=list)
     """LoRA adapters loaded at start (more through `/v1/load_lora_adapter`)."""
 
     @model_validator(mode="after")

@@ -6,12 +6,14 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from .base import STREAMS_ISSUE, Spec, planned_field
+from .base import KSERVE_ISSUE, STREAMS_ISSUE, TELEMETRY_ISSUE, Spec, planned_field
 from .distributions import DurationDistribution
 from .hardware import Identifier
 from .units import ByteSize, Duration, RateValue
 
 Personality = Literal["openai", "vllm", "kserve", "vllm-metrics", "triton-metrics", "dcgm-metrics", "admin"]
+PLANNED_PERSONALITIES = {"kserve": KSERVE_ISSUE, "triton-metrics": KSERVE_ISSUE, "dcgm-metrics": TELEMETRY_ISSUE,
+                         "admin": TELEMETRY_ISSUE}
 
 
 class Listener(Spec):
@@ -23,6 +25,10 @@ class Listener(Spec):
     """Wire dialects served on this port."""
     metrics_path: Annotated[str, Field(pattern=r"^/")] = "/metrics"
     """Path of the metrics dialects on this port."""
+
+    def planned_values(self) -> list[tuple[str, str, str]]:
+        return [("personalities", f"personality {p!r}", PLANNED_PERSONALITIES[p])
+                for p in self.personalities if p in PLANNED_PERSONALITIES]
 
     @field_validator("personalities")
     @classmethod
@@ -80,9 +86,9 @@ class Server(Spec):
     """Artificial network delay added to every response (`120-350ms`)."""
     max_body_size: ByteSize = 32 * 2**20
     """Largest request body accepted (default 32MiB)."""
-    admin: Admin = Admin()
+    admin: Admin = planned_field(Admin(), issue=TELEMETRY_ISSUE)
     """Admin endpoints."""
-    model_repository: str | None = None
+    model_repository: str | None = planned_field(None, issue=KSERVE_ISSUE)
     """A Triton model repository folder whose models are served besides `models`."""
 
 

@@ -1,0 +1,1 @@
+"""The HTTP personalities on Tornado: OpenAI, vLLM, KServe v2, metrics, admin."""

@@ -1,0 +1,157 @@
+"""What a simulated model answers: text or tool calls, cut into tokens, with a finish reason.
+
+The answer is decided when the request arrives, so that the engine knows how many tokens to
+generate; the engine then decides when each token comes. Everything is deterministic for a given
+`seed` and request (the seed is mixed with a digest of the prompt); without a `seed` the server's
+own seeded generator picks one.
+
+- Length: `max_tokens` caps the answer (`finish_reason: length` when the natural answer is
+  longer); the natural length of lorem text comes from the model's `content.tokens`
+  distribution (16-256 tokens by default); `ignore_eos` (vLLM) makes the answer exactly
+  `max_tokens` long.
+- Stop sequences end the text before their first occurrence (`finish_reason: stop`).
+- `response_format` `json_object` / `json_schema` gives JSON text (valid for the schema unless the
+  length cap cuts it, as with the real API).
+- Tools: with `tool_choice` `required` or a named function, and with `auto` when the last
+  message is the user's (not a tool result), the answer is one tool call whose arguments are
+  generated from the tool's `parameters` schema; `finish_reason` is `tool_calls` (`stop` when a
+  named function was forced, as OpenAI reports it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..engine.sampling import sample
+from ..scenario.distributions import UniformCount
+from .content import ContentSource
+from .schema_values import json_object_value, value_for_schema
+from .tokenizer import Tokenizer
+
+DEFAULT_LENGTH = UniformCount(kind="uniform", min=16, max=256)
+
+
+@dataclass
+class ToolCall:
+    id: str
+    name: str
+    arguments: str
+    pieces: list[str]
+
+
+@dataclass
+class Answer:
+    """One choice's output."""
+
+    pieces: list[str]
+    finish_reason: str
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+    @property
+    def tokens(self) -> int:
+        """Completion tokens: content pieces plus tool-call argument pieces (at least one)."""
+        return max(1, len(self.pieces) + sum(len(c.pieces) for c in self.tool_calls))
+
+
+@dataclass
+class Ask:
+    """What the answer depends on."""
+
+    prompt: str
+    last_user_message: str
+    last_role: str
+    model: str
+    cap: int | None
+    stops: list[str] = field(default_factory=list)
+    seed: int = 0
+    ignore_eos: bool = False
+    response_format: dict[str, Any] | None = None
+    tools: list[dict[str, Any]] = field(default_factory=list)
+    """Function definitions: {name, description, parameters}."""
+    tool_choice: str | dict[str, Any] | None = None
+    logprobs: bool = False
+
+
+def request_seed(seed: int | None, prompt: str, fallback: int) -> int:
+    """A 64-bit seed from the request's `seed` (or the server's draw) and a digest of its prompt."""
+    digest = hashlib.sha256(prompt.encode("utf-8", "surrogatepass")).digest()
+    base = fallback if seed is None else seed
+    return (int.from_bytes(digest[:8], "little") ^ (base & 0xFFFFFFFFFFFFFFFF)) & 0x7FFFFFFFFFFFFFFF
+
+
+def answer(ask: Ask, index: int, content: ContentSource, length: Any, tokenizer: Tokenizer) -> Answer:
+    """The answer of choice `index` (choices differ by their index, like sampled completions)."""
+    rng = np.random.default_rng([ask.seed, index])
+    call = _tool_call(ask, rng, tokenizer)
+    if call is not None:
+        forced = isinstance(ask.tool_choice, dict)
+        return Answer([], "stop" if forced else "tool_calls", [call], _logprobs(ask, rng, len(call.pieces)))
+    natural = int(sample(length or DEFAULT_LENGTH, rng, 1)[0])
+    target = ask.cap if ask.ignore_eos and ask.cap else max(natural, 1)
+    text = _text(ask, rng, content, target)
+    pieces = tokenizer.pieces(text)
+    finish = "stop"
+    if ask.ignore_eos and ask.cap:
+        while len(pieces) < ask.cap:
+            pieces += tokenizer.pieces(" " + text) if text else ["."]
+    text, stopped = _apply_stops("".join(pieces), ask.stops)
+    if stopped:
+        pieces = tokenizer.pieces(text)
+    if ask.cap is not None and len(pieces) > ask.cap:
+        pieces, finish = pieces[: ask.cap], "length"
+    elif ask.ignore_eos and ask.cap:
+        finish = "length"
+    if not pieces:
+        pieces = [""]
+    return Answer(pieces, finish, [], _logprobs(ask, rng, len(pieces)))
+
+
+def _text(ask: Ask, rng: np.random.Generator, content: ContentSource, words: int) -> str:
+    kind = (ask.response_format or {}).get("type")
+    if kind == "json_object":
+        return json.dumps(json_object_value(rng))
+    if kind == "json_schema":
+        schema = (ask.response_format or {}).get("json_schema", {}).get("schema") or {}
+        return json.dumps(value_for_schema(schema, rng))
+    return content.text(prompt=ask.prompt, last_user_message=ask.last_user_message, model=ask.model,
+                        seed=int(rng.integers(2**62)), words=words)
+
+
+def _apply_stops(text: str, stops: list[str]) -> tuple[str, bool]:
+    cuts = [text.find(s) for s in stops if s and s in text]
+    if not cuts:
+        return text, False
+    return text[: min(cuts)], True
+
+
+def _tool_call(ask: Ask, rng: np.random.Generator, tokenizer: Tokenizer) -> ToolCall | None:
+    if not ask.tools or ask.tool_choice == "none":
+        return None
+    if isinstance(ask.tool_choice, dict):
+        wanted = (ask.tool_choice.get("function") or {}).get("name") or ask.tool_choice.get("name")
+        tool = next(t for t in ask.tools if t["name"] == wanted)
+    elif ask.tool_choice == "required" or ask.last_role == "user":
+        tool = ask.tools[int(rng.integers(len(ask.tools)))]
+    else:
+        return None
+    parameters = tool.get("parameters") or {"type": "object", "properties": {}}
+    arguments = json.dumps(value_for_schema(parameters, rng))
+    call_id = "call_" + rng.bytes(12).hex()
+    return ToolCall(call_id, tool["name"], arguments, tokenizer.pieces(arguments))
+
+
+def _logprobs(ask: Ask, rng: np.random.Generator, count: int) -> list[float]:
+    """A log-probability per token: mostly confident (near 0), now and then not."""
+    if not ask.logprobs:
+        return []
+    return [round(float(v), 6) for v in -np.abs(rng.normal(0, 0.6, count)) ** 2]

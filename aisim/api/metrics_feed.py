@@ -1,0 +1,80 @@
+"""Feeding vLLM's `/metrics` from the live engine: step reports, finished requests, scrape-time gauges."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from ..engine.live import Call
+from ..engine.replica import Replica, StepReport
+from .vllm_metrics import CONTENT_TYPE, CacheConfig, SchedulerState, VllmMetrics
+
+if TYPE_CHECKING:
+    from .server import ServerState
+
+NS = 1e9
+
+
+class MetricsFeed:
+    """One `VllmMetrics` for the server, kept current by the engine and the handlers."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.metrics = VllmMetrics()
+        self.engines: dict[str, list[object]] = {}
+        for served in state.sim.served_models:
+            model = served.model
+            caches = [CacheConfig(block_size=p.block_size, num_gpu_blocks=p.num_blocks if p.has_kv else None,
+                                  gpu_memory_utilization=model.engine.gpu_memory_utilization,
+                                  enable_prefix_caching=model.engine.enable_prefix_caching,
+                                  cache_dtype=model.engine.kv_cache_dtype,
+                                  kv_cache_memory_bytes=model.engine.kv_cache_memory)
+                      for p in served.plans] or [CacheConfig(gpu_memory_utilization=model.engine.gpu_memory_utilization)]
+            engines = list(served.engines)
+            self.engines[model.id] = engines
+            self.metrics.add_model(model.id, max_model_len=state.max_model_len(model), cache=caches[: max(len(engines), 1)],
+                                   probe=lambda engines=engines: self._states(engines))
+            for index, engine in enumerate(engines):
+                if isinstance(engine, Replica):
+                    engine.on_step = lambda replica, report, name=model.id, index=index: self._step(name, index, report)
+
+    @staticmethod
+    def _states(engines: Sequence[object]) -> list[SchedulerState]:
+        states = []
+        for engine in engines:
+            if isinstance(engine, Replica):
+                states.append(SchedulerState(len(engine.running), engine.waiting, engine.kv.usage))
+            else:
+                running = len(getattr(engine, "running", ()))
+                states.append(SchedulerState(running, len(getattr(engine, "queue", ())), 0.0))
+        return states or [SchedulerState(0, 0, 0.0)]
+
+    def _step(self, model: str, engine: int, report: StepReport) -> None:
+        self.metrics.record_step(model, engine=engine, prompt_tokens=report.prompt_tokens,
+                                 generation_tokens=report.generation_tokens, preemptions=report.preemptions,
+                                 prefix_cache_queries=report.prefix_cache_queries,
+                                 prefix_cache_hits=report.prefix_cache_hits)
+
+    def finished(self, call: Call, finish_reason: str, max_tokens: int | None, token_times: list[int],
+                 n: int | None) -> None:
+        """A handler's request ended: observe its intervals (`finish_reason` is stop, length or abort)."""
+        request = call.request
+        if request is None:
+            return
+        engines = self.engines.get(request.model, [])
+        engine = engines.index(request.engine) if request.engine in engines else 0
+        end = request.finished_at if request.finished_at >= 0 else (token_times[-1] if token_times else request.arrival)
+        scheduled = request.scheduled_at if request.scheduled_at >= 0 else None
+        first = token_times[0] if token_times else None
+        last = token_times[-1] if token_times else None
+        self.metrics.record_finished(
+            request.model, engine=engine, finished_reason=finish_reason,  # type: ignore[arg-type]
+            prompt_tokens=request.prompt, generation_tokens=len(token_times), max_tokens=max_tokens,
+            e2e=(end - request.arrival) / NS,
+            queue=None if scheduled is None else (scheduled - request.arrival) / NS,
+            prefill=None if first is None or scheduled is None else (first - scheduled) / NS,
+            decode=None if first is None or scheduled is None else (last - first) / NS,  # type: ignore[operator]
+            ttft=None if first is None else (first - request.arrival) / NS,
+            inter_token=[(b - a) / NS for a, b in zip(token_times, token_times[1:])], n=n)
+
+    def scrape(self) -> tuple[bytes, str]:
+        """The text exposition and its content type (vLLM's, Prometheus text 0.0.4)."""
+        return self.metrics.render(), CONTENT_TYPE

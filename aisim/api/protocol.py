@@ -1,0 +1,227 @@
+"""Request bodies of the OpenAI endpoints, validated the way the real API answers mistakes.
+
+Unknown fields are accepted and ignored, as vLLM does (benchmarks send `ignore_eos`,
+`continuous_usage_stats`, `repetition_penalty`, `guided_json`, ...). A mistake becomes a 400
+with OpenAI's message style: "Missing required parameter: 'messages'." (`missing_required_parameter`),
+"Invalid type for 'n': expected an integer, but got a string instead." (`invalid_type`),
+"Invalid 'n': integer below minimum value. ..." (`integer_below_min_value`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from .errors import ApiError, invalid
+
+
+class _Body(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Message(_Body):
+    """A chat message; content is a string or a list of parts."""
+
+    role: Literal["system", "developer", "user", "assistant", "tool", "function"]
+    content: str | list[dict[str, Any]] | None = None
+    name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None
+    tool_call_id: str | None = None
+
+    def text(self) -> str:
+        """The message's text (text parts joined; images and audio carry no text)."""
+        if isinstance(self.content, str):
+            return self.content
+        parts = self.content or []
+        return "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
+
+
+class StreamOptions(_Body):
+    include_usage: bool = False
+    continuous_usage_stats: bool = False
+
+
+class Function(_Body):
+    name: str = Field(min_length=1)
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(_Body):
+    type: Literal["function"] = "function"
+    function: Function
+
+
+Stop = str | Annotated[list[str], Field(max_length=4)] | None
+
+
+class _Sampling(_Body):
+    model: str
+    n: int = Field(1, ge=1, le=128)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: Stop = None
+    seed: int | None = None
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    user: str | None = None
+    priority: int = 0
+
+    @model_validator(mode="after")
+    def _stream_options_need_stream(self) -> _Sampling:
+        if self.stream_options is not None and not self.stream:
+            raise ValueError("stream_options|Stream options can only be defined when `stream=True`.")
+        return self
+
+    @property
+    def stops(self) -> list[str]:
+        if self.stop is None:
+            return []
+        return [self.stop] if isinstance(self.stop, str) else [s for s in self.stop if s]
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class ChatRequest(_Sampling):
+    """`POST /v1/chat/completions`."""
+
+    messages: list[Message] = Field(min_length=1)
+    max_tokens: int | None = Field(None, ge=1)
+    max_completion_tokens: int | None = Field(None, ge=1)
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    tools: list[Tool] | None = None
+    tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
+    response_format: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ChatRequest:
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ValueError("top_logprobs|`top_logprobs` can only be set when `logprobs` is true.")
+        if isinstance(self.tool_choice, dict):
+            name = (self.tool_choice.get("function") or {}).get("name")
+            if not self.tools or name not in {t.function.name for t in self.tools}:
+                raise ValueError(f"tool_choice|Invalid value for 'tool_choice': no function named '{name}' in 'tools'.")
+        if self.response_format is not None:
+            kind = self.response_format.get("type")
+            if kind not in ("text", "json_object", "json_schema"):
+                raise ValueError(f"response_format.type|Invalid value: '{kind}'. Supported values are: 'text', "
+                                 "'json_object', and 'json_schema'.")
+            if kind == "json_schema" and not isinstance(self.response_format.get("json_schema"), dict):
+                raise ValueError("response_format.json_schema|Missing required parameter: 'response_format.json_schema'.")
+        return self
+
+    @property
+    def token_cap(self) -> int | None:
+        """`max_completion_tokens`, else the deprecated `max_tokens`."""
+        return self.max_completion_tokens or self.max_tokens
+
+
+class CompletionRequest(_Sampling):
+    """`POST /v1/completions`."""
+
+    prompt: str | list[str] | list[int] | list[list[int]]
+    max_tokens: int | None = Field(16, ge=1)
+    logprobs: int | None = Field(None, ge=0, le=5)
+    echo: bool = False
+    suffix: str | None = None
+
+
+class EmbeddingRequest(_Body):
+    """`POST /v1/embeddings`."""
+
+    model: str
+    input: str | list[str] | list[int] | list[list[int]]
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: int | None = Field(None, ge=1)
+    user: str | None = None
+
+    @model_validator(mode="after")
+    def _not_empty(self) -> EmbeddingRequest:
+        if self.input == "" or self.input == []:
+            raise ValueError("input|'$.input' is invalid. Please check the API reference: https://platform.openai.com/docs/api-reference.")
+        return self
+
+
+class ResponseRequest(_Body):
+    """`POST /v1/responses` (a flat tool shape, `text.format` for structured output)."""
+
+    model: str
+    input: str | list[dict[str, Any]] = ""
+    instructions: str | None = None
+    max_output_tokens: int | None = Field(None, ge=1)
+    stream: bool = False
+    tools: list[dict[str, Any]] = Field(default_factory=list)
+    tool_choice: str | dict[str, Any] = "auto"
+    parallel_tool_calls: bool = True
+    text: dict[str, Any] | None = None
+    temperature: float | None = Field(None, ge=0, le=2)
+    top_p: float | None = Field(None, ge=0, le=1)
+    seed: int | None = None
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    store: bool = True
+    user: str | None = None
+
+
+Body = TypeVar("Body", bound=BaseModel)
+
+_TYPE_WORDS = {"string": "a string", "int": "an integer", "float": "a number", "bool": "a boolean",
+               "list": "an array", "dict": "an object", "model": "an object", "literal": "one of the allowed values"}
+
+
+def parse(kind: type[Body], data: Any) -> Body:
+    """Validate a JSON body; the first mistake becomes the 400 OpenAI would send."""
+    if not isinstance(data, dict):
+        raise invalid("The request body must be a JSON object.", None)
+    try:
+        return kind.model_validate(data)
+    except ValidationError as error:
+        raise _explain(error, data) from None
+
+
+def _explain(error: ValidationError, data: dict[str, Any]) -> ApiError:
+    first = error.errors(include_url=False)[0]
+    loc = [str(part) for part in first["loc"] if not str(part).startswith(("function-", "union["))]
+    param = ".".join(loc) or None
+    kind = first["type"]
+    if kind == "missing":
+        if param == "model":
+            return invalid("you must provide a model parameter", None)
+        return invalid(f"Missing required parameter: '{param}'.", param, "missing_required_parameter")
+    if kind == "value_error" and "|" in str(first.get("ctx", {}).get("error", "")):
+        where, message = str(first["ctx"]["error"]).split("|", 1)
+        return invalid(message, where)
+    value = first.get("input")
+    if kind in ("greater_than_equal", "greater_than"):
+        limit = first["ctx"].get("ge", first["ctx"].get("gt"))
+        return invalid(f"Invalid '{param}': {_noun(value)} below minimum value. Expected a value >= {limit}, but got "
+                       f"{value!r} instead.", param, f"{_noun(value)}_below_min_value")
+    if kind in ("less_than_equal", "less_than"):
+        limit = first["ctx"].get("le", first["ctx"].get("lt"))
+        return invalid(f"Invalid '{param}': {_noun(value)} above maximum value. Expected a value <= {limit}, but got "
+                       f"{value!r} instead.", param, f"{_noun(value)}_above_max_value")
+    if kind in ("too_short", "too_long"):
+        return invalid(f"Invalid '{param}': {first['msg'].lower()}.", param, "array_too_short" if kind == "too_short"
+                       else "array_above_max_length")
+    if kind.endswith("_type") or kind.endswith("_parsing") or kind == "literal_error" or kind.startswith("model_"):
+        expected = _TYPE_WORDS.get(kind.split("_")[0], "a valid value")
+        return invalid(f"Invalid type for '{param}': expected {expected}, but got {_json_type(value)} instead.",
+                       param, "invalid_type")
+    return invalid(f"Invalid '{param}': {first['msg']}.", param, "invalid_value")
+
+
+def _noun(value: Any) -> str:
+    return "integer" if isinstance(value, int) else "decimal"
+
+
+def _json_type(value: Any) -> str:
+    kinds = ((bool, "a boolean"), (int, "an integer"), (float, "a decimal"), (str, "a string"), (list, "an array"),
+             (dict, "an object"))
+    return next((word for kind, word in kinds if isinstance(value, kind)), "null")

@@ -1,0 +1,59 @@
+"""Running a server: in the foreground (`aisim serve`) or in a background thread (tests, embedding)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+from pathlib import Path
+from typing import Iterator
+
+from ..scenario import Scenario, load_scenario
+from ..scenario.distributions import DurationDistribution
+from .server import ServerState, serve
+
+DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "default.yaml"
+
+
+@contextlib.contextmanager
+def running_server(scenario: Scenario | str | Path | None = None, *, seed: int | None = None,
+                   network_delay: DurationDistribution | None = None, host: str = "127.0.0.1",
+                   port: int = 0) -> Iterator[str]:
+    """Serve a scenario (the built-in default when None) in a background thread on a free port;
+    yields the base URL of its first listener, like `http://127.0.0.1:54321`."""
+    path = Path(scenario) if isinstance(scenario, (str, Path)) else None
+    loaded = load_scenario(path or DEFAULT_SCENARIO) if not isinstance(scenario, Scenario) else scenario
+    base_dir = (path or DEFAULT_SCENARIO).parent if path or scenario is None else Path(".")
+    ready = threading.Event()
+    box: dict[str, object] = {}
+    loop = asyncio.new_event_loop()
+
+    async def start() -> None:
+        state = ServerState(loaded, base_dir, seed=seed, network_delay=network_delay)
+        box["state"] = state
+        box["bound"] = await serve(state, host, port)
+        ready.set()
+
+    def run() -> None:
+        asyncio.set_event_loop(loop)
+        try:
+            loop.run_until_complete(start())
+        except BaseException as error:  # noqa: BLE001 - reported to the caller below
+            box["error"] = error
+            ready.set()
+            return
+        loop.run_forever()
+
+    thread = threading.Thread(target=run, name="aisim-server", daemon=True)
+    thread.start()
+    ready.wait()
+    if "error" in box:
+        raise RuntimeError(f"aisim server failed to start: {box['error']}") from box["error"]  # type: ignore[arg-type]
+    bound_host, bound_port = box["bound"][0]  # type: ignore[index]
+    try:
+        yield f"http://{bound_host}:{bound_port}"
+    finally:
+        state = box["state"]
+        asyncio.run_coroutine_threadsafe(state.stop(), loop).result(timeout=10)  # type: ignore[attr-defined]
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)

@@ -1,0 +1,146 @@
+"""The server: one live simulation behind Tornado applications, one per listener.
+
+`ServerState` owns everything the handlers share: the simulation on the real-time clock, the
+tokenizer, each model's content source, the fault book, the rate limiter and the metrics.
+`make_app(state, personalities)` builds the Tornado application a listener serves; `serve`
+starts all the scenario's listeners in the running event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import tornado.httpserver
+import tornado.netutil
+import tornado.web
+
+from ..engine.live import Live
+from ..engine.sampling import sample
+from ..engine.simulation import ServedModel, Simulation
+from ..scenario import Scenario
+from ..scenario.distributions import DurationDistribution
+from ..scenario.models import Model
+from .content import ContentSource
+from .faults import FaultBook
+from .metrics_feed import MetricsFeed
+from .ratelimit import RateLimiter
+from .tokenizer import Tokenizer, default_tokenizer
+
+DEFAULT_PERSONALITIES = ("openai", "vllm", "vllm-metrics")
+
+
+@dataclass
+class ServerState:
+    """What every handler of one server shares."""
+
+    scenario: Scenario
+    base_dir: Path = Path(".")
+    seed: int | None = None
+    network_delay: DurationDistribution | None = None
+    speed: float = 1.0
+    sim: Simulation = field(init=False)
+    live: Live = field(init=False)
+    tokenizer: Tokenizer = field(init=False)
+    contents: dict[str, ContentSource] = field(init=False)
+    faults: FaultBook = field(init=False)
+    limiter: RateLimiter = field(init=False)
+    api_keys: dict[str, str] = field(init=False)
+    lora_adapters: dict[str, dict[str, str]] = field(init=False)
+    created: int = field(init=False)
+    metrics: MetricsFeed = field(init=False)
+
+    def __post_init__(self) -> None:
+        scenario = self.scenario
+        self.sim = Simulation(scenario, self.base_dir, seed=self.seed, macro_steps=False, retain=False)
+        self.live = Live(self.sim, self.speed)
+        server_seq = np.random.SeedSequence([self.sim.seed, 1]).spawn(3)
+        fault_rng, self._delay_rng, self._seed_rng = (np.random.default_rng(s) for s in server_seq)
+        self.tokenizer = default_tokenizer()
+        self.contents = {m.id: ContentSource(m.content, self.base_dir) for m in scenario.models}
+        self.faults = FaultBook(list(scenario.faults), fault_rng)
+        self.limiter = RateLimiter(scenario.server.rate_limits)
+        self.api_keys = {k.key: k.name for k in scenario.server.api_keys}
+        self.network_delay = self.network_delay or scenario.server.network_delay
+        self.lora_adapters = {m.id: {name: "" for name in m.lora_adapters} for m in scenario.models}
+        self.created = int(time.time())
+        self.metrics = MetricsFeed(self)
+        self._task: asyncio.Task[None] | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the simulation's clock on the running event loop."""
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self.live.run())
+
+    async def stop(self) -> None:
+        self.live.stop()
+        if self._task is not None:
+            await self._task
+            self._task = None
+
+    # -- lookups -----------------------------------------------------------------------------
+
+    def model(self, name: str) -> Model | None:
+        """The model a client names (an id, an alias or a loaded LoRA adapter's name)."""
+        found = self.scenario.model_named(name)
+        if found is not None:
+            return found
+        return next((self.scenario.model_named(base) for base, loras in self.lora_adapters.items() if name in loras), None)
+
+    def served(self, model: Model) -> ServedModel:
+        return self.sim.models[model.id]
+
+    def max_model_len(self, model: Model) -> int:
+        served = self.served(model)
+        if served.plans:
+            return served.plans[0].max_model_len
+        return model.engine.max_model_len or model.resolved().max_position or 32768
+
+    def delay_s(self) -> float:
+        """One draw of the network delay, in seconds (0 without one)."""
+        if self.network_delay is None:
+            return 0.0
+        return float(sample(self.network_delay, self._delay_rng, 1)[0]) / 1e9
+
+    def next_seed(self) -> int:
+        """A seed for a request that did not give one (a deterministic sequence per server)."""
+        return int(self._seed_rng.integers(2**62))
+
+
+def make_app(state: ServerState, personalities: tuple[str, ...] = DEFAULT_PERSONALITIES,
+             metrics_path: str = "/metrics") -> tornado.web.Application:
+    """The Tornado application of one listener, speaking the given personalities."""
+    from . import openai_api, vllm_api
+
+    routes: list[Any] = []
+    if "openai" in personalities or "vllm" in personalities:
+        routes += openai_api.routes()
+    if "vllm" in personalities:
+        routes += vllm_api.routes()
+    if "vllm-metrics" in personalities:
+        routes.append((metrics_path, vllm_api.MetricsHandler))
+    body_limit = state.scenario.server.max_body_size
+    return tornado.web.Application(routes, state=state, default_handler_class=openai_api.NotFoundHandler,
+                                   max_body_size=body_limit * 2, compress_response=False)
+
+
+async def serve(state: ServerState, host: str | None = None, port: int | None = None) -> list[tuple[str, int]]:
+    """Start every listener of the scenario (the first one's port overridden by `port`); returns
+    the (host, port) pairs actually bound."""
+    state.start()
+    server = state.scenario.server
+    bound: list[tuple[str, int]] = []
+    for index, listener in enumerate(server.listeners):
+        app = make_app(state, tuple(listener.personalities), listener.metrics_path)
+        chosen = port if (index == 0 and port is not None) else listener.port
+        http = tornado.httpserver.HTTPServer(app, max_body_size=server.max_body_size * 2)
+        sockets = tornado.netutil.bind_sockets(chosen, host or server.host)
+        http.add_sockets(sockets)
+        bound.append((host or server.host, sockets[0].getsockname()[1]))
+    return bound

@@ -1,0 +1,137 @@
+"""vLLM's extras beside the OpenAI API: tokenizer endpoints, version, LoRA adapters, `/metrics`.
+
+Shapes follow vLLM 0.34 (`shared/reference/openai-api.md` §9.2): `/tokenize` answers `{count,
+max_model_len, tokens[, token_strs]}`, `/detokenize` `{prompt}`, `/version` `{version}`; LoRA
+loading answers plain text on success and vLLM's error types otherwise. Runtime LoRA updates are
+always allowed here (vLLM needs `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .errors import ApiError, invalid
+from .openai_api import BaseHandler
+
+VLLM_VERSION = "0.34.0"
+
+
+def _vllm_error(status: int, message: str, kind: str, param: str | None = None) -> ApiError:
+    """vLLM's error body: a Python-style type and the HTTP status as an integer code."""
+    error = ApiError(status, message, kind, param)
+    error.code = status  # type: ignore[assignment]
+    return error
+
+
+class TokenizeHandler(BaseHandler):
+    """`POST /tokenize`: a prompt or chat messages to token ids."""
+
+    async def post(self) -> None:
+        async def work() -> None:
+            body = self.json_body()
+            if not isinstance(body, dict) or ("prompt" not in body and "messages" not in body):
+                raise invalid("Either `prompt` or `messages` must be given.", "prompt")
+            model = self.find_model(body.get("model") or self.state.scenario.models[0].id)
+            tokenizer = self.state.tokenizer
+            if "messages" in body:
+                text = "".join(f"<|{m.get('role', 'user')}|>{_text(m.get('content'))}" for m in body["messages"]
+                               if isinstance(m, dict))
+                if body.get("add_generation_prompt", True):
+                    text += "<|assistant|>"
+            else:
+                text = str(body["prompt"])
+            ids = tokenizer.encode(text)
+            answer: dict[str, Any] = {"count": len(ids), "max_model_len": self.state.max_model_len(model), "tokens": ids}
+            if body.get("return_token_strs"):
+                answer["token_strs"] = tokenizer.pieces(text)
+            self.finish(json.dumps(answer))
+
+        await self.guarded(work)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, list):
+        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return "" if content is None else str(content)
+
+
+class DetokenizeHandler(BaseHandler):
+    """`POST /detokenize`: token ids back to text."""
+
+    async def post(self) -> None:
+        async def work() -> None:
+            body = self.json_body()
+            tokens = body.get("tokens") if isinstance(body, dict) else None
+            if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+                raise invalid("`tokens` must be a list of integers.", "tokens")
+            if body.get("model"):
+                self.find_model(body["model"])
+            try:
+                text = self.state.tokenizer.decode(tokens)
+            except (ValueError, KeyError) as error:
+                raise invalid(f"Invalid token ids: {error}", "tokens") from None
+            self.finish(json.dumps({"prompt": text}))
+
+        await self.guarded(work)
+
+
+class VersionHandler(BaseHandler):
+    def get(self) -> None:
+        self.finish(json.dumps({"version": VLLM_VERSION}))
+
+
+class LoraHandler(BaseHandler):
+    """`POST /v1/load_lora_adapter` and `/v1/unload_lora_adapter`."""
+
+    def initialize(self, load: bool) -> None:  # type: ignore[override]
+        super().initialize()
+        self.load = load
+
+    async def post(self) -> None:
+        async def work() -> None:
+            body = self.json_body()
+            name = body.get("lora_name") if isinstance(body, dict) else None
+            if not name:
+                raise _vllm_error(400, "The lora_name must be provided.", "InvalidUserInput", "lora_name")
+            base = body.get("base_model_name") or next(m.id for m in self.state.scenario.models)
+            adapters = self.state.lora_adapters.get(base)
+            if adapters is None:
+                raise _vllm_error(404, f"The model `{base}` does not exist.", "NotFoundError", "base_model_name")
+            loaded = any(name in a for a in self.state.lora_adapters.values())
+            if self.load:
+                if not body.get("lora_path"):
+                    raise _vllm_error(400, "Both 'lora_name' and 'lora_path' must be provided.", "InvalidUserInput")
+                if loaded:
+                    raise _vllm_error(400, f"The lora adapter '{name}' has already been loaded.", "InvalidUserInput")
+                adapters[name] = str(body["lora_path"])
+                message = f"Success: LoRA adapter '{name}' added successfully."
+            else:
+                owner = next((a for a in self.state.lora_adapters.values() if name in a), None)
+                if owner is None:
+                    raise _vllm_error(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError")
+                del owner[name]
+                message = f"Success: LoRA adapter '{name}' removed successfully."
+            self.set_header("Content-Type", "text/plain; charset=utf-8")
+            self.finish(message)
+
+        await self.guarded(work)
+
+
+class MetricsHandler(BaseHandler):
+    """`GET /metrics`: vLLM's Prometheus series, from the live engine."""
+
+    def get(self) -> None:
+        payload, content_type = self.state.metrics.scrape()
+        self.set_header("Content-Type", content_type)
+        self.finish(payload)
+
+
+def routes() -> list[Any]:
+    return [
+        (r"/tokenize", TokenizeHandler),
+        (r"/detokenize", DetokenizeHandler),
+        (r"/version", VersionHandler),
+        (r"/v1/load_lora_adapter", LoraHandler, {"load": True}),
+        (r"/v1/unload_lora_adapter", LoraHandler, {"load": False}),
+    ]

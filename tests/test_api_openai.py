@@ -1,0 +1,242 @@
+"""The OpenAI personality, driven by the real `openai` SDK over a real socket.
+
+Clients use `_strict_response_validation=True`, so every response must parse into the SDK's typed
+models (`shared/reference/openai-api.md` §8.1).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Iterator
+
+import httpx
+import jsonschema
+import numpy as np
+import openai
+import pytest
+from pydantic import BaseModel
+
+from aisim.testing import running_server
+
+from .conftest import TEST_SCENARIOS
+
+SCENARIO = TEST_SCENARIOS / "serve" / "fast-mock.yaml"
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    with running_server(SCENARIO) as base:
+        yield base
+
+
+@pytest.fixture(scope="module")
+def client(url: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="sk-any", _strict_response_validation=True, max_retries=0)
+
+
+@pytest.fixture(scope="module")
+def lenient(url: str) -> openai.OpenAI:
+    """A default client: the SDK's strict mode rejects what the real API sends in two places (completion
+    stream chunks carry `finish_reason: null`; embeddings arrive base64 before the SDK decodes them)."""
+    return openai.OpenAI(base_url=f"{url}/v1", api_key="sk-any", max_retries=0)
+
+
+def test_models_list_and_retrieve_ids_with_slashes(client: openai.OpenAI) -> None:
+    ids = [m.id for m in client.models.list()]
+    assert ids[:2] == ["quick", "llama"] and "meta-llama/Meta-Llama-3-8B-Instruct" in ids
+    model = client.models.retrieve("meta-llama/Meta-Llama-3-8B-Instruct")
+    assert model.id == "meta-llama/Meta-Llama-3-8B-Instruct" and model.object == "model"
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.models.retrieve("nope")
+    assert caught.value.code == "model_not_found"
+
+
+def test_chat_completion_with_usage_that_matches_the_content(client: openai.OpenAI) -> None:
+    reply = client.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Hello there"}],
+                                           max_tokens=12, seed=5)
+    choice = reply.choices[0]
+    assert reply.object == "chat.completion" and choice.message.role == "assistant" and choice.message.content
+    assert reply.usage.completion_tokens <= 12 and reply.usage.prompt_tokens > 2
+    assert choice.finish_reason in ("stop", "length")
+    if choice.finish_reason == "length":
+        assert reply.usage.completion_tokens == 12
+
+
+def test_streaming_gives_the_same_answer_token_by_token(client: openai.OpenAI) -> None:
+    messages = [{"role": "user", "content": "Tell me something"}]
+    whole = client.chat.completions.create(model="llama", messages=messages, max_tokens=20, seed=11)
+    stream = client.chat.completions.create(model="llama", messages=messages, max_tokens=20, seed=11, stream=True,
+                                            stream_options={"include_usage": True})
+    chunks = list(stream)
+    content = [c.choices[0].delta.content for c in chunks if c.choices and c.choices[0].delta.content]
+    assert chunks[0].choices[0].delta.role == "assistant"
+    assert sum(1 for c in chunks if c.choices and c.choices[0].delta.role) == 1
+    assert "".join(content) == whole.choices[0].message.content
+    finish = [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert finish == [whole.choices[0].finish_reason]
+    usage = chunks[-1]
+    assert usage.choices == [] and usage.usage.completion_tokens == whole.usage.completion_tokens
+    assert usage.usage.prompt_tokens == whole.usage.prompt_tokens
+
+
+def test_max_tokens_cuts_with_finish_reason_length_and_stop_sequences_end_early(client: openai.OpenAI) -> None:
+    cut = client.chat.completions.create(model="quick", messages=[{"role": "user", "content": "go"}],
+                                         max_completion_tokens=3, extra_body={"ignore_eos": True})
+    assert cut.choices[0].finish_reason == "length" and cut.usage.completion_tokens == 3
+    full = client.chat.completions.create(model="quick", messages=[{"role": "user", "content": "go"}], seed=3)
+    words = full.choices[0].message.content.split()
+    stop = words[len(words) // 2]
+    stopped = client.chat.completions.create(model="quick", messages=[{"role": "user", "content": "go"}], seed=3,
+                                             stop=[stop])
+    assert stopped.choices[0].finish_reason == "stop"
+    assert stop not in stopped.choices[0].message.content
+    assert full.choices[0].message.content.startswith(stopped.choices[0].message.content)
+
+
+def test_n_choices_and_logprobs(client: openai.OpenAI) -> None:
+    reply = client.chat.completions.create(model="quick", messages=[{"role": "user", "content": "hi"}], n=3,
+                                           logprobs=True, top_logprobs=2)
+    assert [c.index for c in reply.choices] == [0, 1, 2]
+    for choice in reply.choices:
+        tokens = choice.logprobs.content
+        assert "".join(t.token for t in tokens) == choice.message.content
+        assert all(t.logprob <= 0 and len(t.top_logprobs) == 2 for t in tokens)
+    assert reply.usage.completion_tokens == sum(len(c.logprobs.content) for c in reply.choices)
+
+
+WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {
+    "type": "object", "properties": {"city": {"type": "string"}, "unit": {"type": "string", "enum": ["c", "f"]},
+                                     "days": {"type": "integer", "minimum": 1, "maximum": 7}},
+    "required": ["city", "unit"]}}}
+
+
+def test_tool_calls_carry_arguments_valid_for_the_tool_schema(client: openai.OpenAI) -> None:
+    reply = client.chat.completions.create(model="llama", messages=[{"role": "user", "content": "Weather in Oslo?"}],
+                                           tools=[WEATHER], tool_choice="required")
+    [call] = reply.choices[0].message.tool_calls
+    assert reply.choices[0].finish_reason == "tool_calls" and reply.choices[0].message.content is None
+    assert call.id.startswith("call_") and call.function.name == "get_weather"
+    jsonschema.validate(json.loads(call.function.arguments), WEATHER["function"]["parameters"])
+    with client.chat.completions.stream(model="llama", messages=[{"role": "user", "content": "Weather?"}],
+                                        tools=[WEATHER], tool_choice="required") as stream:
+        final = stream.get_final_completion()
+    [streamed] = final.choices[0].message.tool_calls
+    assert streamed.function.name == "get_weather"
+    jsonschema.validate(json.loads(streamed.function.arguments), WEATHER["function"]["parameters"])
+
+
+def test_after_a_tool_result_the_model_answers_in_text(client: openai.OpenAI) -> None:
+    messages = [{"role": "user", "content": "Weather?"},
+                {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function",
+                                                       "function": {"name": "get_weather", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}]
+    reply = client.chat.completions.create(model="llama", messages=messages, tools=[WEATHER])
+    assert reply.choices[0].message.tool_calls is None and reply.choices[0].message.content
+
+
+class Person(BaseModel):
+    name: str
+    age: int
+    tags: list[str]
+
+
+def test_structured_output_validates_against_the_schema(client: openai.OpenAI) -> None:
+    parsed = client.chat.completions.parse(model="llama", messages=[{"role": "user", "content": "a person"}],
+                                           response_format=Person, max_tokens=500)
+    assert isinstance(parsed.choices[0].message.parsed, Person)
+    reply = client.chat.completions.create(model="llama", messages=[{"role": "user", "content": "json"}],
+                                           response_format={"type": "json_object"}, max_tokens=500)
+    assert isinstance(json.loads(reply.choices[0].message.content), dict)
+
+
+def test_completions_plain_streamed_and_with_logprobs(client: openai.OpenAI, lenient: openai.OpenAI) -> None:
+    reply = client.completions.create(model="llama", prompt="Once upon a time", max_tokens=8, logprobs=2, seed=1)
+    choice = reply.choices[0]
+    assert reply.object == "text_completion" and choice.text
+    assert "".join(choice.logprobs.tokens) == choice.text and reply.usage.completion_tokens == len(choice.logprobs.tokens)
+    streamed = "".join(c.choices[0].text for c in lenient.completions.create(
+        model="llama", prompt="Once upon a time", max_tokens=8, seed=1, stream=True) if c.choices)
+    assert streamed == choice.text
+
+
+def test_embeddings_float_base64_and_dimensions(lenient: openai.OpenAI, url: str) -> None:
+    client = lenient
+    reply = client.embeddings.create(model="embedder", input=["a cat", "a dog"])
+    assert [len(d.embedding) for d in reply.data] == [1024, 1024]
+    assert all(abs(np.linalg.norm(d.embedding) - 1) < 1e-5 for d in reply.data)
+    assert reply.usage.prompt_tokens == reply.usage.total_tokens > 0
+    raw = httpx.post(f"{url}/v1/embeddings", json={"model": "embedder", "input": "a cat", "encoding_format": "base64",
+                                                    "dimensions": 256}).json()
+    vector = np.frombuffer(base64.b64decode(raw["data"][0]["embedding"]), dtype="<f4")
+    assert len(vector) == 256 and abs(np.linalg.norm(vector) - 1) < 1e-5
+    again = client.embeddings.create(model="embedder", input="a cat", dimensions=256)
+    assert np.allclose(again.data[0].embedding, vector, atol=1e-6)
+    with pytest.raises(openai.BadRequestError):
+        client.embeddings.create(model="llama", input="x")
+
+
+def test_responses_api_plain_and_streamed(client: openai.OpenAI) -> None:
+    response = client.responses.create(model="llama", input="Say hi", max_output_tokens=10)
+    assert response.object == "response" and response.status == "completed" and response.output_text
+    assert response.usage.output_tokens <= 10
+    with client.responses.stream(model="llama", input="Say hi", max_output_tokens=10) as stream:
+        kinds = [event.type for event in stream]
+        final = stream.get_final_response()
+    assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
+    assert "response.output_text.delta" in kinds and final.output_text
+
+
+def test_errors_have_openai_status_and_body(client: openai.OpenAI, url: str) -> None:
+    with pytest.raises(openai.BadRequestError) as missing:
+        client.chat.completions.create(model="llama", messages=[])
+    assert missing.value.status_code == 400 and missing.value.param == "messages"
+    with pytest.raises(openai.NotFoundError) as unknown:
+        client.chat.completions.create(model="gpt-5", messages=[{"role": "user", "content": "x"}])
+    assert unknown.value.code == "model_not_found"
+    with pytest.raises(openai.BadRequestError) as too_long:
+        client.chat.completions.create(model="llama", messages=[{"role": "user", "content": "word " * 5000}],
+                                       stream=True)
+    assert too_long.value.code == "context_length_exceeded"
+    assert "maximum context length is 4096 tokens" in too_long.value.message
+    with pytest.raises(openai.BadRequestError) as bad_range:
+        client.chat.completions.create(model="llama", messages=[{"role": "user", "content": "x"}], n=0)
+    assert bad_range.value.param == "n"
+    bad_json = httpx.post(f"{url}/v1/chat/completions", content=b"{not json", headers={"Content-Type": "application/json"})
+    assert bad_json.status_code == 400 and set(bad_json.json()["error"]) == {"message", "type", "param", "code"}
+    missing_model = httpx.post(f"{url}/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}]})
+    assert missing_model.status_code == 400 and "model" in missing_model.json()["error"]["message"]
+    options = httpx.post(f"{url}/v1/chat/completions", json={"model": "llama", "messages": [{"role": "user", "content": "x"}],
+                                                             "stream_options": {"include_usage": True}})
+    assert options.status_code == 400 and options.json()["error"]["param"] == "stream_options"
+    huge = httpx.post(f"{url}/v1/chat/completions", json={"model": "llama", "messages": [{"role": "user", "content": "x" * (40 * 2**20)}]})
+    assert huge.status_code == 413
+    unknown_path = httpx.get(f"{url}/v1/nothing")
+    assert unknown_path.status_code == 404 and "error" in unknown_path.json()
+    wrong_method = httpx.get(f"{url}/v1/chat/completions")
+    assert wrong_method.status_code == 405
+
+
+def test_unknown_request_fields_are_ignored_as_vllm_does(client: openai.OpenAI) -> None:
+    reply = client.chat.completions.create(
+        model="llama", messages=[{"role": "user", "content": "x"}], max_tokens=4,
+        extra_body={"repetition_penalty": 1.1, "guided_json": {"type": "object"}, "continuous_usage_stats": True,
+                    "top_k": 5})
+    assert reply.choices[0].message.content
+
+
+def test_health_version_tokenize_detokenize_and_lora(url: str) -> None:
+    assert httpx.get(f"{url}/health").status_code == 200
+    assert httpx.get(f"{url}/version").json() == {"version": "0.34.0"}
+    text = "Hello, wörld! 12345 {\"a\": 1}"
+    tokens = httpx.post(f"{url}/tokenize", json={"model": "llama", "prompt": text, "return_token_strs": True}).json()
+    assert tokens["count"] == len(tokens["tokens"]) and "".join(tokens["token_strs"]) == text
+    assert tokens["max_model_len"] == 4096
+    assert httpx.post(f"{url}/detokenize", json={"model": "llama", "tokens": tokens["tokens"]}).json() == {"prompt": text}
+    loaded = httpx.post(f"{url}/v1/load_lora_adapter", json={"lora_name": "sql", "lora_path": "/adapters/sql"})
+    assert loaded.status_code == 200 and loaded.text == "Success: LoRA adapter 'sql' added successfully."
+    assert "sql" in [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]]
+    again = httpx.post(f"{url}/v1/load_lora_adapter", json={"lora_name": "sql", "lora_path": "/adapters/sql"})
+    assert again.status_code == 400
+    assert httpx.post(f"{url}/v1/unload_lora_adapter", json={"lora_name": "sql"}).status_code == 200
+    assert httpx.post(f"{url}/v1/unload_lora_adapter", json={"lora_name": "sql"}).status_code == 404

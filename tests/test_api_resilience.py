@@ -1,0 +1,161 @@
+"""What resilience tests need: scripted and probabilistic faults, API keys, rate limits with headers,
+disconnects that free what they held, network delay, and `/metrics` that follows the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Iterator
+
+import httpx
+import openai
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+from pydantic import TypeAdapter
+
+from aisim.scenario.distributions import DurationDistribution
+from aisim.testing import running_server
+
+from .conftest import TEST_SCENARIOS
+
+FAULTS = TEST_SCENARIOS / "serve" / "faults.yaml"
+USER = [{"role": "user", "content": "hello"}]
+
+
+@pytest.fixture(scope="module")
+def url() -> Iterator[str]:
+    with running_server(FAULTS) as base:
+        yield base
+
+
+def _metrics(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = httpx.get(f"{url}/metrics").text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def _value(samples: dict, name: str, **labels: str) -> float:  # type: ignore[type-arg]
+    return sum(v for (n, ls), v in samples.items() if n == name and all(dict(ls).get(k) == w for k, w in labels.items()))
+
+
+def test_api_keys_are_required_when_configured(url: str) -> None:
+    with pytest.raises(openai.AuthenticationError) as wrong:
+        openai.OpenAI(base_url=f"{url}/v1", api_key="sk-wrong-key-1234", max_retries=0).chat.completions.create(
+            model="quick", messages=USER)
+    assert wrong.value.code == "invalid_api_key" and "sk-********1234" in wrong.value.message
+    good = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-team-a", max_retries=0, _strict_response_validation=True)
+    assert good.models.list().data
+    assert httpx.get(f"{url}/metrics").status_code == 200  # open, as vLLM's
+
+
+def test_five_percent_429_over_2000_requests_each_with_retry_after(url: str) -> None:
+    async def fire() -> list[httpx.Response]:
+        async with httpx.AsyncClient(headers={"Authorization": "Bearer sk-team-a"}, timeout=30) as http:
+            results: list[httpx.Response] = []
+            for start in range(0, 2000, 200):
+                batch = [http.post(f"{url}/v1/chat/completions", json={"model": "quick", "messages": USER, "max_tokens": 2})
+                         for _ in range(200)]
+                results += await asyncio.gather(*batch)
+            return results
+
+    responses = asyncio.run(fire())
+    limited = [r for r in responses if r.status_code == 429]
+    assert {r.status_code for r in responses} == {200, 429}
+    assert 0.035 <= len(limited) / len(responses) <= 0.065
+    assert all(r.headers["retry-after"] == "1" and r.headers["retry-after-ms"] == "20" for r in limited)
+    body = limited[0].json()["error"]
+    assert body["type"] == "requests" and body["code"] == "rate_limit_exceeded"
+
+
+def test_the_sdk_retries_recover_from_a_scripted_sequence(url: str) -> None:
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-team-a", max_retries=2)
+    before = _value(_metrics(url), "vllm:request_success_total", model_name="flaky")
+    reply = client.chat.completions.create(model="flaky", messages=USER, max_tokens=2)
+    assert reply.choices[0].message.content is not None
+    after = _value(_metrics(url), "vllm:request_success_total", model_name="flaky")
+    assert after - before == 1  # two 503s never reached the engine; the third attempt did
+    no_retry = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-team-a", max_retries=0)
+    with pytest.raises(openai.InternalServerError) as failed:
+        no_retry.chat.completions.create(model="flaky", messages=USER, max_tokens=2)
+    assert failed.value.status_code == 503
+
+
+def test_a_forced_fault_through_the_override_header(url: str) -> None:
+    reply = httpx.post(f"{url}/v1/chat/completions", json={"model": "quick", "messages": USER},
+                       headers={"Authorization": "Bearer sk-team-a", "x-aisim-fault": "500"})
+    assert reply.status_code == 500 and reply.json()["error"]["type"] == "server_error"
+
+
+def test_a_mid_stream_disconnect_fault_cuts_the_stream(url: str) -> None:
+    client = openai.OpenAI(base_url=f"{url}/v1", api_key="sk-team-a", max_retries=0)
+    pieces = []
+    with pytest.raises((openai.APIError, httpx.HTTPError)):
+        for chunk in client.chat.completions.create(model="dropper", messages=USER, stream=True):
+            if chunk.choices and chunk.choices[0].delta.content:
+                pieces.append(chunk.choices[0].delta.content)
+    assert 1 <= len(pieces) <= 6
+
+
+def test_a_client_that_disconnects_mid_stream_frees_its_kv_blocks() -> None:
+    with running_server(TEST_SCENARIOS / "serve" / "fast-mock.yaml") as base:
+        with httpx.stream("POST", f"{base}/v1/chat/completions", timeout=30,
+                          json={"model": "llama", "messages": USER, "max_tokens": 3000, "stream": True,
+                                "ignore_eos": True}) as response:
+            lines = response.iter_lines()
+            received = [next(lines) for _ in range(10)]
+            during = _metrics(base)
+        assert any(line.startswith("data: ") for line in received)
+        assert _value(during, "vllm:num_requests_running", model_name="llama") == 1
+        assert _value(during, "vllm:kv_cache_usage_perc", model_name="llama") > 0
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            after = _metrics(base)
+            if _value(after, "vllm:request_success_total", model_name="llama", finished_reason="abort") == 1:
+                break
+            time.sleep(0.05)
+        assert _value(after, "vllm:request_success_total", model_name="llama", finished_reason="abort") == 1
+        assert _value(after, "vllm:num_requests_running", model_name="llama") == 0
+        assert _value(after, "vllm:kv_cache_usage_perc", model_name="llama") == 0
+
+
+def test_rate_limits_answer_429_with_openai_headers() -> None:
+    with running_server(TEST_SCENARIOS / "serve" / "ratelimit.yaml") as base:
+        def ask(key: str) -> httpx.Response:
+            return httpx.post(f"{base}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
+                              json={"model": "quick", "messages": USER, "max_tokens": 5})
+
+        first = [ask("sk-a") for _ in range(3)]
+        assert [r.status_code for r in first] == [200, 200, 200]
+        assert first[0].headers["x-ratelimit-limit-requests"] == "3"
+        assert [r.headers["x-ratelimit-remaining-requests"] for r in first] == ["2", "1", "0"]
+        refused = ask("sk-a")
+        assert refused.status_code == 429 and refused.json()["error"]["type"] == "requests"
+        assert int(refused.headers["retry-after"]) >= 1 and refused.headers["x-ratelimit-reset-requests"].endswith("s")
+        assert ask("sk-b").status_code == 200  # limits are per key
+
+
+def test_network_delay_adds_to_every_latency() -> None:
+    delay = TypeAdapter(DurationDistribution).validate_python("120-350ms")
+    with running_server(TEST_SCENARIOS / "serve" / "fast-mock.yaml", network_delay=delay) as base:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
+        latencies = []
+        for _ in range(12):
+            started = time.perf_counter()
+            client.chat.completions.create(model="quick", messages=USER, max_tokens=1)
+            latencies.append(time.perf_counter() - started)
+    assert min(latencies) >= 0.120  # never less than the delay plus the simulated time (2 ms here)
+    assert max(latencies) < 0.350 + 1.0  # generous: wall-clock noise, not the model, decides the slack
+    assert max(latencies) - min(latencies) > 0.02  # drawn per request, not constant
+
+
+def test_metrics_follow_what_was_served() -> None:
+    with running_server(TEST_SCENARIOS / "serve" / "fast-mock.yaml") as base:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
+        for _ in range(3):
+            client.chat.completions.create(model="llama", messages=USER, max_tokens=8, extra_body={"ignore_eos": True})
+        samples = _metrics(base)
+    assert _value(samples, "vllm:request_success_total", model_name="llama", finished_reason="length") == 3
+    assert _value(samples, "vllm:generation_tokens_total", model_name="llama") == 24
+    assert _value(samples, "vllm:time_to_first_token_seconds_count", model_name="llama") == 3
+    assert _value(samples, "vllm:inter_token_latency_seconds_count", model_name="llama") == 21
+    assert _value(samples, "vllm:cache_config_info", model_name="llama") == 1
