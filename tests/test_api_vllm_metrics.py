@@ -363,3 +363,18 @@ def test_the_module_does_not_import_tornado(python: str) -> None:
     code = "import sys, aisim.api.vllm_metrics; print('tornado' in sys.modules)"
     run = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "False"
+
+
+def test_many_gaps_at_once_count_exactly_as_one_by_one() -> None:
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from aisim.api.vllm_metrics import TOKEN_LATENCY_BUCKETS, _observe_many
+
+    gaps = [0.004, 0.01, 0.0100001, 0.02, 0.5, 0.5, 3.0, 100.0, 0.075]
+    one, many = (Histogram("h", "h", buckets=TOKEN_LATENCY_BUCKETS, registry=CollectorRegistry()) for _ in range(2))
+    for gap in gaps:
+        one.observe(gap)
+    _observe_many(many, gaps)
+    samples = [[(s.name, s.labels, s.value) for s in m.collect()[0].samples if not s.name.endswith("_created")]
+               for m in (one, many)]
+    assert samples[0] == samples[1]

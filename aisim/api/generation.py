@@ -98,13 +98,14 @@ def answer(ask: Ask, index: int, content: ContentSource, length: Any, tokenizer:
         return Answer([], "stop" if forced else "tool_calls", [call], _logprobs(ask, rng, len(call.pieces)))
     natural = int(sample(length or DEFAULT_LENGTH, rng, 1)[0])
     target = ask.cap if ask.ignore_eos and ask.cap else max(natural, 1)
-    text = _text(ask, rng, content, target)
-    pieces = tokenizer.pieces(text)
+    text = _text(ask, rng, content, target) or "."
     finish = "stop"
     if ask.ignore_eos and ask.cap:
-        while len(pieces) < ask.cap:
-            pieces += tokenizer.pieces(" " + text) if text else ["."]
-    text, stopped = _apply_stops("".join(pieces), ask.stops)
+        base = text
+        while tokenizer.count(text) < ask.cap:
+            text += " " + base
+    pieces = tokenizer.pieces(text)
+    text, stopped = _apply_stops(text, ask.stops)
     if stopped:
         pieces = tokenizer.pieces(text)
     if ask.cap is not None and len(pieces) > ask.cap:

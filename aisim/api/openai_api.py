@@ -189,10 +189,16 @@ class GenerationHandler(BaseHandler):
             raise errors.context_length(limit, prompt_tokens, cap or 0, "messages" if self.endpoint.endswith("chat/completions") else "prompt")
         return limit - prompt_tokens
 
-    def submit(self, model: Model, prompt_tokens: int, answers: list[Answer], priority: int) -> list[Call]:
-        self.calls = [self.state.live.submit(Arrival(0, "api", model.id, prompt_tokens, a.tokens, priority, -1, 0))
+    def submit(self, model: Model, prompt_tokens: int, answers: list[Answer], priority: int, stream: bool) -> list[Call]:
+        self.calls = [self.state.live.submit(Arrival(0, "api", model.id, prompt_tokens, a.tokens, priority, -1, 0), stream)
                       for a in answers]
         return self.calls
+
+    async def network(self) -> None:
+        """The scenario's (or --delay-ms) network delay, drawn per request."""
+        delay = self.state.delay_s()
+        if delay:
+            await asyncio.sleep(delay)
 
     async def outcome(self, call: Call) -> tuple[str, list[int]]:
         """Wait for a call's end: ('finished' | 'failed' | 'aborted', the times of its tokens)."""
@@ -214,7 +220,10 @@ class GenerationHandler(BaseHandler):
     async def settle(self, calls: list[Call], reasons: list[str], max_tokens: int | None, n: int = 1) -> bool:
         """Wait for every call, observe them, and raise the engine's error if one failed; False if the
         client went away."""
-        results = await asyncio.gather(*(self.outcome(c) for c in calls))
+        if len(calls) == 1:
+            results = [await self.outcome(calls[0])]  # no task to schedule for the common case
+        else:
+            results = list(await asyncio.gather(*(self.outcome(c) for c in calls)))
         for index, (call, (end, times)) in enumerate(zip(calls, results)):
             self.observe(call, end, reasons[index], max_tokens, times, n if index == len(calls) - 1 else None)
         for call, (end, _) in zip(calls, results):
@@ -285,17 +294,19 @@ class ChatHandler(GenerationHandler):
         model = self.find_model(body.model)
         fault = self.fault_for(model)
         await self.meet(fault, model)
+        tools = [t.function.model_dump() for t in body.tools or []]
         prompt_tokens = state.tokenizer.chat_prompt_tokens([m.model_dump(exclude_none=True) for m in body.messages])
+        if tools:  # tool definitions are part of the prompt the model reads
+            prompt_tokens += state.tokenizer.count(json.dumps(tools))
         budget = self.admit(model, prompt_tokens, body.token_cap)
         prompt = _chat_prompt(body.messages)
-        tools = [t.function.model_dump() for t in body.tools or []]
         ask = Ask(prompt, _last_user(body.messages), body.messages[-1].role, model.id, min(body.token_cap or budget, budget),
                   body.stops, request_seed(body.seed, prompt, state.next_seed()),
                   bool((body.model_extra or {}).get("ignore_eos")), body.response_format, tools,
                   body.tool_choice if tools else None, body.logprobs)
         answers = [answer(ask, i, state.contents[model.id], model.content.tokens, state.tokenizer) for i in range(body.n)]
-        await asyncio.sleep(state.delay_s())
-        calls = self.submit(model, prompt_tokens, answers, body.priority)
+        await self.network()
+        calls = self.submit(model, prompt_tokens, answers, body.priority, body.stream)
         completion_id = "chatcmpl-" + secrets.token_hex(12)
         created = int(time.time())
         if body.stream:
@@ -422,7 +433,10 @@ class CompletionHandler(GenerationHandler):
         found = []
         for item in items:
             if isinstance(item, list):
-                found.append((tokenizer.decode(item), len(item)))
+                try:
+                    found.append((tokenizer.decode(item), len(item)))
+                except ValueError as error:
+                    raise errors.invalid(f"Invalid token ids in 'prompt': {error}", "prompt") from None
             else:
                 found.append((item, tokenizer.count(item)))
         return found
@@ -442,9 +456,9 @@ class CompletionHandler(GenerationHandler):
                       request_seed(body.seed, text, state.next_seed()), bool((body.model_extra or {}).get("ignore_eos")),
                       logprobs=body.logprobs is not None)
             answers += [answer(ask, i, state.contents[model.id], model.content.tokens, state.tokenizer) for i in range(body.n)]
-        await asyncio.sleep(state.delay_s())
-        self.calls = [state.live.submit(Arrival(0, "api", model.id, prompts[i // body.n][1], a.tokens, body.priority, -1, 0))
-                      for i, a in enumerate(answers)]
+        await self.network()
+        self.calls = [state.live.submit(Arrival(0, "api", model.id, prompts[i // body.n][1], a.tokens, body.priority, -1, 0),
+                                        body.stream) for i, a in enumerate(answers)]
         completion_id = "cmpl-" + secrets.token_hex(12)
         created = int(time.time())
         head = {"id": completion_id, "object": "text_completion", "created": created, "model": body.model,
@@ -530,11 +544,14 @@ class EmbeddingHandler(GenerationHandler):
         await self.meet(fault, model)
         raw = body.input
         items: list[Any] = [raw] if isinstance(raw, str) or (raw and isinstance(raw[0], int)) else list(raw)
-        texts = [state.tokenizer.decode(i) if isinstance(i, list) else i for i in items]
+        try:
+            texts = [state.tokenizer.decode(i) if isinstance(i, list) else i for i in items]
+        except ValueError as error:
+            raise errors.invalid(f"Invalid token ids in 'input': {error}", "input") from None
         counts = [len(i) if isinstance(i, list) else state.tokenizer.count(i) for i in items]
         self.admit(model, max(counts), 0)
-        await asyncio.sleep(state.delay_s())
-        self.calls = [state.live.submit(Arrival(0, "api", model.id, max(n, 1), 0, 0, -1, 0)) for n in counts]
+        await self.network()
+        self.calls = [state.live.submit(Arrival(0, "api", model.id, max(n, 1), 0, 0, -1, 0), False) for n in counts]
         if not await self.settle(self.calls, ["stop"] * len(self.calls), None):
             return
         data = []
@@ -601,8 +618,8 @@ class ResponsesHandler(GenerationHandler):
                   min(body.max_output_tokens or budget, budget), [], request_seed(body.seed, prompt, state.next_seed()),
                   False, response_format, tools, tool_choice if tools else None)
         result = answer(ask, 0, state.contents[model.id], model.content.tokens, state.tokenizer)
-        await asyncio.sleep(state.delay_s())
-        [call] = self.submit(model, prompt_tokens, [result], 0)
+        await self.network()
+        [call] = self.submit(model, prompt_tokens, [result], 0, body.stream)
         response_id = "resp_" + secrets.token_hex(12)
         item_id = ("fc_" if result.tool_calls else "msg_") + secrets.token_hex(12)
         skeleton = self._response(body, response_id, "in_progress", [], None)

@@ -114,8 +114,12 @@ class ChatRequest(_Sampling):
             if kind not in ("text", "json_object", "json_schema"):
                 raise ValueError(f"response_format.type|Invalid value: '{kind}'. Supported values are: 'text', "
                                  "'json_object', and 'json_schema'.")
-            if kind == "json_schema" and not isinstance(self.response_format.get("json_schema"), dict):
+            spec = self.response_format.get("json_schema")
+            if kind == "json_schema" and not isinstance(spec, dict):
                 raise ValueError("response_format.json_schema|Missing required parameter: 'response_format.json_schema'.")
+            if kind == "json_schema" and not isinstance(spec.get("schema", {}), (dict, bool)):
+                raise ValueError("response_format.json_schema.schema|Invalid type for "
+                                 "'response_format.json_schema.schema': expected an object.")
         return self
 
     @property

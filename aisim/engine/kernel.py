@@ -127,11 +127,22 @@ class RealTimeClock:
         return max(self.kernel.now, self._start_virtual + int(elapsed * self.speed * 1e9))
 
     def inject(self, handler: Handler, priority: Priority = NORMAL) -> EventHandle:
-        """Schedule work at the current instant from outside the kernel (a request arriving)."""
+        """Schedule work at the current instant from outside the kernel (a request arriving), and run
+        every event already due at once, rather than on the clock task's next turn."""
         self.kernel.advance(self.virtual_now())
         handle = self.kernel.at(self.kernel.now, handler, priority)
+        self._run_due()
         self._wake.set()
         return handle
+
+    def _run_due(self) -> int | None:
+        """Run the events whose time has come; the time of the next one, or None."""
+        kernel = self.kernel
+        while True:
+            next_time = kernel.peek()
+            if next_time is None or next_time > self.virtual_now():
+                return next_time
+            kernel.step()
 
     def stop(self) -> None:
         """Make `run` return."""
@@ -140,12 +151,8 @@ class RealTimeClock:
 
     async def run(self) -> None:
         """Run events when their virtual time comes, until `stop`."""
-        kernel = self.kernel
         while not self._stopped:
-            next_time = kernel.peek()
-            if next_time is not None and next_time <= self.virtual_now():
-                kernel.step()
-                continue
+            next_time = self._run_due()
             self._wake.clear()
             timeout = None if next_time is None else (next_time - self.virtual_now()) / 1e9 / self.speed
             try:

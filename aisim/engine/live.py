@@ -32,8 +32,8 @@ class Call:
     events: asyncio.Queue[tuple[str, int]] = field(default_factory=asyncio.Queue)
     request: Request | None = None
 
-    def watch(self, event: str, request: Request) -> None:
-        self.events.put_nowait((event, self.kernel.now))
+    def watch(self, event: str, request: Request, time_ns: int) -> None:
+        self.events.put_nowait((event, time_ns))
 
     async def stream(self) -> AsyncIterator[tuple[str, int]]:
         """The request's events until its end (finished, failed or aborted)."""
@@ -64,12 +64,13 @@ class Live:
         """The current virtual time, in nanoseconds."""
         return self.clock.virtual_now()
 
-    def submit(self, arrival: Arrival) -> Call:
-        """Let a request arrive now; its events come through the returned call."""
+    def submit(self, arrival: Arrival, live_tokens: bool = True) -> Call:
+        """Let a request arrive now; its events come through the returned call (each token as it comes,
+        or, with `live_tokens=False`, possibly all at the end, each with its own time)."""
         call = Call(arrival, self.sim.kernel)
 
         def arrive() -> None:
-            call.request = self.sim.submit(dataclasses.replace(arrival, time=self.sim.kernel.now), call.watch)
+            call.request = self.sim.submit(dataclasses.replace(arrival, time=self.sim.kernel.now), call.watch, live_tokens)
 
         self.clock.inject(arrive)
         return call

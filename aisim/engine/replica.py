@@ -342,7 +342,7 @@ class Replica:
             request.last_token_at = end
             if self.timeline.per_token:
                 self.timeline.add(end, "token", request.id, request.generated - 1)
-            request.notify("token")
+            request.notify("token", end)
             if request.generated >= request.output:
                 self._finish(request, end)
         if itl:
@@ -365,7 +365,7 @@ class Replica:
         request.outcome = "completed"
         self._release(request, preempted=False)
         self.timeline.add(time_ns, "request_finished", request.id, "completed", request.generated)
-        request.notify("finished")
+        request.notify("finished", time_ns)
 
     def abort(self, request: Request) -> None:
         """The client went away: drop the request now and free its blocks (vLLM's abort)."""
@@ -382,7 +382,7 @@ class Replica:
         request.finished_at = self.kernel.now
         request.outcome = "aborted"
         self.timeline.add(self.kernel.now, "request_finished", request.id, "aborted", request.generated)
-        request.notify("aborted")
+        request.notify("aborted", self.kernel.now)
         self.interrupt()
 
     def _log(self, start: int, ends: np.ndarray, requests: int, prefill: int, decode: int, kv_used: np.ndarray) -> None:

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Any, Callable, Literal
 
 Outcome = Literal["completed", "failed", "aborted", ""]
-Watcher = Callable[[str, "Request"], None]
-"""Called with "token", "finished", "failed" or "aborted" as the engine moves a watched request."""
+Watcher = Callable[[str, "Request", int], None]
+"""Called with "token", "finished", "failed" or "aborted", the request and the event's time (ns)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -43,6 +43,8 @@ class Request:
     error: str = ""
     watcher: Watcher | None = None
     """Set for requests a client waits on (the server); None in headless runs."""
+    live_tokens: bool = True
+    """Whether the watcher needs each token when it comes (a stream) or may get them with the end."""
     engine: Any = None
     """The engine serving the request (to abort it)."""
 
@@ -55,7 +57,7 @@ class Request:
     def done(self) -> bool:
         return self.finished_at >= 0
 
-    def notify(self, event: str) -> None:
-        """Tell the watcher, if any, what just happened."""
+    def notify(self, event: str, time_ns: int) -> None:
+        """Tell the watcher, if any, what happened at `time_ns`."""
         if self.watcher is not None:
-            self.watcher(event, self)
+            self.watcher(event, self, time_ns)

@@ -77,7 +77,7 @@ class MockEngine:
         request.finished_at = self.kernel.now
         request.outcome = "aborted"
         self.timeline.add(self.kernel.now, "request_finished", request.id, "aborted", request.generated)
-        request.notify("aborted")
+        request.notify("aborted", self.kernel.now)
         self._next()
 
     def _draw(self, which: str) -> int | None:
@@ -103,7 +103,7 @@ class MockEngine:
             gaps = np.full(request.output - 1, spread // max(request.output - 1, 1), dtype=np.int64)
         times = now + ttft + np.concatenate(([0], np.cumsum(gaps)))
         handles = [self.kernel.at(int(times[0]), lambda: self._first_token(request))]
-        if request.watcher is not None:
+        if request.watcher is not None and request.live_tokens:
             handles += [self.kernel.at(int(t), lambda: self._token(request)) for t in times[1:-1].tolist()]
         handles.append(self.kernel.at(int(times[-1]), lambda: self._finish(request, times)))
         self.running[request.id] = handles
@@ -111,17 +111,21 @@ class MockEngine:
     def _first_token(self, request: Request) -> None:
         request.first_token_at = self.kernel.now
         self.timeline.add(self.kernel.now, "request_first_token", request.id)
-        if request.output > 1:
+        if request.output > 1 and request.live_tokens:
             self._token(request)
 
     def _token(self, request: Request) -> None:
         request.generated += 1
         request.last_token_at = self.kernel.now
-        request.notify("token")
+        request.notify("token", self.kernel.now)
 
     def _finish(self, request: Request, times: np.ndarray) -> None:
-        """The last token (all of them at once for an unwatched request) and the end of the request."""
+        """The last token (all of them, with their times, for a request not watched token by token) and
+        the end of the request."""
         if len(times):
+            if not request.live_tokens:
+                for t in times[:-1].tolist():
+                    request.notify("token", t)
             request.generated = len(times) - 1
             self._token(request)
             if len(times) > 1:
@@ -134,7 +138,7 @@ class MockEngine:
         request.finished_at = self.kernel.now
         request.outcome = "completed"
         self.timeline.add(self.kernel.now, "request_finished", request.id, "completed", request.generated)
-        request.notify("finished")
+        request.notify("finished", self.kernel.now)
         del self.running[request.id]
         self._next()
 

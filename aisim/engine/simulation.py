@@ -223,12 +223,13 @@ class Simulation:
         self.submit(arrival)
         self._next_arrival(feed)
 
-    def submit(self, arrival: Arrival, watcher: Watcher | None = None) -> Request:
-        """A request reaches the server now (from the workload, or from an API handler that watches it)."""
+    def submit(self, arrival: Arrival, watcher: Watcher | None = None, live_tokens: bool = True) -> Request:
+        """A request reaches the server now (from the workload, or from an API handler that watches it;
+        `live_tokens=False` when the handler needs the tokens only at the end)."""
         now = self.kernel.now
         served = self.models[arrival.model]
         request = Request(self.submitted, served.model.id, arrival.source, now, arrival.prompt, arrival.output,
-                          arrival.priority, arrival.group, arrival.prefix, watcher=watcher)
+                          arrival.priority, arrival.group, arrival.prefix, watcher=watcher, live_tokens=live_tokens)
         self.submitted += 1
         if served.model.resolved().task != "generate":
             request.output = 0
@@ -243,7 +244,7 @@ class Simulation:
             request.outcome = "failed"
             request.error = error
             self.timeline.add(now, "request_failed", request.id, error)
-            request.notify("failed")
+            request.notify("failed", now)
         else:
             assert served.router is not None
             served.router.submit(request)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Annotated, ClassVar, Literal, Union
 
-from pydantic import Field, model_validator
+from pydantic import Field, PrivateAttr, model_validator
 
 from .base import KSERVE_ISSUE, MEMORY_ISSUE, STREAMS_ISSUE, Spec, planned_field
 from .distributions import CountDistribution, DurationDistribution
@@ -364,6 +364,8 @@ class Model(Spec):
     lora_adapters: list[Identifier] = Field(default_factory=list)
     """LoRA adapters loaded at start (more through `/v1/load_lora_adapter`)."""
 
+    _resolved: ModelFamily | None = PrivateAttr(None)
+
     @model_validator(mode="after")
     def _has_architecture(self) -> Model:
         if self.family is None:
@@ -386,7 +388,12 @@ class Model(Spec):
         return self.latency is not None
 
     def resolved(self) -> ModelFamily:
-        """The family with this model's explicit architecture applied."""
+        """The family with this model's explicit architecture applied (computed once: models are frozen)."""
+        if self._resolved is None:
+            self._resolved = self._resolve()
+        return self._resolved
+
+    def _resolve(self) -> ModelFamily:
         given = {k: v for k, v in (self.architecture or Architecture()).model_dump().items() if v is not None}
         if self.family is not None:
             base = MODEL_FAMILIES[self.family]
