@@ -202,13 +202,11 @@ class GenerationHandler(BaseHandler):
 
     async def outcome(self, call: Call) -> tuple[str, list[int]]:
         """Wait for a call's end: ('finished' | 'failed' | 'aborted', the times of its tokens)."""
-        end, times = "aborted", []
-        async for event, time_ns in call.stream():
-            if event == "token":
-                times.append(time_ns)
-            else:
+        end = "aborted"
+        async for event, _ in call.stream():
+            if event != "token":
                 end = event
-        return end, times
+        return end, call.token_times
 
     def observe(self, call: Call, end: str, finish_reason: str, max_tokens: int | None, times: list[int],
                 n: int | None = 1) -> None:
@@ -348,16 +346,14 @@ class ChatHandler(GenerationHandler):
         broken = [False]
 
         async def one(index: int, call: Call, a: Answer) -> None:
-            times: list[int] = []
             end = "aborted"
             try:
-                async for event, time_ns in call.stream():
+                async for event, _ in call.stream():
                     if event != "token":
                         end = event
                         if event == "failed" and not broken[0]:
                             await self.send("data: " + json.dumps(self.engine_error(call).body()) + "\n\n")
                         continue
-                    times.append(time_ns)
                     if broken[0]:
                         continue
                     if not emitted[index]:
@@ -368,7 +364,8 @@ class ChatHandler(GenerationHandler):
                     if not await self._fault_in_stream(fault, sum(emitted), broken):
                         await self.send(chunk([self._delta(index, a, position, body)]))
             finally:
-                self.observe(call, end, a.finish_reason, body.token_cap, times, body.n if index == len(calls) - 1 else None)
+                self.observe(call, end, a.finish_reason, body.token_cap, call.token_times,
+                             body.n if index == len(calls) - 1 else None)
             if end == "finished" and not broken[0]:
                 await self.send(chunk([{"index": index, "delta": {}, "logprobs": None, "finish_reason": a.finish_reason}]))
 
@@ -472,15 +469,13 @@ class CompletionHandler(GenerationHandler):
                 return "data: " + json.dumps({**head, "choices": choices, **extra}, separators=(",", ":")) + "\n\n"
 
             async def one(index: int, call: Call, a: Answer) -> None:
-                times: list[int] = []
                 end = "aborted"
-                async for event, time_ns in call.stream():
+                async for event, _ in call.stream():
                     if event != "token":
                         end = event
                     if event == "failed":
                         await self.send("data: " + json.dumps(self.engine_error(call).body()) + "\n\n")
                     if event == "token":
-                        times.append(time_ns)
                         position = emitted[index]
                         emitted[index] += 1
                         text = a.pieces[position] if position < len(a.pieces) else ""
@@ -488,7 +483,8 @@ class CompletionHandler(GenerationHandler):
                             text = prompts[index // body.n][0] + text
                         logprobs = self._logprobs(a, position, position + 1, body.logprobs) if body.logprobs is not None else None
                         await self.send(chunk([{"text": text, "index": index, "logprobs": logprobs, "finish_reason": None}]))
-                self.observe(call, end, a.finish_reason, body.max_tokens, times, body.n if index == len(answers) - 1 else None)
+                self.observe(call, end, a.finish_reason, body.max_tokens, call.token_times,
+                             body.n if index == len(answers) - 1 else None)
                 if end == "finished":
                     await self.send(chunk([{"text": "", "index": index, "logprobs": None, "finish_reason": a.finish_reason}]))
 
@@ -642,12 +638,9 @@ class ResponsesHandler(GenerationHandler):
         await emit("response.in_progress", response=skeleton)
         started = self._item(result, item_id, "in_progress", empty=True)
         position = 0
-        times: list[int] = []
-        async for event, time_ns in call.stream():
+        async for event, _ in call.stream():
             if event != "token":
-                self.observe(call, event, result.finish_reason, body.max_output_tokens, times)
-            else:
-                times.append(time_ns)
+                self.observe(call, event, result.finish_reason, body.max_output_tokens, call.token_times)
             if event == "failed":
                 error = self.engine_error(call)
                 await emit("response.failed", response={**self._response(body, response_id, "failed", [], None),

@@ -120,6 +120,8 @@ class RealTimeClock:
         self._start_virtual = kernel.now
         self._wake = asyncio.Event()
         self._stopped = False
+        self._sleeping_until: int | None = None
+        """Virtual time the clock task sleeps until (None: until woken)."""
 
     def virtual_now(self) -> int:
         """The virtual time that corresponds to this wall-clock instant."""
@@ -131,8 +133,9 @@ class RealTimeClock:
         every event already due at once, rather than on the clock task's next turn."""
         self.kernel.advance(self.virtual_now())
         handle = self.kernel.at(self.kernel.now, handler, priority)
-        self._run_due()
-        self._wake.set()
+        next_time = self._run_due()
+        if next_time is not None and (self._sleeping_until is None or next_time < self._sleeping_until):
+            self._wake.set()  # the clock task must wake earlier than it planned
         return handle
 
     def _run_due(self) -> int | None:
@@ -154,6 +157,7 @@ class RealTimeClock:
         while not self._stopped:
             next_time = self._run_due()
             self._wake.clear()
+            self._sleeping_until = next_time
             timeout = None if next_time is None else (next_time - self.virtual_now()) / 1e9 / self.speed
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout)

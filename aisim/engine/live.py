@@ -15,7 +15,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import AsyncIterator
 
-from .kernel import Kernel, RealTimeClock
+from .kernel import RealTimeClock
 from .request import Request
 from .simulation import Simulation
 from .workload import Arrival
@@ -25,14 +25,23 @@ END_EVENTS = frozenset({"finished", "failed", "aborted"})
 
 @dataclass
 class Call:
-    """One submitted request as its client sees it."""
+    """One submitted request as its client sees it.
+
+    Every token's time lands in `token_times`; the event queue carries each token too when the
+    client streams (`live_tokens`), and otherwise only the end, which is much cheaper.
+    """
 
     arrival: Arrival
-    kernel: Kernel
+    live_tokens: bool = True
     events: asyncio.Queue[tuple[str, int]] = field(default_factory=asyncio.Queue)
+    token_times: list[int] = field(default_factory=list)
     request: Request | None = None
 
     def watch(self, event: str, request: Request, time_ns: int) -> None:
+        if event == "token":
+            self.token_times.append(time_ns)
+            if not self.live_tokens:
+                return
         self.events.put_nowait((event, time_ns))
 
     async def stream(self) -> AsyncIterator[tuple[str, int]]:
@@ -67,7 +76,7 @@ class Live:
     def submit(self, arrival: Arrival, live_tokens: bool = True) -> Call:
         """Let a request arrive now; its events come through the returned call (each token as it comes,
         or, with `live_tokens=False`, possibly all at the end, each with its own time)."""
-        call = Call(arrival, self.sim.kernel)
+        call = Call(arrival, live_tokens)
 
         def arrive() -> None:
             call.request = self.sim.submit(dataclasses.replace(arrival, time=self.sim.kernel.now), call.watch, live_tokens)

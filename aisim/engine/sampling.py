@@ -28,6 +28,31 @@ Distribution = (
 )
 
 
+class Draws:
+    """One value at a time from a distribution, drawn in chunks (a numpy call per value is slow).
+
+    Give each `Draws` its own generator: the values then do not depend on how draws of different
+    distributions interleave.
+    """
+
+    def __init__(self, dist: Distribution, rng: np.random.Generator, chunk: int = 256) -> None:
+        self.dist = dist
+        self.rng = rng
+        self.chunk = chunk
+        self._values: list[int] = []
+
+    def next(self) -> int:
+        if not self._values:
+            self._values = sample(self.dist, self.rng, self.chunk).tolist()[::-1]
+        return self._values.pop()
+
+    def take(self, count: int) -> np.ndarray:
+        """`count` values at once (in one numpy call when it is large)."""
+        if count > self.chunk:
+            return sample(self.dist, self.rng, count)
+        return np.array([self.next() for _ in range(count)], dtype=np.int64)
+
+
 def sample(dist: Distribution, rng: np.random.Generator, size: int) -> np.ndarray:
     """`size` draws as int64, never negative; normal and log-normal draws are clipped to min / max."""
     if isinstance(dist, (ConstantDuration, ConstantCount)):

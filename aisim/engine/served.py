@@ -21,7 +21,7 @@ from ..scenario.models import LatencyOverride
 from .kernel import EventHandle, Kernel
 from .replica import ReplicaStats
 from .request import Request
-from .sampling import sample
+from .sampling import Draws
 from .timeline import Timeline
 
 DEFAULT_MOCK_SEQS = 256
@@ -49,7 +49,10 @@ class MockEngine:
         self.kernel = kernel
         self.timeline = timeline
         self.latency = latency
-        self.rng = rng
+        streams = rng.spawn(3)
+        self.draws = {which: Draws(dist, stream) for (which, dist), stream in zip(
+            (("ttft", latency.ttft), ("inter_token", latency.inter_token), ("total", latency.total)), streams)
+            if dist is not None}
         self.slots = max_num_seqs or DEFAULT_MOCK_SEQS
         self.running: dict[int, list[EventHandle]] = {}
         self.queue: deque[Request] = deque()
@@ -81,8 +84,8 @@ class MockEngine:
         self._next()
 
     def _draw(self, which: str) -> int | None:
-        dist = getattr(self.latency, which)
-        return None if dist is None else int(sample(dist, self.rng, 1)[0])
+        draws = self.draws.get(which)
+        return None if draws is None else draws.next()
 
     def _start(self, request: Request) -> None:
         now = self.kernel.now
@@ -96,8 +99,8 @@ class MockEngine:
         ttft = self._draw("ttft")
         if ttft is None:
             ttft = (total or 0) // 10
-        if self.latency.inter_token is not None:
-            gaps = sample(self.latency.inter_token, self.rng, request.output - 1)
+        if "inter_token" in self.draws:
+            gaps = self.draws["inter_token"].take(request.output - 1)
         else:
             spread = max((total or 0) - ttft, 0)
             gaps = np.full(request.output - 1, spread // max(request.output - 1, 1), dtype=np.int64)

@@ -48,6 +48,8 @@ class ServedModel:
     fitted: bool = True
     failure: str = ""
     requests: list[Request] = field(default_factory=list)
+    generates: bool = True
+    """False for embedding and classification models: their requests produce no tokens."""
 
     @property
     def mock(self) -> bool:
@@ -94,6 +96,7 @@ class Simulation:
         self.models: dict[str, ServedModel] = {}
         for index, model in enumerate(scenario.models):
             served = self._serve(model, self._model_rngs[index])
+            served.generates = model.resolved().task == "generate"
             for name in model.names:
                 self.models[name] = served
         self.requests: list[Request] = []
@@ -231,7 +234,7 @@ class Simulation:
         request = Request(self.submitted, served.model.id, arrival.source, now, arrival.prompt, arrival.output,
                           arrival.priority, arrival.group, arrival.prefix, watcher=watcher, live_tokens=live_tokens)
         self.submitted += 1
-        if served.model.resolved().task != "generate":
+        if not served.generates:
             request.output = 0
         if self.retain:
             self.requests.append(request)
