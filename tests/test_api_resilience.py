@@ -116,6 +116,8 @@ def test_a_client_that_disconnects_mid_stream_frees_its_kv_blocks() -> None:
         assert _value(after, "vllm:request_success_total", model_name="llama", finished_reason="abort") == 1
         assert _value(after, "vllm:num_requests_running", model_name="llama") == 0
         assert _value(after, "vllm:kv_cache_usage_perc", model_name="llama") == 0
+        finished = [e for e in base.state.sim.timeline.events if e[1] == "request_finished"]
+        assert [(e[3], e[4] < 3000) for e in finished] == [("aborted", True)]  # outcome, tokens generated
 
 
 def test_rate_limits_answer_429_with_openai_headers() -> None:
@@ -159,3 +161,27 @@ def test_metrics_follow_what_was_served() -> None:
     assert _value(samples, "vllm:time_to_first_token_seconds_count", model_name="llama") == 3
     assert _value(samples, "vllm:inter_token_latency_seconds_count", model_name="llama") == 21
     assert _value(samples, "vllm:cache_config_info", model_name="llama") == 1
+
+
+def test_truncation_and_malformed_chunks_break_the_stream_as_configured() -> None:
+    with running_server(FAULTS) as base:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="sk-team-a", max_retries=0)
+        headers = {"Authorization": "Bearer sk-team-a"}
+        state = base.state
+        from aisim.scenario.faults import MalformedChunk, Trigger, Truncate
+
+        state.faults.by_name["trunc"] = Truncate(kind="truncate", after_tokens=3, trigger=Trigger(probability=1.0))
+        state.faults.by_name["garbled"] = MalformedChunk(kind="malformed_chunk", after_tokens=2,
+                                                         trigger=Trigger(probability=1.0))
+        cut = httpx.post(f"{base}/v1/chat/completions", headers={**headers, "x-aisim-fault": "trunc"},
+                         json={"model": "quick", "messages": USER, "stream": True, "max_tokens": 20})
+        assert cut.status_code == 200 and "[DONE]" not in cut.text and cut.text.count('"content"') >= 3
+        with pytest.raises(Exception):
+            for _ in client.chat.completions.create(model="quick", messages=USER, stream=True,
+                                                     extra_headers={"x-aisim-fault": "garbled"}):
+                pass
+
+
+def test_the_pytest_fixture_serves_the_default_scenario(aisim_server: str) -> None:
+    ids = {m["id"] for m in httpx.get(f"{aisim_server}/v1/models").json()["data"]}
+    assert {"gpt-4-turbo-mock", "llama3-8b-sim"} <= ids

@@ -342,6 +342,10 @@ class ChatHandler(GenerationHandler):
         def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
             return "data: " + json.dumps({**head, "choices": choices, **extra}, separators=(",", ":")) + "\n\n"
 
+        # the common chunk (a content piece, no logprobs) is a template around the JSON of the piece
+        opening = chunk([{"index": 0, "delta": {"content": ""}, "logprobs": None, "finish_reason": None}])
+        cut = opening.index('"content":""') + len('"content":')
+        templates = [(opening[:cut].replace('"index":0', f'"index":{i}', 1), opening[cut + 2:]) for i in range(len(answers))]
         emitted = [0] * len(answers)
         broken = [False]
 
@@ -361,8 +365,14 @@ class ChatHandler(GenerationHandler):
                         await self.send(chunk([{"index": index, "delta": first, "logprobs": None, "finish_reason": None}]))
                     position = emitted[index]
                     emitted[index] += 1
-                    if not await self._fault_in_stream(fault, sum(emitted), broken):
+                    if await self._fault_in_stream(fault, sum(emitted), broken):
+                        continue
+                    if a.tool_calls or body.logprobs:
                         await self.send(chunk([self._delta(index, a, position, body)]))
+                    else:
+                        before, after = templates[index]
+                        piece = a.pieces[position] if position < len(a.pieces) else ""
+                        await self.send(before + json.dumps(piece) + after)
             finally:
                 self.observe(call, end, a.finish_reason, body.token_cap, call.token_times,
                              body.n if index == len(calls) - 1 else None)

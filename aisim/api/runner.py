@@ -15,10 +15,17 @@ from .server import ServerState, serve
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "default.yaml"
 
 
+class ServerUrl(str):
+    """The base URL of a running server (a plain string to clients), carrying the server's state for
+    tests that look inside: `url.state.sim.timeline`."""
+
+    state: ServerState
+
+
 @contextlib.contextmanager
 def running_server(scenario: Scenario | str | Path | None = None, *, seed: int | None = None,
                    network_delay: DurationDistribution | None = None, host: str = "127.0.0.1",
-                   port: int = 0) -> Iterator[str]:
+                   port: int = 0) -> Iterator[ServerUrl]:
     """Serve a scenario (the built-in default when None) in a background thread on a free port;
     yields the base URL of its first listener, like `http://127.0.0.1:54321`."""
     path = Path(scenario) if isinstance(scenario, (str, Path)) else None
@@ -50,8 +57,10 @@ def running_server(scenario: Scenario | str | Path | None = None, *, seed: int |
     if "error" in box:
         raise RuntimeError(f"aisim server failed to start: {box['error']}") from box["error"]  # type: ignore[arg-type]
     bound_host, bound_port = box["bound"][0]  # type: ignore[index]
+    url = ServerUrl(f"http://{bound_host}:{bound_port}")
+    url.state = box["state"]  # type: ignore[assignment]
     try:
-        yield f"http://{bound_host}:{bound_port}"
+        yield url
     finally:
         state = box["state"]
         asyncio.run_coroutine_threadsafe(state.stop(), loop).result(timeout=10)  # type: ignore[attr-defined]
