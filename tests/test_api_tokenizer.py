@@ -7,7 +7,6 @@ import itertools
 import os
 import re
 import subprocess
-import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -158,19 +157,6 @@ def test_importing_the_tokenizer_pulls_in_no_server_library(python: str) -> None
     code = "import sys, aisim.api.tokenizer; print([m for m in ('tornado', 'textual', 'rich') if m in sys.modules])"
     run = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert run.stdout.strip() == "[]"
-
-
-def test_counting_ten_thousand_words_takes_milliseconds() -> None:
-    text = " ".join([sample_sections()["prose"]] * 10)
-    assert len(text.split()) >= 10_000
-    best = min(_timed(TOKENIZER.count, text) for _ in range(5))
-    assert best < 0.025
-
-
-def _timed(function: object, text: str) -> float:
-    started = time.perf_counter()
-    function(text)  # type: ignore[operator]
-    return time.perf_counter() - started
 
 
 def documented_errors() -> dict[str, dict[str, float]]:

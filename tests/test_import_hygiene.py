@@ -7,6 +7,7 @@ import subprocess
 FORBIDDEN = {
     "aisim.scenario": ["aisim.engine", "aisim.api", "aisim.tui", "tornado", "textual", "rich"],
     "aisim.engine": ["aisim.api", "aisim.tui", "aisim.cli", "tornado", "textual", "rich"],
+    "aisim.api": ["aisim.tui", "textual", "rich"],
 }
 
 
