@@ -361,11 +361,8 @@ class Replica:
         request.shared_blocks += moved
 
     def _finish(self, request: Request, time_ns: int) -> None:
-        request.finished_at = time_ns
-        request.outcome = "completed"
         self._release(request, preempted=False)
-        self.timeline.add(time_ns, "request_finished", request.id, "completed", request.generated)
-        request.notify("finished", time_ns)
+        request.conclude("completed", time_ns, self.timeline)
 
     def abort(self, request: Request) -> None:
         """The client went away: drop the request now and free its blocks (vLLM's abort)."""
@@ -379,10 +376,7 @@ class Replica:
             heapq.heapify(self._heap)
         else:
             self._fcfs.remove(request)
-        request.finished_at = self.kernel.now
-        request.outcome = "aborted"
-        self.timeline.add(self.kernel.now, "request_finished", request.id, "aborted", request.generated)
-        request.notify("aborted", self.kernel.now)
+        request.conclude("aborted", self.kernel.now, self.timeline)
         self.interrupt()
 
     def _log(self, start: int, ends: np.ndarray, requests: int, prefill: int, decode: int, kv_used: np.ndarray) -> None:

@@ -77,10 +77,7 @@ class MockEngine:
                 handle.cancel()
         else:
             self.queue.remove(request)
-        request.finished_at = self.kernel.now
-        request.outcome = "aborted"
-        self.timeline.add(self.kernel.now, "request_finished", request.id, "aborted", request.generated)
-        request.notify("aborted", self.kernel.now)
+        request.conclude("aborted", self.kernel.now, self.timeline)
         self._next()
 
     def _draw(self, which: str) -> int | None:
@@ -138,10 +135,7 @@ class MockEngine:
             if self.timeline.per_token:
                 for index, t in enumerate(times.tolist()):
                     self.timeline.add(t, "token", request.id, index)
-        request.finished_at = self.kernel.now
-        request.outcome = "completed"
-        self.timeline.add(self.kernel.now, "request_finished", request.id, "completed", request.generated)
-        request.notify("finished", self.kernel.now)
+        request.conclude("completed", self.kernel.now, self.timeline)
         del self.running[request.id]
         self._next()
 
