@@ -48,6 +48,7 @@ class BaseHandler(tornado.web.RequestHandler):
         self.calls: list[Call] = []
         self.gone = False
         self.api_key_name: str | None = None
+        self.malformed_sent = False
 
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", "application/json")
@@ -57,7 +58,7 @@ class BaseHandler(tornado.web.RequestHandler):
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         reason = self._reason or "error"
         if status_code == 405:
-            body = ApiError(405, f"Method Not Allowed", "invalid_request_error").body()
+            body = ApiError(405, "Method Not Allowed", "invalid_request_error").body()
         else:
             body = ApiError(status_code, reason, "server_error" if status_code >= 500 else "invalid_request_error").body()
         self.finish(json.dumps(body))
@@ -392,9 +393,8 @@ class ChatHandler(GenerationHandler):
         if not isinstance(fault, (Disconnect, Truncate, MalformedChunk)) or tokens_sent <= fault.after_tokens:
             return False
         if isinstance(fault, MalformedChunk):
-            fault_sent = getattr(self, "_malformed_sent", False)
-            if not fault_sent:
-                self._malformed_sent = True
+            if not self.malformed_sent:
+                self.malformed_sent = True
                 await self.send('data: {"id": "malformed", "choices": [{"delta": {"content": \n\n')
             return False
         broken[0] = True
