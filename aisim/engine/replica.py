@@ -40,8 +40,8 @@ MAX_RUN = 2048
 class ReplicaStats:
     """What the report needs from a replica, accumulated as it runs."""
 
-    itl_values: list[np.ndarray] = field(default_factory=list)
-    itl_weights: list[np.ndarray] = field(default_factory=list)
+    itl_values: list[np.ndarray | list[int]] = field(default_factory=list)
+    itl_weights: list[np.ndarray | list[int]] = field(default_factory=list)
     steps: int = 0
     busy_ns: int = 0
     kv_area: float = 0.0

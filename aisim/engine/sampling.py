@@ -46,11 +46,11 @@ class Draws:
             self._values = sample(self.dist, self.rng, self.chunk).tolist()[::-1]
         return self._values.pop()
 
-    def take(self, count: int) -> np.ndarray:
+    def take(self, count: int) -> list[int]:
         """`count` values at once (in one numpy call when it is large)."""
         if count > self.chunk:
-            return sample(self.dist, self.rng, count)
-        return np.array([self.next() for _ in range(count)], dtype=np.int64)
+            return sample(self.dist, self.rng, count).tolist()
+        return [self.next() for _ in range(count)]
 
 
 def sample(dist: Distribution, rng: np.random.Generator, size: int) -> np.ndarray:

@@ -12,6 +12,7 @@ are spread evenly over it after a first token at a tenth of it.
 
 from __future__ import annotations
 
+import itertools
 from collections import deque
 from typing import Protocol
 
@@ -91,7 +92,7 @@ class MockEngine:
         total = self._draw("total")
         if request.output == 0:
             finish = now + (total if total is not None else self._draw("ttft") or 0)
-            self.running[request.id] = [self.kernel.at(finish, lambda: self._finish(request, np.array([], dtype=np.int64)))]
+            self.running[request.id] = [self.kernel.at(finish, lambda: self._finish(request, []))]
             return
         ttft = self._draw("ttft")
         if ttft is None:
@@ -100,12 +101,12 @@ class MockEngine:
             gaps = self.draws["inter_token"].take(request.output - 1)
         else:
             spread = max((total or 0) - ttft, 0)
-            gaps = np.full(request.output - 1, spread // max(request.output - 1, 1), dtype=np.int64)
-        times = now + ttft + np.concatenate(([0], np.cumsum(gaps)))
-        handles = [self.kernel.at(int(times[0]), lambda: self._first_token(request))]
+            gaps = [spread // max(request.output - 1, 1)] * (request.output - 1)
+        times = list(itertools.accumulate(gaps, initial=now + ttft))  # plain lists: requests are many, tokens few
+        handles = [self.kernel.at(times[0], lambda: self._first_token(request))]
         if request.watcher is not None and request.live_tokens:
-            handles += [self.kernel.at(int(t), lambda: self._token(request)) for t in times[1:-1].tolist()]
-        handles.append(self.kernel.at(int(times[-1]), lambda: self._finish(request, times)))
+            handles += [self.kernel.at(t, lambda: self._token(request)) for t in times[1:-1]]
+        handles.append(self.kernel.at(times[-1], lambda: self._finish(request, times)))
         self.running[request.id] = handles
 
     def _first_token(self, request: Request) -> None:
@@ -119,21 +120,20 @@ class MockEngine:
         request.last_token_at = self.kernel.now
         request.notify("token", self.kernel.now)
 
-    def _finish(self, request: Request, times: np.ndarray) -> None:
+    def _finish(self, request: Request, times: list[int]) -> None:
         """The last token (all of them, with their times, for a request not watched token by token) and
         the end of the request."""
-        if len(times):
+        if times:
             if not request.live_tokens:
-                for t in times[:-1].tolist():
+                for t in times[:-1]:
                     request.notify("token", t)
             request.generated = len(times) - 1
             self._token(request)
             if len(times) > 1:
-                gaps = np.diff(times)
-                self.stats.itl_values.append(gaps)
-                self.stats.itl_weights.append(np.ones(len(gaps), dtype=np.int64))
+                self.stats.itl_values.append([b - a for a, b in zip(times, times[1:])])
+                self.stats.itl_weights.append([1] * (len(times) - 1))
             if self.timeline.per_token:
-                for index, t in enumerate(times.tolist()):
+                for index, t in enumerate(times):
                     self.timeline.add(t, "token", request.id, index)
         request.conclude("completed", self.kernel.now, self.timeline)
         del self.running[request.id]
