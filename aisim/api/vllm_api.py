@@ -12,7 +12,7 @@ import json
 from typing import Any
 
 from .errors import ApiError, invalid
-from .openai_api import BaseHandler
+from .handlers import BaseHandler
 
 VLLM_VERSION = "0.34.0"
 

@@ -1,0 +1,160 @@
+"""`POST /v1/chat/completions`: one JSON answer, or an SSE stream of chunks as the engine makes tokens."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+import time
+from typing import Any
+
+from ..engine.live import Call
+from ..scenario.faults import Disconnect, MalformedChunk, Truncate
+from ..scenario.models import Model
+from .generation import Answer, Ask, answer, request_seed
+from .handlers import FINGERPRINT, GenerationHandler, chat_prompt, last_user, token_logprobs, usage
+from .protocol import ChatRequest, parse
+
+class ChatHandler(GenerationHandler):
+    """`POST /v1/chat/completions`."""
+
+    endpoint = "/v1/chat/completions"
+
+    async def post(self) -> None:
+        await self.guarded(self.chat)
+
+    async def chat(self) -> None:
+        state = self.state
+        body = parse(ChatRequest, self.json_body())
+        model = self.find_model(body.model)
+        fault = self.fault_for(model)
+        await self.meet(fault, model)
+        tools = [t.function.model_dump() for t in body.tools or []]
+        prompt_tokens = state.tokenizer.chat_prompt_tokens([m.model_dump(exclude_none=True) for m in body.messages])
+        if tools:  # tool definitions are part of the prompt the model reads
+            prompt_tokens += state.tokenizer.count(json.dumps(tools))
+        budget = self.admit(model, prompt_tokens, body.token_cap)
+        prompt = chat_prompt(body.messages)
+        ask = Ask(prompt, last_user(body.messages), body.messages[-1].role, model.id, min(body.token_cap or budget, budget),
+                  body.stops, request_seed(body.seed, prompt, state.next_seed()),
+                  bool((body.model_extra or {}).get("ignore_eos")), body.response_format, tools,
+                  body.tool_choice if tools else None, body.logprobs)
+        answers = [answer(ask, i, state.contents[model.id], model.content.tokens, state.tokenizer) for i in range(body.n)]
+        await self.network()
+        calls = self.submit(model, prompt_tokens, answers, body.priority, body.stream)
+        completion_id = "chatcmpl-" + secrets.token_hex(12)
+        created = int(time.time())
+        if body.stream:
+            await self.stream(body, model, calls, answers, completion_id, created, prompt_tokens, fault)
+            return
+        if not await self.settle(calls, [a.finish_reason for a in answers], body.token_cap, body.n):
+            return
+        if isinstance(fault, Disconnect):
+            self.request.connection.close()
+            return
+        choices = []
+        for index, a in enumerate(answers):
+            message: dict[str, Any] = {"role": "assistant", "content": None if a.tool_calls else a.text,
+                                       "refusal": None, "annotations": []}
+            if a.tool_calls:
+                message["tool_calls"] = [{"id": c.id, "type": "function",
+                                          "function": {"name": c.name, "arguments": c.arguments}} for c in a.tool_calls]
+            logprobs = ({"content": token_logprobs(a, 0, len(a.pieces), body.top_logprobs or 0), "refusal": None}
+                        if body.logprobs else None)
+            choices.append({"index": index, "message": message, "logprobs": logprobs, "finish_reason": a.finish_reason})
+        payload = {"id": completion_id, "object": "chat.completion", "created": created, "model": body.model,
+                   "choices": choices, "usage": usage(prompt_tokens, sum(a.tokens for a in answers)),
+                   "system_fingerprint": FINGERPRINT, "service_tier": "default"}
+        text = json.dumps(payload)
+        if isinstance(fault, (Truncate, MalformedChunk)):
+            text = text[: len(text) // 2]
+        self.finish(text)
+
+    async def stream(self, body: ChatRequest, model: Model, calls: list[Call], answers: list[Answer], completion_id: str,
+                     created: int, prompt_tokens: int, fault: Any) -> None:
+        self.start_stream()
+        head = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": body.model,
+                "system_fingerprint": FINGERPRINT}
+
+        def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
+            return "data: " + json.dumps({**head, "choices": choices, **extra}, separators=(",", ":")) + "\n\n"
+
+        # the common chunk (a content piece, no logprobs) is a template around the JSON of the piece
+        opening = chunk([{"index": 0, "delta": {"content": ""}, "logprobs": None, "finish_reason": None}])
+        cut = opening.index('"content":""') + len('"content":')
+        templates = [(opening[:cut].replace('"index":0', f'"index":{i}', 1), opening[cut + 2:]) for i in range(len(answers))]
+        emitted = [0] * len(answers)
+        broken = [False]
+
+        async def one(index: int, call: Call, a: Answer) -> None:
+            end = "aborted"
+            try:
+                async for event, _ in call.stream():
+                    if event != "token":
+                        end = event
+                        if event == "failed" and not broken[0]:
+                            await self.send("data: " + json.dumps(self.engine_error(call).body()) + "\n\n")
+                        continue
+                    if broken[0]:
+                        continue
+                    if not emitted[index]:
+                        first = {"role": "assistant", "content": None if a.tool_calls else "", "refusal": None}
+                        await self.send(chunk([{"index": index, "delta": first, "logprobs": None, "finish_reason": None}]))
+                    position = emitted[index]
+                    emitted[index] += 1
+                    if await self._fault_in_stream(fault, sum(emitted), broken):
+                        continue
+                    if a.tool_calls or body.logprobs:
+                        await self.send(chunk([self._delta(index, a, position, body)]))
+                    else:
+                        before, after = templates[index]
+                        piece = a.pieces[position] if position < len(a.pieces) else ""
+                        await self.send(before + json.dumps(piece) + after)
+            finally:
+                self.observe(call, end, a.finish_reason, body.token_cap, call.token_times,
+                             body.n if index == len(calls) - 1 else None)
+            if end == "finished" and not broken[0]:
+                await self.send(chunk([{"index": index, "delta": {}, "logprobs": None, "finish_reason": a.finish_reason}]))
+
+        await asyncio.gather(*(one(i, c, a) for i, (c, a) in enumerate(zip(calls, answers))))
+        if broken[0] or self.gone:
+            return
+        if body.include_usage:
+            await self.send(chunk([], usage=usage(prompt_tokens, sum(emitted))))
+        await self.send("data: [DONE]\n\n")
+        self.finish()
+
+    async def _fault_in_stream(self, fault: Any, tokens_sent: int, broken: list[bool]) -> bool:
+        """Mid-stream faults: disconnect, truncation or a malformed chunk after `afterTokens` tokens."""
+        if not isinstance(fault, (Disconnect, Truncate, MalformedChunk)) or tokens_sent <= fault.after_tokens:
+            return False
+        if isinstance(fault, MalformedChunk):
+            if not self.malformed_sent:
+                self.malformed_sent = True
+                await self.send('data: {"id": "malformed", "choices": [{"delta": {"content": \n\n')
+            return False
+        broken[0] = True
+        if isinstance(fault, Disconnect):
+            self.request.connection.close()
+            self.on_connection_close()
+        else:
+            self.finish()
+            for call in self.calls:
+                self.state.live.abort(call)
+        return True
+
+    @staticmethod
+    def _delta(index: int, a: Answer, position: int, body: ChatRequest) -> dict[str, Any]:
+        logprobs = None
+        if a.tool_calls:
+            call = a.tool_calls[0]
+            fragment: dict[str, Any] = {"index": 0, "function": {"arguments": call.pieces[position] if position < len(call.pieces) else ""}}
+            if position == 0:
+                fragment = {"index": 0, "id": call.id, "type": "function",
+                            "function": {"name": call.name, "arguments": fragment["function"]["arguments"]}}
+            delta: dict[str, Any] = {"tool_calls": [fragment]}
+        else:
+            delta = {"content": a.pieces[position] if position < len(a.pieces) else ""}
+            if body.logprobs:
+                logprobs = {"content": token_logprobs(a, position, position + 1, body.top_logprobs or 0), "refusal": None}
+        return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": None}

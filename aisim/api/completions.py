@@ -1,0 +1,174 @@
+"""`POST /v1/completions` (legacy text completions) and `POST /v1/embeddings`."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import hashlib
+import json
+import secrets
+import time
+from typing import Any
+
+import numpy as np
+
+from ..engine.live import Call
+from ..engine.workload import Arrival
+from . import errors
+from .generation import Answer, Ask, answer, request_seed
+from .handlers import FINGERPRINT, GenerationHandler, token_logprobs, usage
+from .protocol import CompletionRequest, EmbeddingRequest, parse
+
+class CompletionHandler(GenerationHandler):
+    """`POST /v1/completions` (legacy text completions)."""
+
+    endpoint = "/v1/completions"
+
+    async def post(self) -> None:
+        await self.guarded(self.complete)
+
+    def prompts(self, body: CompletionRequest) -> list[tuple[str, int]]:
+        """(text, tokens) of each prompt; token-id prompts are decoded."""
+        raw = body.prompt
+        items: list[Any] = [raw] if isinstance(raw, str) or (raw and isinstance(raw[0], int)) else list(raw)
+        tokenizer = self.state.tokenizer
+        found = []
+        for item in items:
+            if isinstance(item, list):
+                try:
+                    found.append((tokenizer.decode(item), len(item)))
+                except ValueError as error:
+                    raise errors.invalid(f"Invalid token ids in 'prompt': {error}", "prompt") from None
+            else:
+                found.append((item, tokenizer.count(item)))
+        return found
+
+    async def complete(self) -> None:
+        state = self.state
+        body = parse(CompletionRequest, self.json_body())
+        model = self.find_model(body.model)
+        fault = self.fault_for(model)
+        await self.meet(fault, model)
+        prompts = self.prompts(body)
+        prompt_tokens = max(tokens for _, tokens in prompts)
+        budget = self.admit(model, prompt_tokens, body.max_tokens)
+        answers: list[Answer] = []
+        for text, _ in prompts:
+            ask = Ask(text, text, "user", model.id, min(body.max_tokens or budget, budget), body.stops,
+                      request_seed(body.seed, text, state.next_seed()), bool((body.model_extra or {}).get("ignore_eos")),
+                      logprobs=body.logprobs is not None)
+            answers += [answer(ask, i, state.contents[model.id], model.content.tokens, state.tokenizer) for i in range(body.n)]
+        await self.network()
+        self.calls = [state.live.submit(Arrival(0, "api", model.id, prompts[i // body.n][1], a.tokens, body.priority, -1, 0),
+                                        body.stream) for i, a in enumerate(answers)]
+        completion_id = "cmpl-" + secrets.token_hex(12)
+        created = int(time.time())
+        head = {"id": completion_id, "object": "text_completion", "created": created, "model": body.model,
+                "system_fingerprint": FINGERPRINT}
+        usage_prompt = sum(tokens for _, tokens in prompts) * body.n
+        if body.stream:
+            self.start_stream()
+            emitted = [0] * len(answers)
+
+            def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
+                return "data: " + json.dumps({**head, "choices": choices, **extra}, separators=(",", ":")) + "\n\n"
+
+            async def one(index: int, call: Call, a: Answer) -> None:
+                end = "aborted"
+                async for event, _ in call.stream():
+                    if event != "token":
+                        end = event
+                    if event == "failed":
+                        await self.send("data: " + json.dumps(self.engine_error(call).body()) + "\n\n")
+                    if event == "token":
+                        position = emitted[index]
+                        emitted[index] += 1
+                        text = a.pieces[position] if position < len(a.pieces) else ""
+                        if position == 0 and body.echo:
+                            text = prompts[index // body.n][0] + text
+                        logprobs = self._logprobs(a, position, position + 1, body.logprobs) if body.logprobs is not None else None
+                        await self.send(chunk([{"text": text, "index": index, "logprobs": logprobs, "finish_reason": None}]))
+                self.observe(call, end, a.finish_reason, body.max_tokens, call.token_times,
+                             body.n if index == len(answers) - 1 else None)
+                if end == "finished":
+                    await self.send(chunk([{"text": "", "index": index, "logprobs": None, "finish_reason": a.finish_reason}]))
+
+            await asyncio.gather(*(one(i, c, a) for i, (c, a) in enumerate(zip(self.calls, answers))))
+            if self.gone:
+                return
+            if body.include_usage:
+                await self.send(chunk([], usage=usage(usage_prompt, sum(emitted))))
+            await self.send("data: [DONE]\n\n")
+            self.finish()
+            return
+        if not await self.settle(self.calls, [a.finish_reason for a in answers], body.max_tokens, body.n):
+            return
+        choices = []
+        for index, a in enumerate(answers):
+            text = (prompts[index // body.n][0] if body.echo else "") + a.text
+            logprobs = self._logprobs(a, 0, len(a.pieces), body.logprobs) if body.logprobs is not None else None
+            choices.append({"text": text, "index": index, "logprobs": logprobs, "finish_reason": a.finish_reason})
+        self.finish(json.dumps({**head, "choices": choices, "usage": usage(usage_prompt, sum(a.tokens for a in answers))}))
+
+    @staticmethod
+    def _logprobs(a: Answer, start: int, end: int, top: int) -> dict[str, Any]:
+        items = token_logprobs(a, start, end, top)
+        offsets, offset = [], len("".join(a.pieces[:start]))
+        for item in items:
+            offsets.append(offset)
+            offset += len(item["token"])
+        return {"tokens": [i["token"] for i in items], "token_logprobs": [i["logprob"] for i in items],
+                "top_logprobs": [{t["token"]: t["logprob"] for t in i["top_logprobs"]} for i in items],
+                "text_offset": offsets}
+
+
+class EmbeddingHandler(GenerationHandler):
+    """`POST /v1/embeddings`: deterministic unit vectors, timed by the engine as prefill-only requests."""
+
+    endpoint = "/v1/embeddings"
+
+    async def post(self) -> None:
+        await self.guarded(self.embed)
+
+    async def embed(self) -> None:
+        state = self.state
+        body = parse(EmbeddingRequest, self.json_body())
+        model = self.find_model(body.model)
+        task = model.resolved().task if not model.mock else "embed"
+        if task != "embed":
+            raise errors.invalid(f"The model `{body.model}` does not support the Embeddings API.", "model")
+        native = model.embedding_dimensions or (model.resolved().hidden if not model.mock else 1536)
+        if body.dimensions is not None and body.dimensions > native:
+            raise errors.invalid(f"This model supports at most {native} dimensions, {body.dimensions} were requested.",
+                                 "dimensions")
+        fault = self.fault_for(model)
+        await self.meet(fault, model)
+        raw = body.input
+        items: list[Any] = [raw] if isinstance(raw, str) or (raw and isinstance(raw[0], int)) else list(raw)
+        try:
+            texts = [state.tokenizer.decode(i) if isinstance(i, list) else i for i in items]
+        except ValueError as error:
+            raise errors.invalid(f"Invalid token ids in 'input': {error}", "input") from None
+        counts = [len(i) if isinstance(i, list) else state.tokenizer.count(i) for i in items]
+        self.admit(model, max(counts), 0)
+        await self.network()
+        self.calls = [state.live.submit(Arrival(0, "api", model.id, max(n, 1), 0, 0, -1, 0), False) for n in counts]
+        if not await self.settle(self.calls, ["stop"] * len(self.calls), None):
+            return
+        data = []
+        for index, text in enumerate(texts):
+            vector = _embedding(text, native, body.dimensions or native)
+            encoded: Any = (base64.b64encode(vector.astype("<f4").tobytes()).decode() if body.encoding_format == "base64"
+                            else [float(v) for v in vector])
+            data.append({"object": "embedding", "index": index, "embedding": encoded})
+        total = sum(counts)
+        self.finish(json.dumps({"object": "list", "data": data, "model": body.model,
+                                "usage": {"prompt_tokens": total, "total_tokens": total}}))
+
+
+def _embedding(text: str, native: int, dimensions: int) -> np.ndarray:
+    """A unit vector determined by the text; `dimensions` keeps the first components, renormalised (as
+    text-embedding-3 does)."""
+    seed = int.from_bytes(hashlib.sha256(text.encode("utf-8", "surrogatepass")).digest()[:8], "little")
+    vector = np.random.default_rng(seed).normal(size=native)[:dimensions]
+    return vector / np.linalg.norm(vector)

@@ -1,0 +1,226 @@
+"""The shared plumbing of the OpenAI personality's handlers.
+
+Every generating request follows the same path: authenticate, parse, find the model, meet a fault
+or the rate limit, check the context length, decide the answer (`generation.answer`), then submit
+it to the live engine, which decides when each token comes. A client that disconnects aborts its
+requests in the engine, which frees their KV blocks. Errors before the first byte are real HTTP
+statuses with OpenAI's body; after it, an SSE `error` event (`shared/reference/openai-api.md` §1-§7).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import secrets
+from typing import Any, Awaitable, Callable
+
+import tornado.iostream
+import tornado.web
+
+from ..engine.live import Call
+from ..engine.workload import Arrival
+from ..scenario.faults import ApiError as ApiErrorFault, Timeout
+from ..scenario.models import Model
+from . import errors
+from .errors import ApiError
+from .faults import Context
+from .generation import Answer
+from .protocol import Message
+from .server import ServerState
+
+SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
+FINGERPRINT = "fp_aisim"
+
+
+class BaseHandler(tornado.web.RequestHandler):
+    """Shared plumbing: request ids, JSON bodies, OpenAI error bodies, auth, disconnects."""
+
+    state: ServerState
+
+    def initialize(self) -> None:
+        self.state = self.settings["state"]
+        self.calls: list[Call] = []
+        self.gone = False
+        self.api_key_name: str | None = None
+        self.malformed_sent = False
+
+    def set_default_headers(self) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.set_header("x-request-id", "req_" + secrets.token_hex(16))
+        self.set_header("openai-version", "2020-10-01")
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        reason = self._reason or "error"
+        if status_code == 405:
+            body = ApiError(405, "Method Not Allowed", "invalid_request_error").body()
+        else:
+            body = ApiError(status_code, reason, "server_error" if status_code >= 500 else "invalid_request_error").body()
+        self.finish(json.dumps(body))
+
+    def fail(self, error: ApiError) -> None:
+        """Answer with an OpenAI error body and status (before any byte of a stream)."""
+        self.set_status(error.status)
+        for name, value in error.headers.items():
+            self.set_header(name, value)
+        self.finish(json.dumps(error.body()))
+
+    def on_connection_close(self) -> None:
+        self.gone = True
+        for call in self.calls:
+            self.state.live.abort(call)
+
+    def json_body(self) -> Any:
+        limit = self.state.scenario.server.max_body_size
+        if len(self.request.body) > limit:
+            raise ApiError(413, f"Request too large: the body is {len(self.request.body)} bytes, the limit is {limit}.",
+                           "invalid_request_error", None, "request_too_large")
+        try:
+            return json.loads(self.request.body or b"null")
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise errors.invalid(
+                "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your "
+                "HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid "
+                "JSON. If you have trouble figuring out how to fix this, please contact us through our help center "
+                "at help.openai.com.)"
+            ) from None
+
+    def authenticate(self) -> None:
+        keys = self.state.api_keys
+        if not keys:
+            return
+        header = self.request.headers.get("Authorization", "")
+        key = header[7:].strip() if header.lower().startswith("bearer ") else None
+        if key not in keys:
+            raise errors.invalid_api_key(key)
+        self.api_key_name = keys[key]
+
+    def find_model(self, name: str) -> Model:
+        model = self.state.model(name)
+        if model is None:
+            raise errors.model_not_found(name)
+        return model
+
+    async def guarded(self, work: Callable[[], Awaitable[None]]) -> None:
+        try:
+            self.authenticate()
+            await work()
+        except ApiError as error:
+            if not self._headers_written:
+                self.fail(error)
+
+
+class GenerationHandler(BaseHandler):
+    """Common path of the endpoints that generate tokens."""
+
+    endpoint = ""
+
+    def fault_for(self, model: Model) -> Any:
+        context = Context(tuple(model.names), self.endpoint, self.api_key_name, self.state.live.now())
+        return self.state.faults.pick(context, self.request.headers.get("x-aisim-fault"))
+
+    async def meet(self, fault: Any, model: Model) -> None:
+        """Faults that act before the answer: an API error, or a hang then a closed connection."""
+        if isinstance(fault, ApiErrorFault):
+            raise errors.named(fault.error, model.id, fault.status, fault.message, fault.retry_after)
+        if isinstance(fault, Timeout):
+            await asyncio.sleep(fault.duration / 1e9)
+            self.request.connection.close()
+            raise asyncio.CancelledError
+
+    def admit(self, model: Model, prompt_tokens: int, cap: int | None) -> int:
+        """Rate limits and the context window; returns the completion budget."""
+        limit = self.state.max_model_len(model)
+        headers = self.state.limiter.admit(self.api_key_name, prompt_tokens + (cap or 0), model.id, self.state.live.now())
+        for name, value in headers.items():
+            self.set_header(name, value)
+        if prompt_tokens + (cap or 1) > limit:
+            raise errors.context_length(limit, prompt_tokens, cap or 0, "messages" if self.endpoint.endswith("chat/completions") else "prompt")
+        return limit - prompt_tokens
+
+    def submit(self, model: Model, prompt_tokens: int, answers: list[Answer], priority: int, stream: bool) -> list[Call]:
+        self.calls = [self.state.live.submit(Arrival(0, "api", model.id, prompt_tokens, a.tokens, priority, -1, 0), stream)
+                      for a in answers]
+        return self.calls
+
+    async def network(self) -> None:
+        """The scenario's (or --delay-ms) network delay, drawn per request."""
+        delay = self.state.delay_s()
+        if delay:
+            await asyncio.sleep(delay)
+
+    async def outcome(self, call: Call) -> tuple[str, list[int]]:
+        """Wait for a call's end: ('finished' | 'failed' | 'aborted', the times of its tokens)."""
+        end = "aborted"
+        async for event, _ in call.stream():
+            if event != "token":
+                end = event
+        return end, call.token_times
+
+    def observe(self, call: Call, end: str, finish_reason: str, max_tokens: int | None, times: list[int],
+                n: int | None = 1) -> None:
+        """Feed `/metrics` with a request that ended."""
+        engine_reason = finish_reason if finish_reason in ("stop", "length") else "stop"  # tool calls end by EOS
+        reason = {"finished": engine_reason, "aborted": "abort"}.get(end, "error")
+        self.state.metrics.finished(call, reason, max_tokens, times, n)
+
+    async def settle(self, calls: list[Call], reasons: list[str], max_tokens: int | None, n: int = 1) -> bool:
+        """Wait for every call, observe them, and raise the engine's error if one failed; False if the
+        client went away."""
+        if len(calls) == 1:
+            results = [await self.outcome(calls[0])]  # no task to schedule for the common case
+        else:
+            results = list(await asyncio.gather(*(self.outcome(c) for c in calls)))
+        for index, (call, (end, times)) in enumerate(zip(calls, results)):
+            self.observe(call, end, reasons[index], max_tokens, times, n if index == len(calls) - 1 else None)
+        for call, (end, _) in zip(calls, results):
+            if end == "aborted":
+                return False
+            if end != "finished":
+                raise self.engine_error(call)
+        return True
+
+    def engine_error(self, call: Call) -> ApiError:
+        reason = call.request.error if call.request is not None else "the request could not be served"
+        return ApiError(500, f"The server had an error while processing your request: {reason}", "server_error")
+
+    async def send(self, chunk: str) -> bool:
+        """Write and flush one piece of a stream; False once the client is gone."""
+        if self.gone:
+            return False
+        try:
+            self.write(chunk)
+            await self.flush()
+        except tornado.iostream.StreamClosedError:
+            self.gone = True
+            return False
+        return True
+
+    def start_stream(self) -> None:
+        for name, value in SSE_HEADERS.items():
+            self.set_header(name, value)
+
+
+def chat_prompt(messages: list[Message]) -> str:
+    return "\n".join(f"{m.role}: {m.text()}" for m in messages)
+
+
+def last_user(messages: list[Message]) -> str:
+    return next((m.text() for m in reversed(messages) if m.role == "user"), "")
+
+
+def usage(prompt: int, completion: int) -> dict[str, Any]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0,
+                                          "rejected_prediction_tokens": 0}}
+
+
+def token_logprobs(answer_: Answer, start: int, end: int, top: int) -> list[dict[str, Any]]:
+    items = []
+    for index in range(start, end):
+        piece = answer_.pieces[index] if index < len(answer_.pieces) else ""
+        value = answer_.logprobs[index] if index < len(answer_.logprobs) else 0.0
+        alternatives = [{"token": f"{piece}{k}", "logprob": round(value - 1.5 * (k + 1), 6),
+                         "bytes": list(f"{piece}{k}".encode())} for k in range(top)]
+        items.append({"token": piece, "logprob": value, "bytes": list(piece.encode()), "top_logprobs": alternatives})
+    return items

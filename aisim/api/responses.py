@@ -1,0 +1,151 @@
+"""`POST /v1/responses`, with its SSE event sequence (`event:` + `data:`, `sequence_number`, no [DONE])."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import time
+from typing import Any
+
+from .generation import Answer, Ask, answer, request_seed
+from .handlers import GenerationHandler, chat_prompt, last_user
+from .protocol import Message, ResponseRequest, parse
+
+class ResponsesHandler(GenerationHandler):
+    """`POST /v1/responses` with its SSE event sequence (`event:` + `data:`, `sequence_number`, no [DONE])."""
+
+    endpoint = "/v1/responses"
+
+    async def post(self) -> None:
+        await self.guarded(self.respond)
+
+    @staticmethod
+    def messages(body: ResponseRequest) -> list[Message]:
+        found = [Message(role="system", content=body.instructions)] if body.instructions else []
+        if isinstance(body.input, str):
+            return found + [Message(role="user", content=body.input)]
+        for item in body.input:
+            if item.get("type", "message") == "message":
+                content = item.get("content")
+                if isinstance(content, list):
+                    content = [{"type": "text", "text": p.get("text", "")} for p in content if isinstance(p, dict)]
+                found.append(Message(role=item.get("role", "user"), content=content))
+            elif item.get("type") == "function_call_output":
+                found.append(Message(role="tool", content=str(item.get("output", "")), tool_call_id=item.get("call_id")))
+        return found or [Message(role="user", content="")]
+
+    async def respond(self) -> None:
+        state = self.state
+        body = parse(ResponseRequest, self.json_body())
+        model = self.find_model(body.model)
+        fault = self.fault_for(model)
+        await self.meet(fault, model)
+        messages = self.messages(body)
+        prompt_tokens = state.tokenizer.chat_prompt_tokens([m.model_dump(exclude_none=True) for m in messages])
+        budget = self.admit(model, prompt_tokens, body.max_output_tokens)
+        prompt = chat_prompt(messages)
+        tools = [{"name": t.get("name"), "description": t.get("description"), "parameters": t.get("parameters")}
+                 for t in body.tools if t.get("type") == "function" and t.get("name")]
+        fmt = (body.text or {}).get("format") or {}
+        response_format = ({"type": "json_schema", "json_schema": {"schema": fmt.get("schema") or {}}}
+                           if fmt.get("type") == "json_schema" else fmt if fmt.get("type") == "json_object" else None)
+        tool_choice: Any = body.tool_choice
+        if isinstance(tool_choice, dict) and tool_choice.get("name"):
+            tool_choice = {"function": {"name": tool_choice["name"]}}
+        ask = Ask(prompt, last_user(messages), messages[-1].role, model.id,
+                  min(body.max_output_tokens or budget, budget), [], request_seed(body.seed, prompt, state.next_seed()),
+                  False, response_format, tools, tool_choice if tools else None)
+        result = answer(ask, 0, state.contents[model.id], model.content.tokens, state.tokenizer)
+        await self.network()
+        [call] = self.submit(model, prompt_tokens, [result], 0, body.stream)
+        response_id = "resp_" + secrets.token_hex(12)
+        item_id = ("fc_" if result.tool_calls else "msg_") + secrets.token_hex(12)
+        skeleton = self._response(body, response_id, "in_progress", [], None)
+        if not body.stream:
+            if not await self.settle([call], [result.finish_reason], body.max_output_tokens):
+                return
+            output = [self._item(result, item_id, "completed")]
+            usage = self.usage(prompt_tokens, result.tokens)
+            self.finish(json.dumps(self._response(body, response_id, "completed", output, usage)))
+            return
+        self.start_stream()
+        sequence = [0]
+
+        async def emit(kind: str, **fields: Any) -> bool:
+            data = {"type": kind, "sequence_number": sequence[0], **fields}
+            sequence[0] += 1
+            return await self.send(f"event: {kind}\ndata: " + json.dumps(data, separators=(",", ":")) + "\n\n")
+
+        await emit("response.created", response=skeleton)
+        await emit("response.in_progress", response=skeleton)
+        started = self._item(result, item_id, "in_progress", empty=True)
+        position = 0
+        async for event, _ in call.stream():
+            if event != "token":
+                self.observe(call, event, result.finish_reason, body.max_output_tokens, call.token_times)
+            if event == "failed":
+                error = self.engine_error(call)
+                await emit("response.failed", response={**self._response(body, response_id, "failed", [], None),
+                                                         "error": {"code": "server_error", "message": error.message}})
+                self.finish()
+                return
+            if event != "token":
+                continue
+            if position == 0:
+                await emit("response.output_item.added", output_index=0, item=started)
+                if not result.tool_calls:
+                    await emit("response.content_part.added", item_id=item_id, output_index=0, content_index=0,
+                               part={"type": "output_text", "text": "", "annotations": []})
+            if result.tool_calls:
+                pieces = result.tool_calls[0].pieces
+                delta = pieces[position] if position < len(pieces) else ""
+                await emit("response.function_call_arguments.delta", item_id=item_id, output_index=0, delta=delta)
+            else:
+                delta = result.pieces[position] if position < len(result.pieces) else ""
+                await emit("response.output_text.delta", item_id=item_id, output_index=0, content_index=0, delta=delta,
+                           logprobs=[])
+            position += 1
+        if self.gone:
+            return
+        final = self._item(result, item_id, "completed")
+        if result.tool_calls:
+            call_ = result.tool_calls[0]
+            await emit("response.function_call_arguments.done", item_id=item_id, output_index=0, name=call_.name,
+                       arguments=call_.arguments)
+        else:
+            await emit("response.output_text.done", item_id=item_id, output_index=0, content_index=0, text=result.text,
+                       logprobs=[])
+            await emit("response.content_part.done", item_id=item_id, output_index=0, content_index=0,
+                       part=final["content"][0])
+        await emit("response.output_item.done", output_index=0, item=final)
+        await emit("response.completed", response=self._response(body, response_id, "completed", [final],
+                                                                 self.usage(prompt_tokens, result.tokens)))
+        self.finish()
+
+    @staticmethod
+    def _item(result: Answer, item_id: str, status: str, empty: bool = False) -> dict[str, Any]:
+        if result.tool_calls:
+            call = result.tool_calls[0]
+            return {"type": "function_call", "id": item_id, "call_id": call.id, "name": call.name,
+                    "arguments": "" if empty else call.arguments, "status": status}
+        content = [] if empty else [{"type": "output_text", "text": result.text, "annotations": [], "logprobs": []}]
+        return {"type": "message", "id": item_id, "status": status, "role": "assistant", "content": content}
+
+    @staticmethod
+    def usage(prompt: int, output: int) -> dict[str, Any]:
+        return {"input_tokens": prompt, "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "output_tokens": output,
+                "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + output}
+
+    @staticmethod
+    def _response(body: ResponseRequest, response_id: str, status: str, output: list[dict[str, Any]],
+                  usage: dict[str, Any] | None) -> dict[str, Any]:
+        now = int(time.time())
+        return {"id": response_id, "object": "response", "created_at": now, "status": status,
+                "completed_at": now if status == "completed" else None, "error": None, "incomplete_details": None,
+                "instructions": body.instructions, "max_output_tokens": body.max_output_tokens, "model": body.model,
+                "output": output, "parallel_tool_calls": body.parallel_tool_calls, "previous_response_id": None,
+                "reasoning": {"effort": None, "summary": None}, "store": body.store, "temperature": body.temperature or 1.0,
+                "text": body.text or {"format": {"type": "text"}}, "tool_choice": body.tool_choice, "tools": body.tools,
+                "top_p": body.top_p or 1.0, "truncation": "disabled", "usage": usage, "user": body.user,
+                "metadata": body.metadata}
