@@ -198,6 +198,8 @@ class GenerationHandler(BaseHandler):
     def start_stream(self) -> None:
         for name, value in SSE_HEADERS.items():
             self.set_header(name, value)
+        stream = self.request.connection.stream  # type: ignore[union-attr]
+        stream.set_nodelay(True)  # each token leaves at once (no Nagle wait for the previous ACK)
 
 
 def chat_prompt(messages: list[Message]) -> str:
