@@ -15,6 +15,7 @@ from .generation import Answer, Ask, answer, request_seed
 from .handlers import FINGERPRINT, GenerationHandler, chat_prompt, last_user, token_logprobs, usage
 from .protocol import ChatRequest, parse
 
+
 class ChatHandler(GenerationHandler):
     """`POST /v1/chat/completions`."""
 

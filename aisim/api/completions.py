@@ -19,6 +19,7 @@ from .generation import Answer, Ask, answer, request_seed
 from .handlers import FINGERPRINT, GenerationHandler, token_logprobs, usage
 from .protocol import CompletionRequest, EmbeddingRequest, parse
 
+
 class CompletionHandler(GenerationHandler):
     """`POST /v1/completions` (legacy text completions)."""
 

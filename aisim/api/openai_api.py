@@ -15,6 +15,7 @@ from .errors import ApiError
 from .handlers import BaseHandler
 from .responses import ResponsesHandler
 
+
 class NotFoundHandler(BaseHandler):
     """Unknown paths: a 404 with an OpenAI error body."""
 

@@ -11,6 +11,7 @@ from .generation import Answer, Ask, answer, request_seed
 from .handlers import GenerationHandler, chat_prompt, last_user
 from .protocol import Message, ResponseRequest, parse
 
+
 class ResponsesHandler(GenerationHandler):
     """`POST /v1/responses` with its SSE event sequence (`event:` + `data:`, `sequence_number`, no [DONE])."""
 
