@@ -148,6 +148,67 @@ def _serve(args: argparse.Namespace) -> int:
     return 0
 
 
+FIT_MARGIN = 0.15
+
+
+def _memory(args: argparse.Namespace) -> int:
+    from .engine.memory import plan
+    from .render import memory_lines
+    from .scenario import Scenario
+    from .scenario.models import EngineLimits, Model
+    from .scenario.presets import GPU_PROFILES, MODEL_FAMILIES
+
+    cases: list[tuple[str, object, object, object]] = []
+    if args.scenario:
+        checked = check_file(args.scenario)
+        sys.stderr.write(render_text([p for p in checked.problems if p.severity == "error"]))
+        if checked.scenario is None:
+            return 1
+        scenario: Scenario = checked.scenario
+        devices = scenario.gpu_devices()
+        for model in scenario.models:
+            if model.placement is None or model.mock:
+                continue
+            gpu = devices[model.placement.gpus[0]].resolved()
+            cases.append((model.id, model, gpu, model.engine))
+    else:
+        if not args.model or not args.gpu:
+            sys.stderr.write("aisim memory: give a SCENARIO, or --model and --gpu\n")
+            return 2
+        if args.model not in MODEL_FAMILIES or args.gpu not in GPU_PROFILES:
+            unknown = args.model if args.model not in MODEL_FAMILIES else args.gpu
+            known = ", ".join(MODEL_FAMILIES if args.model not in MODEL_FAMILIES else GPU_PROFILES)
+            sys.stderr.write(f"aisim memory: unknown {unknown!r}; choose one of {known}\n")
+            return 2
+        limits = {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,
+                  "max_model_len": args.max_model_len, "gpu_memory_utilization": args.gpu_memory_utilization,
+                  "block_size": args.block_size, "kv_cache_dtype": args.kv_cache_dtype}
+        engine = EngineLimits.model_validate({k: v for k, v in limits.items() if v is not None})
+        model = Model.model_validate({"id": args.model, "family": args.model, "engine": engine.model_dump(),
+                                      "placement": {"gpus": ["gpu"], "tensorParallel": args.tensor_parallel}})
+        cases.append((args.model, model, GPU_PROFILES[args.gpu], engine))
+    results = []
+    for name, model, gpu, engine in cases:
+        result = plan(model, gpu, engine)  # type: ignore[arg-type]
+        results.append((name, model, gpu, result))
+    if args.json:
+        payload = [{"model": name, "gpu": gpu.name, **_plan_dict(result)} for name, _, gpu, result in results]  # type: ignore[attr-defined]
+        sys.stdout.write(json.dumps(payload, indent=2) + "\n")
+    else:
+        for name, model, gpu, result in results:
+            sys.stdout.write(memory_lines(name, model, gpu, result, FIT_MARGIN) + "\n")  # type: ignore[arg-type]
+    return 0 if all(r.kv_tokens >= r.max_model_len * (1 + FIT_MARGIN) for *_, r in results) else 1
+
+
+def _plan_dict(result: object) -> dict[str, object]:
+    import dataclasses
+
+    data = dataclasses.asdict(result)  # type: ignore[call-overload]
+    data.update(kv_tokens=result.kv_tokens, max_concurrency=round(result.max_concurrency, 2),  # type: ignore[attr-defined]
+                fits=result.kv_tokens >= result.max_model_len * (1 + FIT_MARGIN))  # type: ignore[attr-defined]
+    return data
+
+
 def _schema(args: argparse.Namespace) -> int:
     sys.stdout.write(schema_text())
     return 0
@@ -185,6 +246,20 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--seed", type=int, help="override the scenario's seed")
     serve.add_argument("--speed", type=float, default=1.0, help="virtual seconds per wall second (default 1)")
     serve.set_defaults(handler=_serve, foreign=[])
+
+    memory = commands.add_parser("memory", help="predict weights, activations and KV-cache capacity, as vLLM sizes them")
+    memory.add_argument("scenario", nargs="?", metavar="SCENARIO", help="a scenario: every simulated model in it")
+    memory.add_argument("--model", help="a model family (llama-3-8b, ...)")
+    memory.add_argument("--gpu", help="a GPU profile (H100-SXM, ...)")
+    memory.add_argument("--tensor-parallel", type=int, default=1)
+    memory.add_argument("--max-num-seqs", type=int)
+    memory.add_argument("--max-num-batched-tokens", type=int)
+    memory.add_argument("--max-model-len", type=int)
+    memory.add_argument("--gpu-memory-utilization", type=float)
+    memory.add_argument("--block-size", type=int)
+    memory.add_argument("--kv-cache-dtype", choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"))
+    memory.add_argument("--json", action="store_true", help="print the figures as JSON")
+    memory.set_defaults(handler=_memory)
 
     schema = commands.add_parser("schema", help="print the JSON Schema of the scenario language")
     schema.set_defaults(handler=_schema)

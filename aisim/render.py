@@ -83,3 +83,34 @@ class Progress:
     def close(self) -> None:
         if self.shown:
             sys.stderr.write("\r" + " " * 40 + "\r")
+
+
+def memory_lines(name: str, model: Any, gpu: Any, plan: Any, margin: float) -> str:
+    """A memory plan in vLLM's own log words (`gpu-memory-and-streams.md` §4.3), then the verdict."""
+    gib = 2**30
+    arch = model.resolved()
+    tp = model.placement.tensor_parallel if model.placement else 1
+    need = plan.max_model_len * (1 + margin)
+    fits = plan.kv_tokens >= need
+    lines = [
+        f"model {name} ({arch.dtype}, {arch.params / 1e9:.2f}B parameters) on {gpu.name} "
+        f"({plan.capacity / gib:.2f} GiB), tensor parallel {tp}",
+        f"Model loading took {plan.weights / gib:.4f} GiB",
+        f"the current vLLM instance can use total_gpu_memory ({plan.capacity / gib:.2f}GiB) x gpu_memory_utilization "
+        f"({model.engine.gpu_memory_utilization:.2f}) = {plan.requested / gib:.2f}GiB",
+        f"model weights take {plan.weights / gib:.2f}GiB; non_torch_memory takes {plan.non_torch / gib:.2f}GiB; "
+        f"PyTorch activation peak memory takes {plan.activation_peak / gib:.2f}GiB; the rest of the memory reserved "
+        f"for KV Cache is {plan.kv_available / gib:.2f}GiB.",
+        f"Available KV cache memory: {plan.kv_available / gib:.2f} GiB",
+    ]
+    if plan.has_kv:
+        lines += [
+            f"GPU KV cache size: {plan.kv_tokens:,} tokens ({plan.num_blocks:,} blocks of {plan.block_size}, "
+            f"{plan.kv_bytes_per_token:,} bytes per token)",
+            f"Maximum concurrency for {plan.max_model_len:,} tokens per request: {plan.max_concurrency:.2f}x",
+            f"fits: {'yes' if fits else 'NO'} (needs room for one {plan.max_model_len:,}-token request plus "
+            f"{margin:.0%}: {need:,.0f} tokens)",
+        ]
+    else:
+        lines.append("no KV cache (the model has no attention layers)")
+    return "\n".join(lines) + "\n"

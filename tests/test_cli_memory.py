@@ -1,0 +1,37 @@
+"""`aisim memory`: vLLM's KV-cache sizing, predicted without a GPU."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+from .conftest import ROOT, SCENARIOS
+
+VLLM_LOGGED_TOKENS = 27_943 * 16
+"""Llama-3.1-8B on an 80 GB GPU (79.11 GiB) at 0.90: "# cuda blocks: 27943" (gpu-memory-and-streams.md §4.3)."""
+
+
+def _memory(python: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([python, "-m", "aisim", "memory", *args], capture_output=True, text=True, cwd=ROOT)
+
+
+def test_llama3_8b_on_h100_is_within_ten_percent_of_what_vllm_logs(python: str) -> None:
+    run = _memory(python, "--model", "llama-3-8b", "--gpu", "H100-SXM")
+    assert run.returncode == 0, run.stderr
+    tokens = int(re.search(r"GPU KV cache size: ([\d,]+) tokens", run.stdout).group(1).replace(",", ""))  # type: ignore[union-attr]
+    assert abs(tokens - VLLM_LOGGED_TOKENS) / VLLM_LOGGED_TOKENS < 0.10
+    assert "Maximum concurrency for 8,192 tokens per request:" in run.stdout and "fits: yes" in run.stdout
+
+
+def test_a_model_that_does_not_fit_says_so_and_exits_one(python: str) -> None:
+    run = _memory(python, "--model", "llama-3-8b", "--gpu", "T4", "--json")
+    [result] = json.loads(run.stdout)
+    assert run.returncode == 1 and result["fits"] is False and result["num_blocks"] == 0
+    assert result["weights"] > result["capacity"] * 0.9  # 16 GB of weights on a 14.75 GiB card
+
+
+def test_every_simulated_model_of_a_scenario(python: str) -> None:
+    run = _memory(python, str(SCENARIOS / "priorities.yaml"), "--json")
+    assert [r["model"] for r in json.loads(run.stdout)] == ["chat", "embedder"]
+    assert _memory(python, "--model", "llama-9000", "--gpu", "H100-SXM").returncode == 2
