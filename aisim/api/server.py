@@ -21,7 +21,8 @@ import tornado.web
 
 from ..engine.live import Live
 from ..engine.sampling import sample
-from ..engine.simulation import ServedModel, Simulation
+from ..engine.deployment import ServedModel
+from ..engine.simulation import Simulation
 from ..scenario import Scenario
 from ..scenario.distributions import DurationDistribution
 from ..scenario.models import Model

@@ -109,6 +109,8 @@ class Replica:
         self.slowdown = 1.0
         self.on_step: Callable[[Replica, StepReport], None] | None = None
         """Called after every step (a live server's metrics); None in headless runs."""
+        self.on_finish: Callable[[Request], None] | None = None
+        """Called when a request completes (a version's tail-latency watch)."""
 
     # -- queue -----------------------------------------------------------------------------
 
@@ -363,6 +365,8 @@ class Replica:
     def _finish(self, request: Request, time_ns: int) -> None:
         self._release(request, preempted=False)
         request.conclude("completed", time_ns, self.timeline)
+        if self.on_finish is not None:
+            self.on_finish(request)
 
     def abort(self, request: Request) -> None:
         """The client went away: drop the request now and free its blocks (vLLM's abort)."""

@@ -17,7 +17,8 @@ from ..scenario.presets import GIB
 from .replica import Replica
 from .request import Request
 from .served import Engine
-from .simulation import ServedModel, Simulation
+from .deployment import ServedModel
+from .simulation import Simulation
 
 NS = 1e9
 PERCENTILES = (50, 90, 99)
@@ -82,6 +83,13 @@ def _model_section(served: ServedModel, end_ns: int) -> dict[str, Any]:
     }
     if served.failure:
         section["failure"] = served.failure
+    lifecycle = served.lifecycle
+    section["versions"] = {
+        "active": lifecycle.active,
+        "states": {name: life.state.value for name, life in lifecycle.lives.items()},
+        "rollbacks": lifecycle.rollbacks,
+        "refused": lifecycle.refused,
+    }
     section.update(_request_section(served.requests, served.engines))
     if not served.mock and served.plans:
         memory = served.plans[0]

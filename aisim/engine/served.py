@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 
@@ -32,6 +32,7 @@ class Engine(Protocol):
     """What a served model offers the simulation."""
 
     stats: ReplicaStats
+    on_finish: Callable[[Request], None] | None
 
     def submit(self, request: Request) -> None: ...
 
@@ -58,6 +59,7 @@ class MockEngine:
         self.running: dict[int, list[EventHandle]] = {}
         self.queue: deque[Request] = deque()
         self.stats = ReplicaStats()
+        self.on_finish: Callable[[Request], None] | None = None
 
     @property
     def outstanding(self) -> int:
@@ -136,6 +138,8 @@ class MockEngine:
                 for index, t in enumerate(times):
                     self.timeline.add(t, "token", request.id, index)
         request.conclude("completed", self.kernel.now, self.timeline)
+        if self.on_finish is not None:
+            self.on_finish(request)
         del self.running[request.id]
         self._next()
 

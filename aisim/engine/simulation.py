@@ -6,7 +6,6 @@ source and one per mock model, in document order; nothing else draws random numb
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -14,16 +13,10 @@ import numpy as np
 
 from ..scenario import Scenario
 from ..scenario.faults import SlowDown
-from ..scenario.models import Model
-from ..scenario.presets import GIB
-from . import calibration
-from .costmodel import CostModel
+from .deployment import Host, ServedModel
 from .kernel import URGENT, Kernel, VirtualClock
-from .kv import KvCache
-from .memory import MemoryPlan, plan
 from .replica import Replica
 from .request import Request, Watcher
-from .served import Engine, MockEngine, Router
 from .timeline import Timeline
 from .workload import Arrival, SourceFeed
 
@@ -34,44 +27,6 @@ ROLLING_RECORDS = 100_000
 
 class EndlessWorkload(ValueError):
     """The workload never stops and no stop time was given."""
-
-
-@dataclass(eq=False)
-class ServedModel:
-    """One model of the scenario at run time."""
-
-    model: Model
-    engines: list[Engine]
-    router: Router | None
-    plans: list[MemoryPlan] = field(default_factory=list)
-    gpu_names: list[str] = field(default_factory=list)
-    fitted: bool = True
-    failure: str = ""
-    requests: list[Request] = field(default_factory=list)
-    generates: bool = True
-    """False for embedding and classification models: their requests produce no tokens."""
-
-    @property
-    def mock(self) -> bool:
-        return self.model.mock
-
-
-def _load_failure(plan_: MemoryPlan) -> str:
-    """vLLM's start-up error when the KV cache cannot hold one request (`kv_cache_utils.py`)."""
-    if not plan_.has_kv:
-        return ""
-    if plan_.num_blocks <= 0:
-        return ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
-                "when initializing the engine.")
-    if plan_.kv_tokens < plan_.max_model_len:
-        need = plan_.max_model_len * plan_.kv_bytes_per_token / GIB
-        avail = plan_.kv_available / GIB
-        return (f"ValueError: To serve at least one request with the model's max seq len ({plan_.max_model_len}), "
-                f"({need:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
-                f"({avail:.2f} GiB). Based on the available memory, the estimated maximum model length is "
-                f"{plan_.kv_tokens}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` "
-                "when initializing the engine.")
-    return ""
 
 
 class Simulation:
@@ -93,10 +48,10 @@ class Simulation:
         self._source_rngs = [np.random.default_rng(s) for s in workload_seq.spawn(len(sources))]
         self._model_rngs = [np.random.default_rng(s) for s in model_seq.spawn(len(scenario.models))]
         self.devices = scenario.gpu_devices()
+        host = Host(self.kernel, self.timeline, self.devices, macro_steps)  # type: ignore[arg-type]
         self.models: dict[str, ServedModel] = {}
         for index, model in enumerate(scenario.models):
-            served = self._serve(model, self._model_rngs[index])
-            served.generates = model.resolved().task == "generate"
+            served = ServedModel(model, host, self._model_rngs[index])
             for name in model.names:
                 self.models[name] = served
         self.requests: list[Request] = []
@@ -105,50 +60,6 @@ class Simulation:
         self._schedule_faults()
 
     # -- building ----------------------------------------------------------------------------
-
-    def _serve(self, model: Model, rng: np.random.Generator) -> ServedModel:
-        kernel, timeline = self.kernel, self.timeline
-        if model.latency is not None:
-            engine = MockEngine(model.id, kernel, timeline, model.latency, rng, model.engine.max_num_seqs)
-            served = ServedModel(model, [engine], Router([engine]))
-            timeline.add(0, "model_state", model.id, model.versions[0].version, "READY", "mock mode")
-            return served
-        assert model.placement is not None
-        devices: list[str] = []
-        for name in model.placement.gpus:
-            gpu = self.devices[name]
-            devices += gpu.device_ids() if name == gpu.id else [name]
-        tp = model.placement.tensor_parallel
-        served = ServedModel(model, [], None)
-        arch = model.resolved()
-        for start in range(0, len(devices) - tp + 1, tp):
-            group = tuple(devices[start:start + tp])
-            profile = self.devices[group[0]].resolved()
-            memory = plan(model, profile)
-            efficiency, fitted = calibration.efficiency(profile.name, model.cost_model)
-            served.fitted = served.fitted and fitted
-            served.plans.append(memory)
-            served.gpu_names.append(profile.name)
-            failure = _load_failure(memory)
-            if failure:
-                served.failure = failure
-                continue
-            cost = CostModel(arch, profile, efficiency, tp, memory.kv_bytes_per_token,
-                             cuda_graphs=model.engine.cuda_graphs, factor=model.versions[0].latency_factor)
-            kv = KvCache(memory.num_blocks, memory.block_size, model.engine.enable_prefix_caching)
-            name = f"{model.id}/{len(served.engines)}"
-            served.engines.append(Replica(
-                name, kernel, timeline, cost, kv, memory.max_num_seqs, memory.max_num_batched_tokens,
-                model.engine.scheduling_policy, model.engine.long_prefill_token_threshold, group,
-                model.placement.stream, macro_steps=self.macro_steps,
-            ))
-        if served.failure:
-            served.engines = []
-            timeline.add(0, "model_state", model.id, model.versions[0].version, "FAILED", served.failure)
-        else:
-            served.router = Router(served.engines)
-            timeline.add(0, "model_state", model.id, model.versions[0].version, "READY", "loaded")
-        return served
 
     def _schedule_faults(self) -> None:
         for index, fault in enumerate(self.scenario.faults):

@@ -243,9 +243,9 @@ class Version(Spec):
     """Declared outputs (KServe v2 models)."""
     latency_factor: float = Field(1.0, gt=0, le=1000)
     """Multiplies this version's step time (a regressed version is slower)."""
-    tensorrt: TensorRTOptions | None = None
+    tensorrt: TensorRTOptions | None = planned_field(None, issue=MEMORY_ISSUE)
     """TensorRT plan settings (runtime `tensorrt`)."""
-    onnxruntime: OnnxRuntimeOptions | None = None
+    onnxruntime: OnnxRuntimeOptions | None = planned_field(None, issue=MEMORY_ISSUE)
     """ONNX Runtime settings (runtime `onnxruntime`)."""
 
 
@@ -353,11 +353,9 @@ class Model(Spec):
     """Response content."""
     embedding_dimensions: int | None = Field(None, ge=1, le=65536)
     """Embedding size (defaults to the hidden size)."""
-    versions: list[Version] = planned_field(
-        default_factory=lambda: [Version(version="1")], min_length=1, issue=MEMORY_ISSUE
-    )
+    versions: list[Version] = Field(default_factory=lambda: [Version(version="1")], min_length=1)
     """Model versions."""
-    lifecycle: Lifecycle | None = planned_field(None, issue=MEMORY_ISSUE)
+    lifecycle: Lifecycle | None = None
     """Version lifecycle and hot switching."""
     kserve: KServe | None = planned_field(None, issue=KSERVE_ISSUE)
     """KServe v2 / Triton settings."""

@@ -1,0 +1,261 @@
+"""A served model at run time: its versions' engines, its lifecycle, and where new requests go.
+
+The version named first (or `lifecycle.initialVersion`) is loaded before the run starts, as a vLLM
+server loads its model before it listens; the others load when the scenario's lifecycle schedule
+says, taking their load time. Each loaded version has its own engines (replicas); new requests
+go to the active version's router, requests in flight finish where they are.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..scenario.models import Model, Version
+from ..scenario.presets import GIB
+from . import calibration
+from .costmodel import CostModel
+from .kernel import NORMAL, URGENT, Kernel
+from .kv import KvCache
+from .lifecycle import IllegalTransition, Lifecycle, State, TailWatch, incompatibility, load_time_ns, sandbox_problem
+from .memory import MemoryPlan, plan
+from .replica import Replica
+from .request import Request
+from .served import Engine, MockEngine, Router
+from .timeline import Timeline
+
+NS = 1_000_000_000
+
+
+@dataclass
+class Host:
+    """What building engines needs from the simulation."""
+
+    kernel: Kernel
+    timeline: Timeline
+    devices: dict[str, object]
+    macro_steps: bool
+
+
+def load_failure(plan_: MemoryPlan) -> str:
+    """vLLM's start-up error when the KV cache cannot hold one request (`kv_cache_utils.py`)."""
+    if not plan_.has_kv:
+        return ""
+    if plan_.num_blocks <= 0:
+        return ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
+                "when initializing the engine.")
+    if plan_.kv_tokens < plan_.max_model_len:
+        need = plan_.max_model_len * plan_.kv_bytes_per_token / GIB
+        avail = plan_.kv_available / GIB
+        return (f"ValueError: To serve at least one request with the model's max seq len ({plan_.max_model_len}), "
+                f"({need:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
+                f"({avail:.2f} GiB). Based on the available memory, the estimated maximum model length is "
+                f"{plan_.kv_tokens}. Try increasing `gpu_memory_utilization` or decreasing `max_model_len` "
+                "when initializing the engine.")
+    return ""
+
+
+@dataclass(eq=False)
+class ServedModel:
+    """One model of the scenario at run time."""
+
+    model: Model
+    host: Host
+    rng: np.random.Generator
+    versions: dict[str, list[Engine]] = field(default_factory=dict)
+    """Engines of each loaded version."""
+    routers: dict[str, Router] = field(default_factory=dict)
+    plans: list[MemoryPlan] = field(default_factory=list)
+    gpu_names: list[str] = field(default_factory=list)
+    fitted: bool = True
+    failure: str = ""
+    requests: list[Request] = field(default_factory=list)
+    generates: bool = True
+    """False for embedding and classification models: their requests produce no tokens."""
+    lifecycle: Lifecycle = field(init=False)
+    watch: TailWatch | None = None
+
+    def __post_init__(self) -> None:
+        model, timeline = self.model, self.host.timeline
+        self.lifecycle = Lifecycle(model, lambda t, v, s, r: timeline.add(t, "model_state", model.id, v, s, r))
+        self.generates = model.resolved().task == "generate"
+        first = self.lifecycle.active
+        version = self._version(first)
+        self.lifecycle.move(first, State.LOADING, 0, "loading before the run starts")
+        problem = self._build(version)
+        if problem:
+            self.failure = problem
+            self.lifecycle.move(first, State.UNAVAILABLE, 0, problem)
+        else:
+            reason = "mock mode" if model.mock else f"loaded in {self._load_s(version):.1f} s before the run starts"
+            self.lifecycle.move(first, State.READY, 0, reason)
+        if model.lifecycle is not None:
+            for action in model.lifecycle.schedule:
+                self.host.kernel.at(action.at, lambda a=action: self._act(a.action, a.version), URGENT)
+
+    @property
+    def mock(self) -> bool:
+        return self.model.mock
+
+    @property
+    def engines(self) -> list[Engine]:
+        """Every engine of every version that was loaded."""
+        return [e for engines in self.versions.values() for e in engines]
+
+    @property
+    def router(self) -> Router | None:
+        """Where new requests go: the active version's router (None if it is not loaded)."""
+        return self.routers.get(self.lifecycle.active)
+
+    def _version(self, name: str) -> Version:
+        return next(v for v in self.model.versions if v.version == name)
+
+    def _load_s(self, version: Version) -> float:
+        if self.mock or not self.plans:
+            return 0.0
+        gpu = self.host.devices[self.model.placement.gpus[0]].resolved()  # type: ignore[union-attr, attr-defined]
+        return load_time_ns(self.model, version, gpu) / NS
+
+    # -- engines -----------------------------------------------------------------------------
+
+    def _build(self, version: Version) -> str:
+        """Create the engines of a version; the reason it cannot serve, or ''."""
+        host, model = self.host, self.model
+        if model.latency is not None:
+            engine = MockEngine(model.id, host.kernel, host.timeline, model.latency, self.rng, model.engine.max_num_seqs)
+            self._install(version.version, [engine])
+            return ""
+        assert model.placement is not None
+        devices: list[str] = []
+        for name in model.placement.gpus:
+            gpu = host.devices[name]
+            devices += gpu.device_ids() if name == gpu.id else [name]  # type: ignore[attr-defined]
+        tp = model.placement.tensor_parallel
+        arch = model.resolved()
+        engines: list[Engine] = []
+        plans, names = [], []
+        for start in range(0, len(devices) - tp + 1, tp):
+            group = tuple(devices[start:start + tp])
+            profile = host.devices[group[0]].resolved()  # type: ignore[attr-defined]
+            memory = plan(model, profile)
+            efficiency, fitted = calibration.efficiency(profile.name, model.cost_model)
+            self.fitted = self.fitted and fitted
+            plans.append(memory)
+            names.append(profile.name)
+            failure = load_failure(memory)
+            if failure:
+                self.plans, self.gpu_names = plans, names
+                return failure
+            cost = CostModel(arch, profile, efficiency, tp, memory.kv_bytes_per_token,
+                             cuda_graphs=model.engine.cuda_graphs, factor=version.latency_factor)
+            kv = KvCache(memory.num_blocks, memory.block_size, model.engine.enable_prefix_caching)
+            suffix = "" if version.version == model.versions[0].version else f"@v{version.version}"
+            engines.append(Replica(
+                f"{model.id}{suffix}/{len(engines)}", host.kernel, host.timeline, cost, kv, memory.max_num_seqs,
+                memory.max_num_batched_tokens, model.engine.scheduling_policy,
+                model.engine.long_prefill_token_threshold, group, model.placement.stream,
+                macro_steps=host.macro_steps,
+            ))
+        if not self.plans:
+            self.plans, self.gpu_names = plans, names
+        self._install(version.version, engines)
+        return ""
+
+    def _install(self, version: str, engines: list[Engine]) -> None:
+        self.versions[version] = engines
+        self.routers[version] = Router(engines)
+        for engine in engines:
+            engine.on_finish = lambda request, v=version: self._finished(v, request)
+
+    # -- lifecycle actions -------------------------------------------------------------------
+
+    def _act(self, action: str, version: str) -> None:
+        now = self.host.kernel.now
+        try:
+            {"load": self._load, "switch": self._switch, "unload": self._unload}[action](version, now)
+        except IllegalTransition as error:
+            self.lifecycle.refuse(now, version, str(error))
+
+    def _load(self, version: str, now: int) -> None:
+        target = self._version(version)
+        seconds = self._load_s(target)
+        self.lifecycle.move(version, State.LOADING, now, f"loading ({seconds:.1f} s)")
+        self.host.kernel.at(now + int(seconds * NS), lambda: self._loaded(target), NORMAL)
+
+    def _loaded(self, version: Version) -> None:
+        now = self.host.kernel.now
+        problem = sandbox_problem(version) or self._build(version)
+        if problem:
+            self.lifecycle.move(version.version, State.UNAVAILABLE, now, problem)
+            return
+        self.lifecycle.move(version.version, State.READY, now, "sandbox inference passed")
+
+    def _switch(self, version: str, now: int) -> None:
+        life = self.lifecycle.lives[version]
+        if life.state is not State.READY or version not in self.versions:
+            self.lifecycle.refuse(now, version, f"cannot switch to version {version!r}: it is {life.state}")
+            return
+        rules = self.model.lifecycle.compatibility if self.model.lifecycle else None
+        active = self.lifecycle.active
+        why = incompatibility(self._version(version), self._version(active), rules) if rules else None
+        if why:
+            self.lifecycle.refuse(now, version, f"incompatible with version {active!r}: {why}")
+            return
+        self.lifecycle.previous.append(active)
+        self.lifecycle.active = version
+        self.host.timeline.add(now, "model_state", self.model.id, version, "READY", f"serving new requests (was {active!r})")
+        rollback = self.model.lifecycle.rollback if self.model.lifecycle else None
+        if rollback is not None and rollback.enabled:
+            self.watch = TailWatch(rollback.p99_above, rollback.window)
+            self._schedule_check()
+
+    def _unload(self, version: str, now: int) -> None:
+        if version == self.lifecycle.active:
+            self.lifecycle.refuse(now, version, f"version {version!r} is serving; switch away first")
+            return
+        self.lifecycle.move(version, State.UNLOADING, now, "draining requests in flight")
+        self._drain(version)
+
+    def _drain(self, version: str) -> None:
+        engines = self.versions.get(version, [])
+        if any(e.outstanding for e in engines):
+            self.host.kernel.after(NS // 10, lambda: self._drain(version))
+            return
+        self.versions.pop(version, None)
+        self.routers.pop(version, None)
+        self.lifecycle.move(version, State.UNAVAILABLE, self.host.kernel.now, "unloaded")
+
+    # -- rollback ----------------------------------------------------------------------------
+
+    def _finished(self, version: str, request: Request) -> None:
+        """Watch the active version's latency: time to first token for generating models (their
+        end-to-end time grows with the answer's length), end-to-end time for the others."""
+        if self.watch is not None and version == self.lifecycle.active:
+            end = request.first_token_at if self.generates and request.first_token_at >= 0 else request.finished_at
+            self.watch.add(request.finished_at, end - request.arrival)
+
+    def _schedule_check(self) -> None:
+        assert self.watch is not None
+        self.host.kernel.after(max(self.watch.window_ns // 30, NS // 10), self._check)
+
+    def _check(self) -> None:
+        watch = self.watch
+        if watch is None:
+            return
+        now = self.host.kernel.now
+        active = self.lifecycle.active
+        if watch.breached_for_window(now) and self.lifecycle.previous:
+            back = self.lifecycle.previous.pop()
+            self.lifecycle.move(active, State.DEGRADED, now,
+                                f"P99 {'TTFT' if self.generates else 'latency'} above {watch.threshold_ns / 1e6:.0f} ms for "
+                                f"{watch.window_ns / NS:.0f} s: rolling back to version {back!r}")
+            self.lifecycle.active = back
+            self.lifecycle.rollbacks += 1
+            self.host.timeline.add(now, "model_state", self.model.id, back, "READY", "serving new requests (rollback)")
+            self.watch = None
+            return
+        if watch.finished or any(e.outstanding for e in self.versions.get(active, [])):
+            self._schedule_check()
+        else:
+            self.watch = None
