@@ -13,7 +13,7 @@ from ..scenario.faults import Disconnect, MalformedChunk, Truncate
 from ..scenario.models import Model
 from .generation import Answer, Ask, answer, request_seed
 from .handlers import FINGERPRINT, GenerationHandler, chat_prompt, last_user, token_logprobs, usage
-from .protocol import ChatRequest, parse
+from .protocol import ChatRequest
 
 
 class ChatHandler(GenerationHandler):
@@ -26,10 +26,7 @@ class ChatHandler(GenerationHandler):
 
     async def chat(self) -> None:
         state = self.state
-        body = parse(ChatRequest, self.json_body())
-        model = self.find_model(body.model)
-        fault = self.fault_for(model)
-        await self.meet(fault, model)
+        body, model, fault = await self.begin(ChatRequest)
         tools = [t.function.model_dump() for t in body.tools or []]
         prompt_tokens = state.tokenizer.chat_prompt_tokens([m.model_dump(exclude_none=True) for m in body.messages])
         if tools:  # tool definitions are part of the prompt the model reads

@@ -17,7 +17,7 @@ from ..engine.workload import Arrival
 from . import errors
 from .generation import Answer, Ask, answer, request_seed
 from .handlers import FINGERPRINT, GenerationHandler, token_logprobs, usage
-from .protocol import CompletionRequest, EmbeddingRequest, parse
+from .protocol import CompletionRequest, EmbeddingRequest
 
 
 class CompletionHandler(GenerationHandler):
@@ -46,10 +46,7 @@ class CompletionHandler(GenerationHandler):
 
     async def complete(self) -> None:
         state = self.state
-        body = parse(CompletionRequest, self.json_body())
-        model = self.find_model(body.model)
-        fault = self.fault_for(model)
-        await self.meet(fault, model)
+        body, model, fault = await self.begin(CompletionRequest)
         prompts = self.prompts(body)
         prompt_tokens = max(tokens for _, tokens in prompts)
         budget = self.admit(model, prompt_tokens, body.max_tokens)
@@ -133,8 +130,7 @@ class EmbeddingHandler(GenerationHandler):
 
     async def embed(self) -> None:
         state = self.state
-        body = parse(EmbeddingRequest, self.json_body())
-        model = self.find_model(body.model)
+        body, model, fault = await self.begin(EmbeddingRequest)
         task = model.resolved().task if not model.mock else "embed"
         if task != "embed":
             raise errors.invalid(f"The model `{body.model}` does not support the Embeddings API.", "model")
@@ -142,8 +138,6 @@ class EmbeddingHandler(GenerationHandler):
         if body.dimensions is not None and body.dimensions > native:
             raise errors.invalid(f"This model supports at most {native} dimensions, {body.dimensions} were requested.",
                                  "dimensions")
-        fault = self.fault_for(model)
-        await self.meet(fault, model)
         raw = body.input
         items: list[Any] = [raw] if isinstance(raw, str) or (raw and isinstance(raw[0], int)) else list(raw)
         try:

@@ -25,7 +25,7 @@ from . import errors
 from .errors import ApiError
 from .faults import Context
 from .generation import Answer
-from .protocol import Message
+from .protocol import Body, Message, parse
 from .server import ServerState
 
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
@@ -113,6 +113,15 @@ class GenerationHandler(BaseHandler):
     """Common path of the endpoints that generate tokens."""
 
     endpoint = ""
+
+    async def begin(self, kind: type[Body]) -> tuple[Body, Model, Any]:
+        """The common start: parse the body, find the model, meet a fault that acts before the answer.
+        Returns the body, the model and the fault (a mid-stream one acts later)."""
+        body = parse(kind, self.json_body())
+        model = self.find_model(body.model)  # type: ignore[attr-defined]
+        fault = self.fault_for(model)
+        await self.meet(fault, model)
+        return body, model, fault
 
     def fault_for(self, model: Model) -> Any:
         context = Context(tuple(model.names), self.endpoint, self.api_key_name, self.state.live.now())

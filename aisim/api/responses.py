@@ -9,7 +9,7 @@ from typing import Any
 
 from .generation import Answer, Ask, answer, request_seed
 from .handlers import GenerationHandler, chat_prompt, last_user
-from .protocol import Message, ResponseRequest, parse
+from .protocol import Message, ResponseRequest
 
 
 class ResponsesHandler(GenerationHandler):
@@ -37,10 +37,7 @@ class ResponsesHandler(GenerationHandler):
 
     async def respond(self) -> None:
         state = self.state
-        body = parse(ResponseRequest, self.json_body())
-        model = self.find_model(body.model)
-        fault = self.fault_for(model)
-        await self.meet(fault, model)
+        body, model, fault = await self.begin(ResponseRequest)
         messages = self.messages(body)
         prompt_tokens = state.tokenizer.chat_prompt_tokens([m.model_dump(exclude_none=True) for m in messages])
         budget = self.admit(model, prompt_tokens, body.max_output_tokens)
