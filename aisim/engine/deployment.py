@@ -14,7 +14,7 @@ import numpy as np
 
 from ..scenario.models import Model, Version
 from ..scenario.presets import GIB
-from . import calibration
+from . import calibration, runtimes
 from .costmodel import CostModel
 from .kernel import NORMAL, URGENT, Kernel
 from .kv import KvCache
@@ -143,12 +143,12 @@ class ServedModel:
             self.fitted = self.fitted and fitted
             plans.append(memory)
             names.append(profile.name)
-            failure = load_failure(memory)
+            failure = load_failure(memory) or runtimes.load_problem(model, version, profile)
             if failure:
                 self.plans, self.gpu_names = plans, names
                 return failure
-            cost = CostModel(arch, profile, efficiency, tp, memory.kv_bytes_per_token,
-                             cuda_graphs=model.engine.cuda_graphs, factor=version.latency_factor)
+            cost = CostModel(arch, profile, efficiency, tp, memory.kv_bytes_per_token, cuda_graphs=model.engine.cuda_graphs,
+                             factor=version.latency_factor * runtimes.step_factor(model, version))
             kv = KvCache(memory.num_blocks, memory.block_size, model.engine.enable_prefix_caching)
             suffix = "" if version.version == model.versions[0].version else f"@v{version.version}"
             engines.append(Replica(
@@ -160,7 +160,16 @@ class ServedModel:
         if not self.plans:
             self.plans, self.gpu_names = plans, names
         self._install(version.version, engines)
+        self._log(version, plans[0])
         return ""
+
+    def _log(self, version: Version, memory: MemoryPlan) -> None:
+        """The runtime's start-up lines, on the timeline."""
+        now, timeline = self.host.kernel.now, self.host.timeline
+        for message in runtimes.provider_warnings(self.model, version):
+            timeline.add(now, "log", self.model.id, version.version, "WARNING", message)
+        for message in runtimes.load_log(self.model, memory, self._load_s(version)):
+            timeline.add(now, "log", self.model.id, version.version, "INFO", message)
 
     def _install(self, version: str, engines: list[Engine]) -> None:
         self.versions[version] = engines

@@ -26,6 +26,7 @@ RECORD_FIELDS: dict[str, tuple[str, ...]] = {
     "token": ("request", "index"),
     "model_state": ("model", "version", "state", "reason"),
     "fault": ("name", "kind", "target", "detail"),
+    "log": ("model", "version", "level", "message"),
 }
 STEP_FIELDS = ("end_ns", "replica", "gpus", "stream", "requests", "prefill_tokens", "decode_tokens", "kv_used_blocks", "kv_total_blocks")
 

@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from .base import KSERVE_ISSUE, MEMORY_ISSUE, STREAMS_ISSUE, Spec, planned_field
+from .base import KSERVE_ISSUE, STREAMS_ISSUE, Spec, planned_field
 from .distributions import CountDistribution, DurationDistribution
 from .hardware import Identifier
 from .presets import DTYPE_BYTES, MODEL_FAMILIES, DType, ModelFamily, Task
@@ -243,9 +243,9 @@ class Version(Spec):
     """Declared outputs (KServe v2 models)."""
     latency_factor: float = Field(1.0, gt=0, le=1000)
     """Multiplies this version's step time (a regressed version is slower)."""
-    tensorrt: TensorRTOptions | None = planned_field(None, issue=MEMORY_ISSUE)
+    tensorrt: TensorRTOptions | None = None
     """TensorRT plan settings (runtime `tensorrt`)."""
-    onnxruntime: OnnxRuntimeOptions | None = planned_field(None, issue=MEMORY_ISSUE)
+    onnxruntime: OnnxRuntimeOptions | None = None
     """ONNX Runtime settings (runtime `onnxruntime`)."""
 
 
@@ -339,7 +339,7 @@ class Model(Spec):
     """Explicit architecture; required without a family, overrides with one."""
     task: Task | None = None
     """`generate`, `embed` or `classify`; defaults to the family's task."""
-    runtime: Runtime | None = planned_field(None, issue=MEMORY_ISSUE)
+    runtime: Runtime | None = None
     """Runtime personality: `vllm`, `tensorrt`, `onnxruntime` or `python` (default from the family)."""
     placement: Placement | None = None
     """GPUs the model runs on; may be absent only in mock mode (with `latency`)."""

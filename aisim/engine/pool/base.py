@@ -1,0 +1,242 @@
+"""The interface every simulated allocator shares, and the stream-ordered free they all honour.
+
+    pool = make_allocator(gpu.memory_pool, capacity=profile.capacity)
+    a = pool.malloc(3 * MiB, stream=0)     # an Allocation: address, size, requested_size, stream
+    pool.free(a)                           # reusable at once on its stream
+    b = pool.malloc(1 * MiB, stream=0)
+    pool.free(b, uses=(7,))                # stream 7 still reads it: record_stream semantics
+    pool.stream_done(7)                    # stream 7 finished the work queued so far
+    pool.process_events()                  # now b is back in the pool (also done by the next malloc)
+    pool.memory_stats()["allocated_bytes.all.current"]
+    pool.state()                           # PoolState: fragmentation, bins, memory map
+
+Stream-ordered frees follow PyTorch (`recordStream`, `insert_events`, `process_events`): a block
+used on streams other than its own is not reusable until the work those streams had queued when it
+was freed has finished. `free()` drops `allocation` and `allocated_bytes` at once and records one
+event per using stream; the block stays *active* (PyTorch's `active_awaiting_free`) until every event
+has completed and `process_events()` (run at the start of each `malloc`) or `synchronize()` (run by
+`empty_cache()` and the out-of-memory retry) returns it. The simulator has no GPU, so the engine
+says when a stream's work is done with `stream_done(stream)`.
+
+Handles are the allocator's own records; after `free` a handle must not be used again (the caching
+allocator recycles the object for merged and reused blocks, as PyTorch recycles `Block*`).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import deque
+from collections.abc import Callable, Iterable
+from typing import ClassVar
+
+from .device import SimulatedDevice
+from .state import PoolState
+from .stats import DeviceStats
+from .thresholds import ThresholdEvent, ThresholdWatch
+
+
+class Allocation:
+    """A block handed out by `malloc`: where it is, how big, for whom."""
+
+    __slots__ = ("address", "size", "requested_size", "stream", "allocated", "event_count", "stream_uses")
+
+    def __init__(self, address: int, size: int, requested_size: int, stream: int) -> None:
+        self.address = address
+        """Simulated device address (deterministic)."""
+        self.size = size
+        """Bytes the block occupies (rounded; PyTorch's `allocated_bytes` counts these)."""
+        self.requested_size = requested_size
+        """Bytes the caller asked for."""
+        self.stream = stream
+        """The stream it was allocated on."""
+        self.allocated = False
+        self.event_count = 0
+        self.stream_uses: set[int] | None = None
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(address={self.address:#x}, size={self.size}, stream={self.stream})"
+
+
+class Allocator(ABC):
+    """A GPU memory pool: malloc and free of device memory on streams, statistics and state."""
+
+    kind: ClassVar[str]
+    pool_split: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        device: SimulatedDevice,
+        *,
+        warning: float = 0.85,
+        critical: float = 0.92,
+        clock: Callable[[], int] | None = None,
+        max_split_size: int = -1,
+    ) -> None:
+        self.device = device
+        self.stats = DeviceStats(self.pool_split, max_split_size)
+        self.ops = 0
+        """Mallocs and frees so far (threshold events carry it)."""
+        self.watch = ThresholdWatch(device.capacity, warning, critical, clock)
+        self._warn_at, self._crit_at = self.watch.limits(device.outside)
+        self._pending: dict[int, deque[tuple[int, Allocation]]] = {}
+        self._recorded: dict[int, int] = {}
+        self._completed: dict[int, int] = {}
+
+    # the allocator proper
+
+    @abstractmethod
+    def malloc(self, size: int, stream: int = 0) -> Allocation:
+        """A block of at least `size` bytes usable on `stream`; raises `OutOfMemoryError`."""
+
+    @abstractmethod
+    def empty_cache(self) -> None:
+        """Wait for pending stream uses and give every wholly free segment back to the device."""
+
+    @abstractmethod
+    def state(self) -> PoolState:
+        """A snapshot for the memory map, histograms and fragmentation metrics."""
+
+    @abstractmethod
+    def _free_requested(self, block: Allocation) -> None:
+        """First half of a free: the block stops counting as allocated."""
+
+    @abstractmethod
+    def _free_block(self, block: Allocation) -> None:
+        """Second half: the block returns to the pool (merging, caching) and stops being active."""
+
+    def free(self, block: Allocation, uses: Iterable[int] = ()) -> None:
+        """Give a block back; `uses` names other streams still using it (`record_stream`)."""
+        if not block.allocated:
+            raise ValueError(f"free of a block that is not allocated: {block!r}")
+        block.allocated = False
+        if not block.size:
+            return
+        self.ops += 1
+        for stream in uses:
+            if stream != block.stream:
+                if block.stream_uses is None:
+                    block.stream_uses = {stream}
+                else:
+                    block.stream_uses.add(stream)
+        self._free_requested(block)
+        if block.stream_uses:
+            self._insert_events(block)
+        else:
+            self._free_block(block)
+        allocated = self.stats.allocated_bytes[0].current
+        if self.watch.level or allocated > self._warn_at:
+            self.watch.update(allocated, self.device.outside, self.ops)
+
+    def record_stream(self, block: Allocation, stream: int) -> None:
+        """`Tensor.record_stream`: `stream` uses the block; a use on its own stream is ignored."""
+        if stream != block.stream:
+            if block.stream_uses is None:
+                block.stream_uses = {stream}
+            else:
+                block.stream_uses.add(stream)
+
+    # stream-ordered frees
+
+    def stream_done(self, stream: int) -> None:
+        """The work queued on `stream` so far has finished: its recorded events are complete."""
+        self._completed[stream] = self._recorded.get(stream, 0)
+
+    def process_events(self) -> None:
+        """Return the blocks whose every event has completed (PyTorch's `process_events`)."""
+        for stream in list(self._pending):
+            queue = self._pending[stream]
+            done = self._completed.get(stream, 0)
+            while queue and queue[0][0] < done:
+                block = queue.popleft()[1]
+                block.event_count -= 1
+                if block.event_count == 0:
+                    self._free_block(block)
+            if not queue:
+                del self._pending[stream]
+
+    def synchronize(self) -> None:
+        """Wait for every stream and return every block awaiting free (`synchronize_and_free_events`)."""
+        self.stats.num_sync_all_streams += 1
+        for stream, count in self._recorded.items():
+            self._completed[stream] = count
+        self.process_events()
+
+    def pending_frees(self) -> int:
+        """Blocks freed but still awaiting other streams."""
+        return len({id(block) for queue in self._pending.values() for _, block in queue})
+
+    def _insert_events(self, block: Allocation) -> None:
+        streams = sorted(block.stream_uses or ())
+        block.stream_uses = None
+        for stream in streams:
+            seq = self._recorded.get(stream, 0)
+            self._recorded[stream] = seq + 1
+            self._pending.setdefault(stream, deque()).append((seq, block))
+            block.event_count += 1
+
+    # statistics and device
+
+    def memory_stats(self) -> dict[str, int]:
+        """`torch.cuda.memory_stats()`: flattened keys, sorted."""
+        return self.stats.as_dict()
+
+    def memory_allocated(self) -> int:
+        return self.stats.allocated_bytes[0].current
+
+    def memory_reserved(self) -> int:
+        return self.stats.reserved_bytes[0].current
+
+    def reset_peak_memory_stats(self) -> None:
+        self.stats.reset_peak()
+
+    def reset_accumulated_memory_stats(self) -> None:
+        self.stats.reset_accumulated()
+
+    def mem_get_info(self) -> tuple[int, int]:
+        """`torch.cuda.mem_get_info()`: (free, total) of the device."""
+        return self.device.mem_get_info()
+
+    @property
+    def capacity(self) -> int:
+        return self.device.capacity
+
+    def set_other_process(self, pid: int, used: int) -> None:
+        """Another process on this GPU now holds `used` bytes (0 removes it)."""
+        if used:
+            self.device.other_processes[pid] = used
+        else:
+            self.device.other_processes.pop(pid, None)
+        self._outside_changed()
+
+    def set_non_pytorch(self, used: int) -> None:
+        """This process's memory outside the pool (CUDA context, NCCL, cuBLAS workspaces)."""
+        self.device.non_pytorch = used
+        self._outside_changed()
+
+    def _outside_changed(self) -> None:
+        outside = self.device.outside
+        self._warn_at, self._crit_at = self.watch.limits(outside)
+        self.watch.update(self.stats.allocated_bytes[0].current, outside, self.ops)
+
+    # threshold events
+
+    @property
+    def events(self) -> list[ThresholdEvent]:
+        """Threshold events recorded and not yet drained."""
+        return self.watch.events
+
+    def drain_events(self) -> list[ThresholdEvent]:
+        """The threshold events since the last call, oldest first."""
+        events, self.watch.events = self.watch.events, []
+        return events
+
+    def _after_malloc(self) -> None:
+        allocated = self.stats.allocated_bytes[0].current
+        if allocated > self._warn_at or self.watch.level:
+            self.watch.update(allocated, self.device.outside, self.ops)
+
+    def _null(self, stream: int) -> Allocation:
+        """A zero-byte request: PyTorch hands out a null pointer and counts nothing."""
+        block = Allocation(0, 0, 0, stream)
+        block.allocated = True
+        return block
