@@ -38,7 +38,7 @@ from .thresholds import ThresholdEvent, ThresholdWatch
 class Allocation:
     """A block handed out by `malloc`: where it is, how big, for whom."""
 
-    __slots__ = ("address", "size", "requested_size", "stream", "allocated", "event_count", "stream_uses")
+    __slots__ = ("address", "allocated", "event_count", "requested_size", "size", "stream", "stream_uses")
 
     def __init__(self, address: int, size: int, requested_size: int, stream: int) -> None:
         self.address = address

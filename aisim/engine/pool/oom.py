@@ -63,9 +63,9 @@ def oom_message(
         private_pools: bytes cached in private pools (CUDA graphs).
     """
     allowed_info = f"{format_size(allowed)} allowed; " if allowed is not None else ""
-    private_msg = (
-        f"with {format_size(private_pools)} allocated in private pools (e.g., CUDA Graphs), " if private_pools > 0 else ""
-    )
+    private_msg = ""
+    if private_pools > 0:
+        private_msg = f"with {format_size(private_pools)} allocated in private pools (e.g., CUDA Graphs), "
     return (
         f"CUDA out of memory. Tried to allocate {format_size(alloc_size)}. GPU {device} has a total capacity of "
         f"{format_size(total)} of which {format_size(device_free)} is free. {process_info(processes)}{allowed_info}"

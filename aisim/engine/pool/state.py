@@ -123,6 +123,5 @@ def largest_and_total(sizes: Iterable[int]) -> tuple[int, int]:
     largest = total = 0
     for size in sizes:
         total += size
-        if size > largest:
-            largest = size
+        largest = max(largest, size)
     return largest, total

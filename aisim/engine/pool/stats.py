@@ -29,7 +29,7 @@ COUNTERS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device
 class Stat:
     """One statistic: the current value, its high-water mark, lifetime increases and decreases."""
 
-    __slots__ = ("current", "peak", "allocated", "freed")
+    __slots__ = ("allocated", "current", "freed", "peak")
 
     def __init__(self) -> None:
         self.current = 0
@@ -40,8 +40,7 @@ class Stat:
     def increase(self, amount: int) -> None:
         self.current += amount
         self.allocated += amount
-        if self.current > self.peak:
-            self.peak = self.current
+        self.peak = max(self.peak, self.current)
 
     def decrease(self, amount: int) -> None:
         self.current -= amount
@@ -59,13 +58,13 @@ def increase(array: StatArray, pool: int, amount: int) -> None:
     stat = array[0]
     stat.current += amount
     stat.allocated += amount
-    if stat.current > stat.peak:
+    if stat.current > stat.peak:  # noqa: PLR1730 (hot path: a comparison is cheaper than max())
         stat.peak = stat.current
     if pool:
         stat = array[pool]
         stat.current += amount
         stat.allocated += amount
-        if stat.current > stat.peak:
+        if stat.current > stat.peak:  # noqa: PLR1730
             stat.peak = stat.current
 
 
