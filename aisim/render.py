@@ -29,6 +29,8 @@ def _section(title: str, section: dict[str, Any]) -> list[str]:
     lines.append("  requests: " + ", ".join(f"{v} {k}" for k, v in counts.items() if v or k in ("arrived", "completed")))
     if section.get("failure"):
         lines.append(f"  load failed: {section['failure']}")
+    if section.get("crash"):
+        lines.append(f"  engine died: {section['crash']}")
     if any(section.get(name) for name in STATS):
         lines += _latency_rows(section)
     throughput = section.get("throughput")
@@ -50,6 +52,14 @@ def _section(title: str, section: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _gpu_line(gpu: str, pool: dict[str, Any]) -> str:
+    entered = ", ".join(f"{level} {count}x" for level, count in pool["entered"].items() if count) or "no threshold crossed"
+    return (f"  {gpu} ({pool['allocator']}): peak reserved {pool['peak_reserved_gib']:.2f} GiB, allocated "
+            f"{pool['peak_allocated_gib']:.2f} GiB of {pool['capacity_gib']:.2f}; at the end fragmentation "
+            f"{pool['fragmentation'] * 100:.1f} %, external {pool['external_fragmentation'] * 100:.1f} %, inactive split "
+            f"{pool['inactive_split_mib']:,.1f} MiB; {pool['num_alloc_retries']} retries, {pool['num_ooms']} OOMs; {entered}")
+
+
 def report_table(report: dict[str, Any], wall_seconds: float) -> str:
     """The report as a readable table."""
     simulated = report["simulated_seconds"]
@@ -60,6 +70,8 @@ def report_table(report: dict[str, Any], wall_seconds: float) -> str:
         lines += _section(f"model {name} ({section['mode']})", section) + [""]
     if len(report["models"]) > 1:
         lines += _section("overall", report["overall"]) + [""]
+    if report.get("gpus"):
+        lines += ["GPU memory pools"] + [_gpu_line(gpu, pool) for gpu, pool in report["gpus"].items()] + [""]
     return "\n".join(lines)
 
 

@@ -186,3 +186,25 @@ def test_truncation_and_malformed_chunks_break_the_stream_as_configured() -> Non
 def test_the_pytest_fixture_serves_the_default_scenario(aisim_server: str) -> None:
     ids = {m["id"] for m in httpx.get(f"{aisim_server}/v1/models").json()["data"]}
     assert {"gpt-4-turbo-mock", "llama3-8b-sim"} <= ids
+
+
+def test_an_engine_that_runs_out_of_memory_fails_its_requests_as_vllm_does() -> None:
+    with running_server(TEST_SCENARIOS / "serve" / "oom.yaml") as base:
+        assert httpx.get(f"{base}/health").status_code == 200  # alive until a step needs memory
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0)
+        with pytest.raises(openai.InternalServerError) as failed:
+            client.completions.create(model="llama", prompt="hello " * 50, max_tokens=5)
+        assert failed.value.status_code == 500
+        assert failed.value.body == {"message": "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+                                     "type": "InternalServerError", "param": None, "code": None}
+        assert httpx.get(f"{base}/health").status_code == 503
+        stream = client.chat.completions.create(model="llama", messages=[{"role": "user", "content": "hi"}],
+                                                max_tokens=5, stream=True)
+        with pytest.raises(openai.APIError, match="EngineCore encountered an issue"):
+            list(stream)
+        records = list(base.state.sim.timeline.records())
+        oom = [r for r in records if r["type"] == "oom"]
+        assert len(oom) == 1 and oom[0]["message"].startswith("CUDA out of memory. Tried to allocate ")
+        assert "GPU 0 has a total capacity of " in oom[0]["message"] and "Process 100000 has " in oom[0]["message"]
+        errors = [r["message"] for r in records if r["type"] == "log" and r["level"] == "ERROR"]
+        assert errors == ["torch.OutOfMemoryError: " + oom[0]["message"]]

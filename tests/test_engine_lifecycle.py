@@ -73,7 +73,8 @@ def test_refused_actions_are_recorded_not_fatal() -> None:
                               {"at": "2s", "action": "load", "version": "2"},
                               {"at": "30s", "action": "switch", "version": "2"},
                               {"at": "31s", "action": "unload", "version": "1"}]}
-    model = {"id": "m", "family": "llama-3-8b", "placement": {"gpus": ["g"]}, "versions": versions, "lifecycle": lifecycle}
+    model = {"id": "m", "family": "llama-3-8b", "placement": {"gpus": ["g"]}, "versions": versions, "lifecycle": lifecycle,
+             "engine": {"gpuMemoryUtilization": 0.45}}
     sim = run(scenario([model], [poisson("2/s", 20, 100, 20)]))
     refused = build_report(sim)["models"]["m"]["versions"]["refused"]
     assert len(refused) == 3
@@ -88,3 +89,15 @@ def test_a_failing_load_leaves_the_version_unavailable_with_its_reason() -> None
     sim = run(scenario([model], [poisson("2/s", 5, 100, 20)]))
     last = [r for r in sim.timeline.records() if r["type"] == "model_state" and r["version"] == "2"][-1]
     assert (last["state"], last["reason"]) == ("UNAVAILABLE", "missing plugin")
+
+
+def test_a_second_version_that_does_not_fit_beside_the_first_fails_vllms_start_up_check() -> None:
+    versions = [{"version": "1"}, {"version": "2", "load": {"time": "1s"}}]
+    model = {"id": "m", "family": "llama-3-8b", "placement": {"gpus": ["g"]}, "versions": versions,
+             "lifecycle": {"schedule": [{"at": "1s", "action": "load", "version": "2"}]}}
+    sim = run(scenario([model], [poisson("2/s", 5, 100, 20)]))
+    last = [r for r in sim.timeline.records() if r["type"] == "model_state" and r["version"] == "2"][-1]
+    assert last["state"] == "UNAVAILABLE"
+    assert last["reason"].startswith("ValueError: Free memory on device cuda:0 (")
+    assert "is less than desired GPU memory utilization (0.9, " in last["reason"]
+    assert all(r.outcome == "completed" for r in sim.requests)  # version 1 keeps serving

@@ -12,14 +12,16 @@ from __future__ import annotations
 import asyncio
 import json
 import secrets
-from typing import Any, Awaitable, Callable
+from collections.abc import Awaitable, Callable
+from typing import Any
 
 import tornado.iostream
 import tornado.web
 
 from ..engine.live import Call
 from ..engine.workload import Arrival
-from ..scenario.faults import ApiError as ApiErrorFault, Timeout
+from ..scenario.faults import ApiError as ApiErrorFault
+from ..scenario.faults import Timeout
 from ..scenario.models import Model
 from . import errors
 from .errors import ApiError
@@ -189,8 +191,9 @@ class GenerationHandler(BaseHandler):
         return True
 
     def engine_error(self, call: Call) -> ApiError:
+        """vLLM's answer to a request its engine failed: 500 with the engine's error as the message."""
         reason = call.request.error if call.request is not None else "the request could not be served"
-        return ApiError(500, f"The server had an error while processing your request: {reason}", "server_error")
+        return ApiError(500, reason, "InternalServerError")
 
     async def send(self, chunk: str) -> bool:
         """Write and flush one piece of a stream; False once the client is gone."""

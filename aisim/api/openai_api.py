@@ -25,8 +25,12 @@ class NotFoundHandler(BaseHandler):
 
 
 class HealthHandler(BaseHandler):
+    """vLLM's `/health`: 200 with an empty body, 503 once an engine has died."""
+
     def get(self) -> None:
         self.set_header("Content-Type", "text/plain")
+        if any(served.crash for served in self.state.sim.served_models):
+            self.set_status(503)
         self.finish(b"")
 
 

@@ -12,14 +12,25 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..scenario.hardware import Gpu, expand_devices
 from ..scenario.models import Model, Version
 from ..scenario.presets import GIB
 from . import calibration, runtimes
 from .costmodel import CostModel
+from .gpu_memory import ReplicaMemory, record_levels, startup_problem
 from .kernel import NORMAL, URGENT, Kernel
 from .kv import KvCache
-from .lifecycle import IllegalTransition, Lifecycle, State, TailWatch, incompatibility, load_time_ns, sandbox_problem
+from .lifecycle import (
+    IllegalTransition,
+    Lifecycle,
+    State,
+    TailWatch,
+    incompatibility,
+    load_time_ns,
+    sandbox_problem,
+)
 from .memory import MemoryPlan, plan
+from .pool import Allocator, OutOfMemoryError
 from .replica import Replica
 from .request import Request
 from .served import Engine, MockEngine, Router
@@ -34,8 +45,10 @@ class Host:
 
     kernel: Kernel
     timeline: Timeline
-    devices: dict[str, object]
+    devices: dict[str, Gpu]
     macro_steps: bool
+    pools: dict[str, Allocator]
+    """The memory pool of each GPU device."""
 
 
 def load_failure(plan_: MemoryPlan) -> str:
@@ -70,6 +83,9 @@ class ServedModel:
     gpu_names: list[str] = field(default_factory=list)
     fitted: bool = True
     failure: str = ""
+    """Why the model could not load, or ''."""
+    crash: str = ""
+    """Why the serving version's engines died (PyTorch's out-of-memory error), or ''."""
     requests: list[Request] = field(default_factory=list)
     generates: bool = True
     """False for embedding and classification models: their requests produce no tokens."""
@@ -114,7 +130,7 @@ class ServedModel:
     def _load_s(self, version: Version) -> float:
         if self.mock or not self.plans:
             return 0.0
-        gpu = self.host.devices[self.model.placement.gpus[0]].resolved()  # type: ignore[union-attr, attr-defined]
+        gpu = self.host.devices[self.model.placement.gpus[0]].resolved()  # type: ignore[union-attr]
         return load_time_ns(self.model, version, gpu) / NS
 
     # -- engines -----------------------------------------------------------------------------
@@ -127,40 +143,59 @@ class ServedModel:
             self._install(version.version, [engine])
             return ""
         assert model.placement is not None
-        devices: list[str] = []
-        for name in model.placement.gpus:
-            gpu = host.devices[name]
-            devices += gpu.device_ids() if name == gpu.id else [name]  # type: ignore[attr-defined]
+        devices = expand_devices(model.placement.gpus, host.devices)
         tp = model.placement.tensor_parallel
         arch = model.resolved()
         engines: list[Engine] = []
+        placed: list[ReplicaMemory] = []
         plans, names = [], []
         for start in range(0, len(devices) - tp + 1, tp):
             group = tuple(devices[start:start + tp])
-            profile = host.devices[group[0]].resolved()  # type: ignore[attr-defined]
+            profile = host.devices[group[0]].resolved()
             memory = plan(model, profile)
             efficiency, fitted = calibration.efficiency(profile.name, model.cost_model)
             self.fitted = self.fitted and fitted
             plans.append(memory)
             names.append(profile.name)
-            failure = load_failure(memory) or runtimes.load_problem(model, version, profile)
+            tensors = ReplicaMemory([(d, host.pools[d]) for d in group], arch, tp)
+            failure = (load_failure(memory) or runtimes.load_problem(model, version, profile)
+                       or startup_problem(tensors.pools, memory, model.engine.gpu_memory_utilization)
+                       or self._place(tensors, memory))
             if failure:
+                for loaded in placed:
+                    loaded.unload()
                 self.plans, self.gpu_names = plans, names
                 return failure
+            placed.append(tensors)
             cost = CostModel(arch, profile, efficiency, tp, memory.kv_bytes_per_token, cuda_graphs=model.engine.cuda_graphs,
                              factor=version.latency_factor * runtimes.step_factor(model, version))
             kv = KvCache(memory.num_blocks, memory.block_size, model.engine.enable_prefix_caching)
             suffix = "" if version.version == model.versions[0].version else f"@v{version.version}"
-            engines.append(Replica(
+            replica = Replica(
                 f"{model.id}{suffix}/{len(engines)}", host.kernel, host.timeline, cost, kv, memory.max_num_seqs,
                 memory.max_num_batched_tokens, model.engine.scheduling_policy,
                 model.engine.long_prefill_token_threshold, group, model.placement.stream,
                 macro_steps=host.macro_steps,
-            ))
+            )
+            replica.memory = tensors
+            replica.on_crash = lambda replica, message, v=version.version: self._crashed(v, message)
+            engines.append(replica)
         if not self.plans:
             self.plans, self.gpu_names = plans, names
         self._install(version.version, engines)
         self._log(version, plans[0])
+        return ""
+
+    def _place(self, tensors: ReplicaMemory, memory: MemoryPlan) -> str:
+        """Put a replica's tensors in its GPUs' pools; PyTorch's out-of-memory error, or ''."""
+        try:
+            tensors.load(memory)
+        except OutOfMemoryError as error:
+            tensors.unload()
+            return f"torch.OutOfMemoryError: {error}"
+        finally:
+            for gpu, pool in tensors.pools:
+                record_levels(pool, gpu, self.host.timeline, self.host.kernel.now)
         return ""
 
     def _log(self, version: Version, memory: MemoryPlan) -> None:
@@ -226,11 +261,23 @@ class ServedModel:
         self.lifecycle.move(version, State.UNLOADING, now, "draining requests in flight")
         self._drain(version)
 
+    def _crashed(self, version: str, message: str) -> None:
+        """An engine of `version` died (its error goes to the log); when all have, the version is unavailable."""
+        now = self.host.kernel.now
+        self.host.timeline.add(now, "log", self.model.id, version, "ERROR", message)
+        if all(getattr(e, "dead", "") for e in self.versions.get(version, [])):
+            if version == self.lifecycle.active:
+                self.crash = message
+            self.lifecycle.move(version, State.UNAVAILABLE, now, "engine died")
+
     def _drain(self, version: str) -> None:
         engines = self.versions.get(version, [])
         if any(e.outstanding for e in engines):
             self.host.kernel.after(NS // 10, lambda: self._drain(version))
             return
+        for engine in engines:
+            if isinstance(engine, Replica) and engine.memory is not None:
+                engine.memory.unload()
         self.versions.pop(version, None)
         self.routers.pop(version, None)
         self.lifecycle.move(version, State.UNAVAILABLE, self.host.kernel.now, "unloaded")

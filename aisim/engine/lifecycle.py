@@ -43,8 +43,8 @@ class State(StrEnum):
 EDGES: dict[State, frozenset[State]] = {
     State.INIT: frozenset({State.LOADING}),
     State.LOADING: frozenset({State.READY, State.UNAVAILABLE}),
-    State.READY: frozenset({State.DEGRADED, State.UNLOADING}),
-    State.DEGRADED: frozenset({State.READY, State.UNLOADING}),
+    State.READY: frozenset({State.DEGRADED, State.UNLOADING, State.UNAVAILABLE}),
+    State.DEGRADED: frozenset({State.READY, State.UNLOADING, State.UNAVAILABLE}),
     State.UNLOADING: frozenset({State.UNAVAILABLE}),
     State.UNAVAILABLE: frozenset({State.LOADING}),
 }

@@ -80,12 +80,20 @@ class MemoryPlan:
         return self.kv_tokens / self.max_model_len if self.max_model_len else 0.0
 
 
+def activation_tensors(arch: ModelFamily, tokens: int, seqs: int, tensor_parallel: int) -> list[int]:
+    """The live activation tensors of a forward pass over `tokens` tokens, in bytes: the hidden
+    state and residual, the attention input and output, the MLP's gate and up projections, and the
+    FP32 logits of the sampled sequences (none for models that do not generate)."""
+    dtype_bytes = DTYPE_BYTES[arch.dtype]
+    hidden_pair = int(tokens * 2 * arch.hidden * dtype_bytes / tensor_parallel)
+    mlp = int(tokens * 2 * arch.intermediate * dtype_bytes / tensor_parallel)
+    logits = min(tokens, seqs) * arch.vocab * 4 if arch.task == "generate" else 0
+    return [size for size in (hidden_pair, hidden_pair, mlp, logits) if size]
+
+
 def activation_peak(arch: ModelFamily, tokens: int, seqs: int, tensor_parallel: int) -> int:
     """Peak activation bytes of vLLM's profile run (see the module docstring)."""
-    dtype_bytes = DTYPE_BYTES[arch.dtype]
-    per_token = (2 * arch.intermediate + 4 * arch.hidden) * dtype_bytes / tensor_parallel
-    logits = min(tokens, seqs) * arch.vocab * 4 if arch.task == "generate" else 0
-    return int(tokens * per_token + logits)
+    return sum(activation_tensors(arch, tokens, seqs, tensor_parallel))
 
 
 def plan(model: Model, gpu: GpuProfile, limits: EngineLimits | None = None, tensor_parallel: int | None = None) -> MemoryPlan:

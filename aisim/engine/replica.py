@@ -21,17 +21,21 @@ from __future__ import annotations
 
 import heapq
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 
 from .costmodel import CostModel
+from .gpu_memory import ReplicaMemory, record_levels
 from .kernel import LATE, EventHandle, Kernel
 from .kv import KvCache
+from .pool import OutOfMemoryError
 from .request import Request
 from .timeline import StepRun, Timeline
 
+ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+"""vLLM's `EngineDeadError`: what the requests of a dead engine fail with (the cause is in its log)."""
 MAX_RUN = 2048
 """Longest run of decode steps planned at once."""
 
@@ -111,6 +115,11 @@ class Replica:
         """Called after every step (a live server's metrics); None in headless runs."""
         self.on_finish: Callable[[Request], None] | None = None
         """Called when a request completes (a version's tail-latency watch)."""
+        self.memory: ReplicaMemory | None = None
+        """The replica's tensors in its GPUs' pools (None: memory not modelled)."""
+        self.on_crash: Callable[[Replica, str], None] | None = None
+        self.dead = ""
+        """Why the engine died (PyTorch's out-of-memory error), or ''."""
 
     # -- queue -----------------------------------------------------------------------------
 
@@ -150,6 +159,9 @@ class Replica:
         An idle engine starts its next step once every request arriving at this instant is queued
         (a LATE event), so requests that arrive together are scheduled together.
         """
+        if self.dead:
+            request.conclude("failed", self.kernel.now, self.timeline, ENGINE_DEAD)
+            return
         self._push(request)
         if self._plan is not None:
             self.interrupt()
@@ -180,7 +192,10 @@ class Replica:
         if self.macro_steps and self._decode_run_possible():
             plan = self._plan_decode_run()
             if plan is not None:
-                self._plan = plan
+                if self._acquire(len(plan.batch), len(plan.batch)):
+                    self._plan = plan
+                else:
+                    plan.handle.cancel()
                 return
         preempted_before, queries, hits = self.stats.preemptions, self.kv.query_tokens, self.kv.hit_tokens
         batch = self._schedule()
@@ -189,6 +204,8 @@ class Replica:
             return
         context = sum(r.computed for r, _ in batch)
         new_tokens = sum(q for _, q in batch)
+        if not self._acquire(new_tokens, len(batch)):
+            return
         pairs = sum(q * r.computed + q * (q + 1) / 2 for r, q in batch)
         duration = int(self.cost.step_ns(len(batch), new_tokens, context, pairs) * self.slowdown)
         end = self.kernel.now + duration
@@ -197,9 +214,41 @@ class Replica:
                            preemptions=self.stats.preemptions - preempted_before,
                            queries=self.kv.query_tokens - queries, hits=self.kv.hit_tokens - hits)
 
+    def _acquire(self, tokens: int, requests: int) -> bool:
+        """Allocate the step's activations; False (and the engine dead) when the GPU is out of memory."""
+        if self.memory is None:
+            return True
+        try:
+            self.memory.acquire(tokens, requests)
+        except OutOfMemoryError as error:
+            self._crash(str(error))
+            return False
+        finally:
+            for gpu, pool in self.memory.pools:
+                record_levels(pool, gpu, self.timeline, self.kernel.now)
+        return True
+
+    def _crash(self, message: str) -> None:
+        """A CUDA out-of-memory error kills the engine, as it kills vLLM's: every request it holds fails."""
+        now = self.kernel.now
+        self.dead = f"torch.OutOfMemoryError: {message}"
+        gpus = ",".join(self.gpus)
+        self.timeline.add(now, "oom", self.name, gpus, message)
+        self._plan = None
+        doomed = list(self.running) + ([entry[3] for entry in self._heap] if self.priority_policy else list(self._fcfs))
+        self.running, self._heap, self._fcfs = [], [], deque()
+        for request in doomed:
+            request.conclude("failed", now, self.timeline, ENGINE_DEAD)
+        if self.memory is not None:
+            self.memory.unload()
+        if self.on_crash is not None:
+            self.on_crash(self, self.dead)
+
     def _finish_step(self) -> None:
         plan = self._plan
         assert plan is not None
+        if self.memory is not None:
+            self.memory.release()
         if plan.decode_run:
             self._apply_decode_run(plan)
         else:

@@ -9,15 +9,17 @@ the first arrival to the last completion. KV usage is time-weighted over the eng
 
 from __future__ import annotations
 
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 import numpy as np
 
 from ..scenario.presets import GIB
+from .deployment import ServedModel
+from .pool import Allocator
 from .replica import Replica
 from .request import Request
 from .served import Engine
-from .deployment import ServedModel
 from .simulation import Simulation
 
 NS = 1e9
@@ -79,10 +81,12 @@ def _request_section(requests: list[Request], engines: Iterable[Engine]) -> dict
 def _model_section(served: ServedModel, end_ns: int) -> dict[str, Any]:
     section: dict[str, Any] = {
         "mode": "mock" if served.mock else "simulated",
-        "state": "FAILED" if served.failure else "READY",
+        "state": "FAILED" if served.failure else "DEAD" if served.crash else "READY",
     }
     if served.failure:
         section["failure"] = served.failure
+    if served.crash:
+        section["crash"] = served.crash
     lifecycle = served.lifecycle
     section["versions"] = {
         "active": lifecycle.active,
@@ -127,6 +131,25 @@ def _model_section(served: ServedModel, end_ns: int) -> dict[str, Any]:
     return section
 
 
+def _gpu_section(pool: Allocator) -> dict[str, Any]:
+    """A GPU's memory pool: its peaks, its fragmentation at the end, retries, OOMs and threshold crossings."""
+    stats, state = pool.memory_stats(), pool.state()
+    return {
+        "allocator": state.allocator,
+        "capacity_gib": _round(state.capacity / GIB),
+        "peak_reserved_gib": _round(stats["reserved_bytes.all.peak"] / GIB),
+        "peak_allocated_gib": _round(stats["allocated_bytes.all.peak"] / GIB),
+        "reserved_gib": _round(state.reserved / GIB),
+        "allocated_gib": _round(state.allocated / GIB),
+        "fragmentation": state.fragmentation,
+        "external_fragmentation": state.external_fragmentation,
+        "inactive_split_mib": _round(state.inactive_split / 2**20),
+        "num_alloc_retries": stats["num_alloc_retries"],
+        "num_ooms": stats["num_ooms"],
+        "entered": dict(pool.watch.entered),
+    }
+
+
 def build_report(sim: Simulation, wall_seconds: float | None = None) -> dict[str, Any]:
     """The report of a finished run; deterministic unless `wall_seconds` is included."""
     end_ns = sim.kernel.now
@@ -138,6 +161,7 @@ def build_report(sim: Simulation, wall_seconds: float | None = None) -> dict[str
         "events": sim.kernel.processed,
         "overall": _request_section(sim.requests, engines),
         "models": {s.model.id: _model_section(s, end_ns) for s in sim.served_models},
+        "gpus": {gpu: _gpu_section(pool) for gpu, pool in sim.pools.items() if pool.memory_stats()["reserved_bytes.all.peak"]},
     }
     if wall_seconds is not None:
         report["wall_seconds"] = _round(wall_seconds)

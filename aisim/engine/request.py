@@ -57,11 +57,16 @@ class Request:
     def done(self) -> bool:
         return self.finished_at >= 0
 
-    def conclude(self, outcome: Outcome, time_ns: int, timeline: Any) -> None:
-        """The request ends (completed or aborted) at `time_ns`: record it and tell the watcher."""
+    def conclude(self, outcome: Outcome, time_ns: int, timeline: Any, error: str = "") -> None:
+        """The request ends (completed, aborted, or failed with `error`) at `time_ns`: record it and
+        tell the watcher."""
         self.finished_at = time_ns
         self.outcome = outcome
-        timeline.add(time_ns, "request_finished", self.id, outcome, self.generated)
+        if outcome == "failed":
+            self.error = error
+            timeline.add(time_ns, "request_failed", self.id, error)
+        else:
+            timeline.add(time_ns, "request_finished", self.id, outcome, self.generated)
         self.notify("finished" if outcome == "completed" else outcome, time_ns)
 
     def notify(self, event: str, time_ns: int) -> None:

@@ -155,7 +155,9 @@ class Router:
         self.replicas = replicas
 
     def submit(self, request: Request) -> None:
-        target = self.replicas[min(range(len(self.replicas)), key=lambda i: (self.replicas[i].outstanding, i))]
+        """To the live replica with the fewest outstanding requests (a dead one only if all are)."""
+        target = self.replicas[min(range(len(self.replicas)),
+                                   key=lambda i: (bool(getattr(self.replicas[i], "dead", "")), self.replicas[i].outstanding, i))]
         request.engine = target
         target.submit(request)
 

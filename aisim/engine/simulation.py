@@ -6,20 +6,22 @@ source and one per mock model, in document order; nothing else draws random numb
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Callable, Iterator
 
 import numpy as np
 
 from ..scenario import Scenario
-from ..scenario.faults import SlowDown
+from ..scenario.faults import OutOfMemory, SlowDown, Trigger
+from ..scenario.hardware import expand_devices
 from .deployment import Host, ServedModel
+from .gpu_memory import record_levels
 from .kernel import URGENT, Kernel, VirtualClock
+from .pool import Allocator, make_allocator
 from .replica import Replica
 from .request import Request, Watcher
 from .timeline import Timeline
 from .workload import Arrival, SourceFeed
-
 
 ROLLING_RECORDS = 100_000
 """Timeline records of each kind a non-retaining (serving) simulation keeps."""
@@ -48,7 +50,8 @@ class Simulation:
         self._source_rngs = [np.random.default_rng(s) for s in workload_seq.spawn(len(sources))]
         self._model_rngs = [np.random.default_rng(s) for s in model_seq.spawn(len(scenario.models))]
         self.devices = scenario.gpu_devices()
-        host = Host(self.kernel, self.timeline, self.devices, macro_steps)  # type: ignore[arg-type]
+        self.pools = self._pools()
+        host = Host(self.kernel, self.timeline, self.devices, macro_steps, self.pools)
         self.models: dict[str, ServedModel] = {}
         for index, model in enumerate(scenario.models):
             served = ServedModel(model, host, self._model_rngs[index])
@@ -61,10 +64,63 @@ class Simulation:
 
     # -- building ----------------------------------------------------------------------------
 
+    def _pools(self) -> dict[str, Allocator]:
+        """One memory pool per GPU device, with the allocator its GPU entry names."""
+        pools: dict[str, Allocator] = {}
+        for gpu in self.scenario.gpus:
+            capacity = gpu.resolved().capacity
+            for device in gpu.device_ids():
+                pools[device] = make_allocator(gpu.memory_pool, capacity, device_index=len(pools),
+                                               clock=lambda: self.kernel.now)
+        return pools
+
     def _schedule_faults(self) -> None:
         for index, fault in enumerate(self.scenario.faults):
+            name = fault.name or f"fault-{index}"
             if isinstance(fault, SlowDown):
-                self._schedule_slowdown(fault, fault.name or f"fault-{index}")
+                self._schedule_slowdown(fault, name)
+            elif isinstance(fault, OutOfMemory):
+                self._schedule_hog(fault, name, 100_000 + index)
+
+    def _schedule_hog(self, fault: OutOfMemory, name: str, pid: int) -> None:
+        """Another process takes `size` bytes on the scoped GPUs (as much as is free), for `hold` or for good."""
+        devices = expand_devices(fault.scope.gpus, self.devices)
+
+        def take() -> None:
+            now = self.kernel.now
+            for device in devices:
+                pool = self.pools[device]
+                taken = min(fault.size, max(pool.device.free_bytes(), 0))
+                pool.set_other_process(pid, taken)
+                self.timeline.add(now, "fault", name, "oom", device, f"another process holds {taken} bytes")
+                record_levels(pool, device, self.timeline, now)
+            if fault.hold is not None:
+                self.kernel.after(fault.hold, give_back, URGENT)
+
+        def give_back() -> None:
+            for device in devices:
+                self.pools[device].set_other_process(pid, 0)
+                record_levels(self.pools[device], device, self.timeline, self.kernel.now)
+            self.timeline.add(self.kernel.now, "fault", name, "oom_end", ",".join(devices), "")
+
+        self._at_each_start(fault.trigger, take)
+
+    def _at_each_start(self, trigger: Trigger, action: Callable[[], None]) -> None:
+        """Run `action` whenever a time-triggered fault starts: once `at`, or `every` period from
+        `from` (one period in when absent) until `until`."""
+        if trigger.at is not None:
+            self.kernel.at(trigger.at, action, URGENT)
+            return
+        period = trigger.every
+        assert period is not None
+
+        def fire() -> None:
+            if trigger.until is not None and self.kernel.now > trigger.until:
+                return
+            action()
+            self.kernel.after(period, fire, URGENT)
+
+        self.kernel.at(trigger.from_ if trigger.from_ is not None else period, fire, URGENT)
 
     def _targets(self, fault: SlowDown) -> list[Replica]:
         scope = fault.scope
@@ -81,18 +137,8 @@ class Simulation:
         return set(replica.gpus) | {self.devices[d].id for d in replica.gpus}
 
     def _schedule_slowdown(self, fault: SlowDown, name: str) -> None:
-        trigger = fault.trigger
-        if trigger.at is not None:
-            starts: Iterator[int] = iter([trigger.at])
-        else:
-            assert trigger.every is not None
-            first = trigger.from_ if trigger.from_ is not None else trigger.every
-            starts = (first + k * trigger.every for k in range(10**9))
-
         def begin() -> None:
             start = self.kernel.now
-            if trigger.until is not None and start > trigger.until:
-                return
             targets = self._targets(fault)
             for replica in targets:
                 replica.slowdown = fault.factor
@@ -100,9 +146,6 @@ class Simulation:
             self.timeline.add(start, "fault", name, "slowdown", ",".join(r.name for r in targets), f"x{fault.factor}")
             if fault.duration is not None:
                 self.kernel.at(start + fault.duration, lambda: end(targets), URGENT)
-            following = next(starts, None)
-            if following is not None and following > start:
-                self.kernel.at(following, begin, URGENT)
 
         def end(targets: list[Replica]) -> None:
             for replica in targets:
@@ -110,7 +153,7 @@ class Simulation:
                 replica.interrupt()
             self.timeline.add(self.kernel.now, "fault", name, "slowdown_end", ",".join(r.name for r in targets), "")
 
-        self.kernel.at(next(starts), begin, URGENT)
+        self._at_each_start(fault.trigger, begin)
 
     # -- arrivals ----------------------------------------------------------------------------
 
@@ -154,11 +197,7 @@ class Simulation:
                           request.output, arrival.priority)
         error = self._reject(served, request)
         if error:
-            request.finished_at = now
-            request.outcome = "failed"
-            request.error = error
-            self.timeline.add(now, "request_failed", request.id, error)
-            request.notify("failed", now)
+            request.conclude("failed", now, self.timeline, error)
         else:
             assert served.router is not None
             served.router.submit(request)

@@ -27,6 +27,8 @@ RECORD_FIELDS: dict[str, tuple[str, ...]] = {
     "model_state": ("model", "version", "state", "reason"),
     "fault": ("name", "kind", "target", "detail"),
     "log": ("model", "version", "level", "message"),
+    "memory": ("gpu", "level", "usage", "used_bytes"),
+    "oom": ("replica", "gpu", "message"),
 }
 STEP_FIELDS = ("end_ns", "replica", "gpus", "stream", "requests", "prefill_tokens", "decode_tokens", "kv_used_blocks", "kv_total_blocks")
 

@@ -9,21 +9,23 @@ from __future__ import annotations
 import csv
 import difflib
 import json
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
 from .document import Scenario
 from .faults import Fault
-from .hardware import Gpu
+from .hardware import Gpu, expand_devices
 from .models import Model
-from .presets import GIB, GB
+from .presets import GB, GIB
 from .problems import PathPart, Problem
 from .server import Server
 from .source import Source
-from .workload import PriorityClass, Source as RequestSource, Trace
+from .workload import PriorityClass, Trace
+from .workload import Source as RequestSource
 
 Report = Callable[[Sequence[PathPart], str, str], None]
 
@@ -159,13 +161,14 @@ def _check_gpus(parts: Parts, report: Report) -> dict[str, Gpu]:
 
 def _check_models(parts: Parts, devices: dict[str, Gpu], base_dir: Path, report: Report) -> None:
     names: set[str] = set()
-    shares: dict[str, list[tuple[str, float]]] = {}
+    shares: dict[str, list[tuple[str, float, int]]] = {}
     for i, model in _present(parts.models):
         for device in _placed_devices(model, devices):
-            shares.setdefault(device, []).append((model.id, model.engine.gpu_memory_utilization))
-            total = sum(share for _, share in shares[device])
+            shares.setdefault(device, []).append((model.id, model.engine.gpu_memory_utilization, model.versions_at_once))
+            total = sum(share * count for _, share, count in shares[device])
             if total > 1 + 1e-9:
-                asked = ", ".join(f"{name} {share:g}" for name, share in shares[device])
+                asked = ", ".join(f"{name} {share:g}" + (f" x {count} versions loaded at once" if count > 1 else "")
+                                  for name, share, count in shares[device])
                 report(
                     ["models", i, "engine", "gpuMemoryUtilization"],
                     f"GPU {device!r} is oversubscribed: gpuMemoryUtilization of the models placed on it adds up "
@@ -207,12 +210,7 @@ def _placed_devices(model: Model, devices: dict[str, Gpu]) -> list[str]:
     """The device ids a simulated model occupies (a multi-GPU entry's id stands for all its devices)."""
     if model.placement is None or model.mock or model.resolved_runtime() != "vllm":
         return []
-    placed: list[str] = []
-    for gpu_id in model.placement.gpus:
-        gpu = devices.get(gpu_id)
-        if gpu is not None:
-            placed += gpu.device_ids() if gpu_id == gpu.id else [gpu_id]
-    return placed
+    return expand_devices(model.placement.gpus, devices)
 
 
 def _check_placement(i: int, model: Model, devices: dict[str, Gpu], declared: set[str], report: Report) -> None:

@@ -12,7 +12,7 @@ from typing import Annotated, Literal, Union
 
 from pydantic import ConfigDict, Field, model_validator
 
-from .base import MEMORY_ISSUE, TELEMETRY_ISSUE, Spec, planned
+from .base import TELEMETRY_ISSUE, Spec, planned
 from .hardware import Identifier
 from .models import ModelName
 from .units import ByteSize, Duration
@@ -158,9 +158,12 @@ class MalformedChunk(_StreamFault):
 
 
 class OutOfMemory(_DeviceFault):
-    """Allocate memory on a GPU (a memory hog), so that later allocations run out."""
+    """Another process allocates memory on the scoped GPUs (a memory hog), so that later allocations run out.
 
-    model_config = ConfigDict(json_schema_extra=planned(MEMORY_ISSUE))
+    It takes `size` bytes or, when less is free, all that is free (a process allocating in chunks
+    until it has what it wants or CUDA refuses).
+    """
+
     kind: Literal["oom"]
     """Fault kind."""
     size: ByteSize

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Mapping
 from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import Field, model_validator
 
-from .base import MEMORY_ISSUE, STREAMS_ISSUE, Spec, planned_field
+from .base import STREAMS_ISSUE, Spec, planned_field
 from .presets import GPU_PROFILES, GpuProfile, approximate_capacity
 from .units import Bandwidth, ByteSize, Duration, FlopRate, Power
 
@@ -144,7 +145,7 @@ class Gpu(Spec):
     """Explicit numbers; required without a profile, overrides with one."""
     count: int = Field(1, ge=1, le=1024)
     """How many identical GPUs this entry declares."""
-    memory_pool: MemoryPool = planned_field(CachingPool(allocator="caching"), issue=MEMORY_ISSUE)
+    memory_pool: MemoryPool = CachingPool(allocator="caching")
     """Memory pool layout (allocator `caching`, `buddy` or `slab`)."""
     streams: list[Stream] = planned_field(default_factory=_default_streams, min_length=1, issue=STREAMS_ISSUE)
     """CUDA streams on this GPU; `default` (priority 0) when absent."""
@@ -205,3 +206,14 @@ class Gpu(Spec):
         if "capacity" in given:
             given["capacity_source"] = "scenario"
         return dataclasses.replace(base, **given)
+
+
+def expand_devices(names: Iterable[str], devices: Mapping[str, Gpu]) -> list[str]:
+    """The device ids that GPU names stand for: a multi-device entry's id stands for all its
+    devices, a device id for itself; unknown names are skipped."""
+    expanded: list[str] = []
+    for name in names:
+        gpu = devices.get(name)
+        if gpu is not None:
+            expanded += gpu.device_ids() if name == gpu.id else [name]
+    return expanded

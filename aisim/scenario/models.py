@@ -385,6 +385,15 @@ class Model(Spec):
         """True when a latency override replaces the cost model."""
         return self.latency is not None
 
+    @property
+    def versions_at_once(self) -> int:
+        """The most versions the lifecycle schedule keeps loaded together (each holds its own GPU memory)."""
+        loaded = peak = 1
+        for action in sorted(self.lifecycle.schedule if self.lifecycle else [], key=lambda a: a.at):
+            loaded += {"load": 1, "unload": -1}.get(action.action, 0)
+            peak = max(peak, loaded)
+        return peak
+
     def resolved(self) -> ModelFamily:
         """The family with this model's explicit architecture applied (computed once: models are frozen)."""
         if self._resolved is None:

@@ -123,9 +123,7 @@ class Allocator(ABC):
             self._insert_events(block)
         else:
             self._free_block(block)
-        allocated = self.stats.allocated_bytes[0].current
-        if self.watch.level or allocated > self._warn_at:
-            self.watch.update(allocated, self.device.outside, self.ops)
+        self._check_level()
 
     def record_stream(self, block: Allocation, stream: int) -> None:
         """`Tensor.record_stream`: `stream` uses the block; a use on its own stream is ignored."""
@@ -230,9 +228,11 @@ class Allocator(ABC):
         events, self.watch.events = self.watch.events, []
         return events
 
-    def _after_malloc(self) -> None:
+    def _check_level(self) -> None:
+        """Record a threshold event when allocated memory moved to another level (after a malloc or a free)."""
         allocated = self.stats.allocated_bytes[0].current
-        if allocated > self._warn_at or self.watch.level:
+        level = 2 if allocated > self._crit_at else 1 if allocated > self._warn_at else 0
+        if level != self.watch.level:
             self.watch.update(allocated, self.device.outside, self.ops)
 
     def _null(self, stream: int) -> Allocation:

@@ -167,7 +167,7 @@ class BuddyAllocator(Allocator):
         increase(stats.active, 0, 1)
         increase(stats.active_bytes, 0, need)
         increase(stats.requested_bytes, 0, size)
-        self._after_malloc()
+        self._check_level()
         return block
 
     def _free_requested(self, block: Allocation) -> None:

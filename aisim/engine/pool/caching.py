@@ -190,9 +190,7 @@ class CachingAllocator(Allocator):
         else:
             split = rounded < self._max_split and remaining > SMALL_SIZE
         block = self._alloc_found_block(block, rounded, size, split)
-        allocated = self.stats.allocated_bytes[0].current
-        if allocated > self._warn_at or self.watch.level:
-            self.watch.update(allocated, self.device.outside, self.ops)
+        self._check_level()
         return block
 
     def _get_free_block(self, pool: BlockPool, stream: int, size: int) -> Block | None:

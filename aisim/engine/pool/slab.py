@@ -137,7 +137,7 @@ class SlabAllocator(Allocator):
         increase(stats.active, 0, 1)
         increase(stats.active_bytes, 0, block.size)
         increase(stats.requested_bytes, 0, size)
-        self._after_malloc()
+        self._check_level()
         return block
 
     def _take(self, heap: list[tuple[int, int, Slab]], where: int) -> Slab | None:

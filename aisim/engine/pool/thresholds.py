@@ -48,6 +48,8 @@ class ThresholdWatch:
         self.clock = clock
         self.level = 0
         self.events: list[ThresholdEvent] = []
+        self.entered = {"warning": 0, "critical": 0}
+        """How many times usage rose into each level (kept after `drain_events`, for the report)."""
 
     def limits(self, outside: int) -> tuple[int, int]:
         """Allocated bytes above which usage is above warning and above critical."""
@@ -63,6 +65,8 @@ class ThresholdWatch:
         if level == self.level:
             return
         used = allocated + outside
+        if level > self.level:
+            self.entered[LEVELS[level]] += 1
         self.events.append(
             ThresholdEvent(
                 level=LEVELS[level],

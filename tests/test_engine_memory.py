@@ -1,0 +1,81 @@
+"""The engine's tensors in the GPU memory pools: load, per-step activations, other processes, OOM."""
+
+from __future__ import annotations
+
+from aisim.engine.memory import activation_peak, activation_tensors, plan
+from aisim.engine.report import build_report
+from aisim.scenario import load_scenario
+from aisim.scenario.models import Model
+from aisim.scenario.presets import GIB, GPU_PROFILES
+
+from .conftest import SCENARIOS
+from .engine_helpers import llama, poisson, run, scenario
+
+OOM_TEXT = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate "
+
+
+def test_the_oom_scenario_ends_in_pytorchs_out_of_memory_error_and_loses_no_request() -> None:
+    sim = run(load_scenario(SCENARIOS / "oom.yaml"), base_dir=SCENARIOS)
+    report = build_report(sim)
+    model = report["models"]["llama3-8b"]
+    assert model["state"] == "DEAD" and model["crash"].startswith(OOM_TEXT)
+    assert "GPU 0 has a total capacity of 22.04 GiB of which " in model["crash"]
+    assert "Process 100000 has " in model["crash"]  # the memory hog, as NVML lists it
+    counts = model["requests"]
+    assert counts["arrived"] == counts["completed"] + counts["failed"] and counts["failed"] > 0
+    records = list(sim.timeline.records())
+    hog = next(r for r in records if r["type"] == "fault")
+    crash = next(r for r in records if r["type"] == "oom")
+    assert hog["t_ns"] == 40 * 10**9 and crash["t_ns"] >= 45 * 10**9  # the first long prefill after the hog
+    assert model["crash"] == "torch.OutOfMemoryError: " + crash["message"]
+    levels = [r["level"] for r in records if r["type"] == "memory" and r["t_ns"] <= hog["t_ns"]]
+    assert levels == ["warning", "critical"]  # 90 % reserved by vLLM, then the hog
+    pool = report["gpus"]["gpu0"]
+    assert pool["num_ooms"] == 1 and pool["num_alloc_retries"] == 1  # PyTorch frees its cache and retries first
+    assert pool["entered"] == {"warning": 1, "critical": 1}
+    assert [r["state"] for r in records if r["type"] == "model_state"][-1] == "UNAVAILABLE"
+
+
+def test_requests_of_a_dead_engine_fail_with_vllms_engine_dead_error() -> None:
+    sim = run(load_scenario(SCENARIOS / "oom.yaml"), base_dir=SCENARIOS)
+    failed = [r for r in sim.requests if r.outcome == "failed"]
+    assert {r.error for r in failed} == {"EngineCore encountered an issue. See stack trace (above) for the root cause."}
+    crash_time = next(r["t_ns"] for r in sim.timeline.records() if r["type"] == "oom")
+    assert all(r.finished_at >= crash_time for r in failed)
+
+
+def test_a_hog_that_lets_go_gives_its_memory_back() -> None:
+    hog = {"kind": "oom", "size": "2GiB", "hold": "1s", "trigger": {"at": "1s"}, "scope": {"gpus": ["g"]}}
+    sim = run(scenario([llama()], [poisson("2/s", 10, 100, 20)], faults=[hog]))
+    records = [r for r in sim.timeline.records() if r["type"] == "fault"]
+    assert [(r["t_ns"], r["kind"]) for r in records] == [(10**9, "oom"), (2 * 10**9, "oom_end")]
+    assert records[0]["detail"] == f"another process holds {2 * GIB} bytes"
+    assert sim.pools["g"].device.other_processes == {}
+    assert all(r.outcome == "completed" for r in sim.requests)
+
+
+def test_power_of_two_rounding_keeps_vllms_default_plan_off_a_buddy_allocator() -> None:
+    gpus = [{"id": "g", "profile": "A10G", "memoryPool": {"allocator": "buddy"}}]
+    sim = run(scenario([llama()], [poisson("2/s", 3, 100, 20)], gpus=gpus))
+    failure = build_report(sim)["models"]["m"]["failure"]
+    assert failure.startswith(OOM_TEXT)
+    assert "reserved by PyTorch but unallocated" in failure
+    assert all(r.outcome == "failed" for r in sim.requests)
+
+
+def test_the_pool_holds_weights_and_kv_cache_and_steps_add_their_activations() -> None:
+    sim = run(scenario([llama()], [poisson("4/s", 20, 300, 30)]))
+    memory = plan(Model.model_validate(llama()), GPU_PROFILES["H100-SXM"])
+    stats = sim.pools["g"].memory_stats()
+    held = memory.weights + memory.num_blocks * memory.block_size * memory.kv_bytes_per_token
+    # all tensors freed but weights and KV; each layer's tensor rounds up to 512 bytes at most
+    assert held <= stats["allocated_bytes.all.current"] <= held + 64 * 512
+    biggest_step = activation_peak(Model.model_validate(llama()).resolved(), 300 * 4, 4, 1)
+    assert stats["allocated_bytes.all.current"] < stats["allocated_bytes.all.peak"] < held + biggest_step * 4
+
+
+def test_activation_tensors_add_up_to_the_profiled_peak() -> None:
+    arch = Model.model_validate(llama()).resolved()
+    tensors = activation_tensors(arch, 8192, 1024, 1)
+    assert len(tensors) == 4 and sum(tensors) == activation_peak(arch, 8192, 1024, 1)
+    assert round(sum(tensors) / GIB, 2) == 1.18  # vLLM logs 1.24 GiB for this model and these limits
