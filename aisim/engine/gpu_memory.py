@@ -4,12 +4,24 @@ Each GPU device has one pool (the scenario's allocator), shared by the replicas 
 they were one process. Loading a vLLM replica does in the pools of its tensor-parallel group what
 vLLM's start-up does: check that the GPU's free memory covers the requested share, load the
 weights (one tensor per layer), run the profile pass (its activation peak is allocated, freed and
-handed back by `empty_cache`, as vLLM does), then allocate the KV cache (one tensor per layer, sized
-by the memory plan), with non-PyTorch memory (cuBLAS, NCCL) outside the pool. Every step then
-allocates its activation tensors (`memory.activation_tensors`) and frees them when it ends, so the
-caching allocator holds on to segments for them. The headroom vLLM leaves (1 - utilisation) is what
-those steps draw on: when another process takes it, a step whose tensors need a new segment fails
-with PyTorch's out-of-memory message, and the engine dies as vLLM's does.
+handed back by `empty_cache`, as vLLM does), allocate the KV cache (one tensor per layer, sized by
+the memory plan), then capture CUDA graphs. Non-PyTorch memory (CUDA context growth, cuBLAS
+workspaces, NCCL) stays outside the pool.
+
+CUDA graphs: vLLM captures the forward pass for batches of up to 512 tokens (`GRAPH_MAX_TOKENS`,
+as in the cost model); captures share one private pool that holds the activations of the largest
+batch for the engine's life. That is modelled as tensors tagged `cuda_graph` of the forward
+activations at 512 tokens (46 MiB for Llama-3-8B; vLLM logs about 0.45 GiB for graph capture, which
+also holds per-size input buffers and graph objects, so this is a lower bound). They come out of the
+headroom, since the KV budget did not count them, as in vLLM before it estimated graph memory.
+
+Steps: a step of up to 512 tokens runs its forward pass in a graph (no allocation); a larger one
+runs eagerly and allocates its activation tensors (`memory.activation_tensors`). The logits and the
+sampler run outside the graph, so every step of a generating model allocates its logits. Blocks are
+freed when the step ends, and the caching allocator keeps their segments for the next step. The
+headroom vLLM leaves (1 - utilisation) is what those allocations draw on: when another process has
+taken it, a step whose tensors need a new segment fails with PyTorch's out-of-memory message, and
+the engine dies as vLLM's does.
 """
 
 from __future__ import annotations
@@ -17,8 +29,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..scenario.presets import GIB, ModelFamily
+from .costmodel import GRAPH_MAX_TOKENS
 from .memory import MemoryPlan, activation_tensors
-from .pool import Allocation, Allocator
+from .pool import Allocator, Tensor
 from .timeline import Timeline
 
 
@@ -51,31 +64,40 @@ class ReplicaMemory:
     pools: list[tuple[str, Allocator]]
     arch: ModelFamily
     tensor_parallel: int
-    held: list[tuple[Allocator, Allocation]] = field(default_factory=list)
-    step: list[tuple[Allocator, Allocation]] = field(default_factory=list)
+    cuda_graphs: bool = True
+    held: list[Tensor] = field(default_factory=list)
+    """Weights, KV cache and CUDA graph pool: held until the replica unloads or dies."""
+    step: list[Tensor] = field(default_factory=list)
+    """The running step's activations."""
     non_torch: int = 0
     """Bytes the replica holds outside the pool on each GPU (CUDA context growth, cuBLAS, NCCL)."""
 
     def load(self, plan: MemoryPlan) -> None:
-        """Weights, KV cache and the profile run's activation peak; raises `OutOfMemoryError`."""
+        """What vLLM's start-up puts in each pool; raises `OutOfMemoryError`."""
         layers = max(self.arch.layers, 1)
         self.non_torch = plan.non_torch
         for _, pool in self.pools:
             pool.set_non_pytorch(pool.device.non_pytorch + plan.non_torch)
-            for _ in range(layers):
-                self.held.append((pool, pool.malloc(plan.weights // layers)))
-            pool.free(pool.malloc(plan.activation_peak))
+            self._hold(pool, [("weights", plan.weights // layers)] * layers)
+            Tensor(pool, plan.activation_peak, "activation").computed().free()
             pool.empty_cache()
             if plan.has_kv:
-                per_layer = plan.num_blocks * plan.block_size * plan.kv_bytes_per_token // layers
-                for _ in range(layers):
-                    self.held.append((pool, pool.malloc(per_layer)))
+                self._hold(pool, [("kv_cache", plan.num_blocks * plan.block_size * plan.kv_bytes_per_token // layers)] * layers)
+            if self.cuda_graphs:
+                captured = self._forward(GRAPH_MAX_TOKENS, GRAPH_MAX_TOKENS)
+                self._hold(pool, [("cuda_graph", size) for _, size in captured])
+
+    def _hold(self, pool: Allocator, tensors: list[tuple[str, int]]) -> None:
+        self.held += [Tensor(pool, size, tag).computed() for tag, size in tensors]
+
+    def _forward(self, tokens: int, requests: int) -> list[tuple[str, int]]:
+        return [t for t in activation_tensors(self.arch, tokens, requests, self.tensor_parallel) if t[0] != "logits"]
 
     def unload(self) -> None:
         """Free everything the replica holds, as its process exiting does (cached segments too)."""
         self.release()
-        for pool, block in self.held:
-            pool.free(block)
+        for tensor in self.held:
+            tensor.free()
         self.held.clear()
         for _, pool in self.pools:
             pool.set_non_pytorch(pool.device.non_pytorch - self.non_torch)
@@ -83,14 +105,16 @@ class ReplicaMemory:
         self.non_torch = 0
 
     def acquire(self, tokens: int, requests: int) -> None:
-        """The activations of a step computing `tokens` tokens for `requests` requests."""
-        sizes = activation_tensors(self.arch, tokens, requests, self.tensor_parallel)
+        """The activations a step of `tokens` tokens for `requests` requests allocates (see the module docstring)."""
+        eager = activation_tensors(self.arch, tokens, requests, self.tensor_parallel)
+        if self.cuda_graphs and tokens <= GRAPH_MAX_TOKENS:
+            eager = [t for t in eager if t[0] == "logits"]
         for _, pool in self.pools:
-            for size in sizes:
-                self.step.append((pool, pool.malloc(size)))
+            for name, size in eager:
+                self.step.append(Tensor(pool, size, f"activation:{name}"))
 
     def release(self) -> None:
-        for pool, block in self.step:
-            pool.free(block)
+        """The step has ended: its activations are computed and dropped."""
+        for tensor in self.step:
+            tensor.computed().free()
         self.step.clear()
-

@@ -80,20 +80,21 @@ class MemoryPlan:
         return self.kv_tokens / self.max_model_len if self.max_model_len else 0.0
 
 
-def activation_tensors(arch: ModelFamily, tokens: int, seqs: int, tensor_parallel: int) -> list[int]:
-    """The live activation tensors of a forward pass over `tokens` tokens, in bytes: the hidden
-    state and residual, the attention input and output, the MLP's gate and up projections, and the
-    FP32 logits of the sampled sequences (none for models that do not generate)."""
+def activation_tensors(arch: ModelFamily, tokens: int, seqs: int, tensor_parallel: int) -> list[tuple[str, int]]:
+    """The live activation tensors of a forward pass over `tokens` tokens, named, in bytes: the
+    hidden state and residual, the attention input and output, the MLP's gate and up projections,
+    and the FP32 logits of the sampled sequences (none for models that do not generate)."""
     dtype_bytes = DTYPE_BYTES[arch.dtype]
     hidden_pair = int(tokens * 2 * arch.hidden * dtype_bytes / tensor_parallel)
     mlp = int(tokens * 2 * arch.intermediate * dtype_bytes / tensor_parallel)
     logits = min(tokens, seqs) * arch.vocab * 4 if arch.task == "generate" else 0
-    return [size for size in (hidden_pair, hidden_pair, mlp, logits) if size]
+    named = (("hidden", hidden_pair), ("attention", hidden_pair), ("mlp", mlp), ("logits", logits))
+    return [(name, size) for name, size in named if size]
 
 
 def activation_peak(arch: ModelFamily, tokens: int, seqs: int, tensor_parallel: int) -> int:
     """Peak activation bytes of vLLM's profile run (see the module docstring)."""
-    return sum(activation_tensors(arch, tokens, seqs, tensor_parallel))
+    return sum(size for _, size in activation_tensors(arch, tokens, seqs, tensor_parallel))
 
 
 def plan(model: Model, gpu: GpuProfile, limits: EngineLimits | None = None, tensor_parallel: int | None = None) -> MemoryPlan:

@@ -11,7 +11,7 @@
 Modules, one concept each: `base` (the interface and stream-ordered frees), `device` (cudaMalloc
 and memory outside the pool), `rounding` (PyTorch's size rules), `freelist` (the best-fit index),
 `blocks` / `caching` / `expandable` (the caching allocator), `buddy`, `slab`, `stats`
-(`memory_stats`), `oom` (the error text), `state` (`PoolState`), `thresholds`, `factory`.
+(`memory_stats`), `oom` (the error text), `state` (`PoolState`), `thresholds`, `tensor` (a tensor's life), `factory`.
 """
 
 from .base import Allocation, Allocator
@@ -23,6 +23,7 @@ from .oom import OutOfMemoryError, format_size, oom_message
 from .rounding import allocation_size, round_size
 from .slab import SlabAllocator
 from .state import BlockView, PoolState, SegmentView, SizeBin
+from .tensor import Tensor, TensorState, TensorStateError
 from .thresholds import ThresholdEvent
 
 __all__ = [
@@ -38,6 +39,9 @@ __all__ = [
     "SimulatedDevice",
     "SizeBin",
     "SlabAllocator",
+    "Tensor",
+    "TensorState",
+    "TensorStateError",
     "ThresholdEvent",
     "TraceEntry",
     "allocation_size",

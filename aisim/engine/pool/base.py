@@ -38,7 +38,7 @@ from .thresholds import ThresholdEvent, ThresholdWatch
 class Allocation:
     """A block handed out by `malloc`: where it is, how big, for whom."""
 
-    __slots__ = ("address", "allocated", "event_count", "requested_size", "size", "stream", "stream_uses")
+    __slots__ = ("address", "allocated", "event_count", "requested_size", "size", "stream", "stream_uses", "tag")
 
     def __init__(self, address: int, size: int, requested_size: int, stream: int) -> None:
         self.address = address
@@ -52,6 +52,8 @@ class Allocation:
         self.allocated = False
         self.event_count = 0
         self.stream_uses: set[int] | None = None
+        self.tag = ""
+        """What the memory holds while allocated (`Tensor` sets it; a free clears it)."""
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(address={self.address:#x}, size={self.size}, stream={self.stream})"
@@ -109,6 +111,7 @@ class Allocator(ABC):
         if not block.allocated:
             raise ValueError(f"free of a block that is not allocated: {block!r}")
         block.allocated = False
+        block.tag = ""
         if not block.size:
             return
         self.ops += 1

@@ -246,7 +246,7 @@ class BuddyAllocator(Allocator):
                 largest = max(largest, size)
             else:
                 state: BlockStateName = "allocated" if block.allocated else "awaiting_free"
-                view = BlockView(address, size, state, block.requested_size)
+                view = BlockView(address, size, state, block.requested_size, block.tag)
             bins.add(size, block is not None)
             per_top[self._top(address)].append(view)
         segments = tuple(

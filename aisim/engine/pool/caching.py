@@ -460,7 +460,7 @@ class CachingAllocator(Allocator):
             block: Block | None = head
             while block is not None and block.mapped:
                 if block.allocated:
-                    views.append(BlockView(block.address, block.size, "allocated", block.requested_size))
+                    views.append(BlockView(block.address, block.size, "allocated", block.requested_size, block.tag))
                     bins.add(block.size, True)
                 elif block.event_count or block.stream_uses:
                     views.append(BlockView(block.address, block.size, "awaiting_free", block.requested_size))

@@ -299,7 +299,7 @@ class SlabAllocator(Allocator):
             if address in self._dedicated:
                 block = self._dedicated[address]
                 state: BlockStateName = "allocated" if block.allocated else "awaiting_free"
-                view = BlockView(address, block.size, state, block.requested_size)
+                view = BlockView(address, block.size, state, block.requested_size, block.tag)
                 bins.add(block.size, True)
                 segments.append(SegmentView(address, block.size, "dedicated", block.stream, False, (view,)))
                 continue
@@ -353,7 +353,7 @@ def _slab_blocks(slab: Slab) -> tuple[BlockView, ...]:
             views.append(BlockView(slab.address + run_start * size, (slot - run_start) * size, "cached"))
             run_start = None
         state: BlockStateName = "allocated" if block.allocated else "awaiting_free"
-        views.append(BlockView(block.address, size, state, block.requested_size))
+        views.append(BlockView(block.address, size, state, block.requested_size, block.tag))
     if run_start is not None:
         views.append(BlockView(slab.address + run_start * size, (slab.capacity - run_start) * size, "cached"))
     used_end = slab.capacity * size

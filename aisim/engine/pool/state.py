@@ -35,6 +35,8 @@ class BlockView:
     state: BlockStateName
     requested: int = 0
     """The unrounded size asked for, for allocated and awaiting blocks."""
+    tag: str = ""
+    """What an allocated block holds (`weights`, `kv_cache`, `activation`, ...), when the engine said."""
 
 
 @dataclass(frozen=True, slots=True)
