@@ -17,7 +17,7 @@ from pydantic import TypeAdapter
 from aisim.scenario.distributions import DurationDistribution
 from aisim.testing import running_server
 
-from .conftest import TEST_SCENARIOS
+from .conftest import SCENARIOS, TEST_SCENARIOS
 
 FAULTS = TEST_SCENARIOS / "serve" / "faults.yaml"
 USER = [{"role": "user", "content": "hello"}]
@@ -208,3 +208,21 @@ def test_an_engine_that_runs_out_of_memory_fails_its_requests_as_vllm_does() -> 
         assert "GPU 0 has a total capacity of " in oom[0]["message"] and "Process 100000 has " in oom[0]["message"]
         errors = [r["message"] for r in records if r["type"] == "log" and r["level"] == "ERROR"]
         assert errors == ["torch.OutOfMemoryError: " + oom[0]["message"]]
+
+
+def test_the_shipped_oom_scenario_served_fails_after_the_memory_hog() -> None:
+    with running_server(SCENARIOS / "oom.yaml", speed=40) as base:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0)
+        first = client.completions.create(model="llama3-8b", prompt="hello " * 100, max_tokens=4)
+        assert first.usage is not None and first.usage.completion_tokens == 4  # fine before the hog
+        deadline = time.monotonic() + 10
+        while not any(r["type"] == "fault" for r in base.state.sim.timeline.records()):  # 40 simulated s = 1 s here
+            assert time.monotonic() < deadline, "the memory hog never came"
+            time.sleep(0.05)
+        again = client.completions.create(model="llama3-8b", prompt="hello " * 100, max_tokens=4)
+        assert again.usage is not None  # the same step sizes reuse the allocator's cached blocks
+        with pytest.raises(openai.InternalServerError, match="EngineCore encountered an issue"):
+            client.completions.create(model="llama3-8b", prompt="hello " * 1500, max_tokens=4)  # too big for a graph
+        assert httpx.get(f"{base}/health").status_code == 503
+        crash = [r for r in base.state.sim.timeline.records() if r["type"] == "oom"]
+        assert len(crash) == 1 and crash[0]["message"].startswith("CUDA out of memory. Tried to allocate ")

@@ -95,3 +95,20 @@ def test_activation_tensors_add_up_to_the_profiled_peak() -> None:
     assert tensors["mlp"] == 8192 * 2 * 14336 * 2 and tensors["logits"] == 1024 * 128256 * 4
     assert sum(tensors.values()) == activation_peak(arch, 8192, 1024, 1)
     assert round(sum(tensors.values()) / GIB, 2) == 1.18  # vLLM logs 1.24 GiB for this model and these limits
+
+
+def test_each_runtime_puts_what_it_loads_in_the_pool() -> None:
+    models = [{"id": f"{runtime}-model", "family": "resnet-50", "runtime": runtime, "placement": {"gpus": ["g"]}}
+              for runtime in ("tensorrt", "onnxruntime")]
+    sources = [{"name": m["id"], "model": m["id"], "arrival": {"kind": "batch", "requests": 4}, "promptTokens": 1,
+                "outputTokens": 0} for m in models]
+    sim = run(scenario(models, sources, gpus=[{"id": "g", "profile": "T4"}]))
+    assert all(r.outcome == "completed" for r in sim.requests)  # no vLLM start-up check between them
+    held: dict[str, int] = {}
+    for segment in sim.pools["g"].state().segments:
+        for block in segment.blocks:
+            if block.state == "allocated":
+                held[block.tag] = held.get(block.tag, 0) + 1
+    layers = Model.model_validate(models[0]).resolved().layers
+    # weights for both; TensorRT's execution context stays, ONNX Runtime's activations come and go
+    assert held == {"weights": 2 * layers, "execution_context": 1}

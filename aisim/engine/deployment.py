@@ -157,9 +157,10 @@ class ServedModel:
             self.fitted = self.fitted and fitted
             plans.append(memory)
             names.append(profile.name)
-            tensors = ReplicaMemory([(d, host.pools[d]) for d in group], arch, tp, model.engine.cuda_graphs)
-            failure = (load_failure(memory) or runtimes.load_problem(model, version, profile)
-                       or startup_problem(tensors.pools, memory, model.engine.gpu_memory_utilization)
+            runtime = model.resolved_runtime()
+            tensors = ReplicaMemory([(d, host.pools[d]) for d in group], arch, tp, model.engine.cuda_graphs, runtime)
+            checked = startup_problem(tensors.pools, memory, model.engine.gpu_memory_utilization) if runtime == "vllm" else ""
+            failure = (checked or load_failure(memory) or runtimes.load_problem(model, version, profile)
                        or self._place(tensors, memory))
             if failure:
                 for loaded in placed:

@@ -65,6 +65,8 @@ class ReplicaMemory:
     arch: ModelFamily
     tensor_parallel: int
     cuda_graphs: bool = True
+    runtime: str = "vllm"
+    """`vllm`, `tensorrt` or `onnxruntime`: what loading puts in the pool and what a step allocates."""
     held: list[Tensor] = field(default_factory=list)
     """Weights, KV cache and CUDA graph pool: held until the replica unloads or dies."""
     step: list[Tensor] = field(default_factory=list)
@@ -73,12 +75,22 @@ class ReplicaMemory:
     """Bytes the replica holds outside the pool on each GPU (CUDA context growth, cuBLAS, NCCL)."""
 
     def load(self, plan: MemoryPlan) -> None:
-        """What vLLM's start-up puts in each pool; raises `OutOfMemoryError`."""
+        """What the runtime's start-up puts in each pool; raises `OutOfMemoryError`.
+
+        vLLM: weights, the profile pass (freed, cache emptied), KV cache, CUDA graph pool.
+        TensorRT (`model-runtimes.md` §3.4): the plan's weights on deserialisation, then the
+        execution context's activation and scratch memory, allocated once at its maximum.
+        ONNX Runtime: the initializers; its arena grows with the first runs (steps allocate).
+        """
         layers = max(self.arch.layers, 1)
         self.non_torch = plan.non_torch
         for _, pool in self.pools:
             pool.set_non_pytorch(pool.device.non_pytorch + plan.non_torch)
             self._hold(pool, [("weights", plan.weights // layers)] * layers)
+            if self.runtime == "tensorrt":
+                self._hold(pool, [("execution_context", plan.activation_peak)])
+            if self.runtime != "vllm":
+                continue
             Tensor(pool, plan.activation_peak, "activation").computed().free()
             pool.empty_cache()
             if plan.has_kv:
@@ -106,8 +118,10 @@ class ReplicaMemory:
 
     def acquire(self, tokens: int, requests: int) -> None:
         """The activations a step of `tokens` tokens for `requests` requests allocates (see the module docstring)."""
+        if self.runtime == "tensorrt":
+            return  # the execution context already holds its maximum
         eager = activation_tensors(self.arch, tokens, requests, self.tensor_parallel)
-        if self.cuda_graphs and tokens <= GRAPH_MAX_TOKENS:
+        if self.runtime == "vllm" and self.cuda_graphs and tokens <= GRAPH_MAX_TOKENS:
             eager = [t for t in eager if t[0] == "logits"]
         for _, pool in self.pools:
             for name, size in eager:
