@@ -209,6 +209,54 @@ def _plan_dict(result: object) -> dict[str, object]:
     return data
 
 
+def _replay_snapshot(args: argparse.Namespace) -> int:
+    from .engine.pool.replay import ALLOCATORS, replay_all
+    from .engine.pool.snapshot import SnapshotError, load_snapshot
+    from .render import replay_table
+    from .scenario.units import QuantityError, parse_size
+
+    try:
+        capacity = parse_size(args.capacity) if args.capacity else None
+        tolerance = parse_size(args.tolerance)
+    except QuantityError as error:
+        sys.stderr.write(f"aisim replay-snapshot: {error}\n")
+        return 2
+    names = ALLOCATORS if args.allocator == "all" else (args.allocator,)
+    try:
+        snapshot = load_snapshot(args.snapshot)
+        results = replay_all(snapshot, names, device=args.device, capacity=capacity,
+                             sample_every=args.sample_every, tolerance=tolerance)
+    except SnapshotError as error:
+        sys.stderr.write(f"aisim replay-snapshot: {error}\n")
+        return 1
+    records = [result.to_dict() for result in results]
+    if args.json:
+        sys.stdout.write(json.dumps({"snapshot": args.snapshot, "results": records}, indent=2) + "\n")
+    else:
+        sys.stdout.write(replay_table(args.snapshot, records))
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from .inspect_onnx import InspectError, inspect_model, report_text, scenario_block
+
+    try:
+        report = inspect_model(args.model)
+        text = scenario_block(report, args.gpu) if args.scenario else None
+    except InspectError as error:
+        sys.stderr.write(f"aisim inspect: {error}\n")
+        return 1
+    if not report.valid and (args.json or args.scenario):
+        sys.stderr.write("".join(f"aisim inspect: checker: {e}\n" for e in report.checker_errors))
+    if text is not None:
+        sys.stdout.write(text)
+    elif args.json:
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2) + "\n")
+    else:
+        sys.stdout.write(report_text(report))
+    return 0 if report.valid else 1
+
+
 def _schema(args: argparse.Namespace) -> int:
     sys.stdout.write(schema_text())
     return 0
@@ -260,6 +308,27 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument("--kv-cache-dtype", choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"))
     memory.add_argument("--json", action="store_true", help="print the figures as JSON")
     memory.set_defaults(handler=_memory)
+
+    replay = commands.add_parser("replay-snapshot", help="replay a PyTorch memory snapshot through the allocator models")
+    replay.add_argument("snapshot", metavar="SNAPSHOT",
+                        help="torch.cuda.memory._dump_snapshot() pickle (or the same structure as JSON)")
+    replay.add_argument("--allocator", choices=("caching", "buddy", "slab", "all"), default="all",
+                        help="allocator model (default: all three)")
+    replay.add_argument("--device", type=int, default=0, help="which device trace to replay (default 0)")
+    replay.add_argument("--capacity", metavar="SIZE",
+                        help="GPU memory, like 80GiB (default: from a recorded oom, else 80GiB)")
+    replay.add_argument("--tolerance", metavar="SIZE", default="20MiB",
+                        help="reserved memory difference that counts as a divergence (default 20MiB)")
+    replay.add_argument("--sample-every", type=int, metavar="N", help="events between samples (default: 200 samples)")
+    replay.add_argument("--json", action="store_true", help="print the results as JSON")
+    replay.set_defaults(handler=_replay_snapshot)
+
+    inspect = commands.add_parser("inspect", help="read an ONNX model: ops, weights, shapes, FLOPs, a scenario block")
+    inspect.add_argument("model", metavar="MODEL.onnx", help="ONNX model file (needs: pip install 'aisim[inspect]')")
+    inspect.add_argument("--json", action="store_true", help="print the report as JSON")
+    inspect.add_argument("--scenario", action="store_true", help="print only a scenario `models:` block for it")
+    inspect.add_argument("--gpu", default="gpu0", metavar="ID", help="GPU id the block places the model on (default gpu0)")
+    inspect.set_defaults(handler=_inspect)
 
     schema = commands.add_parser("schema", help="print the JSON Schema of the scenario language")
     schema.set_defaults(handler=_schema)

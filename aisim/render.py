@@ -126,3 +126,41 @@ def memory_lines(name: str, model: Any, gpu: Any, plan: Any, margin: float) -> s
     else:
         lines.append("no KV cache (the model has no attention layers)")
     return "\n".join(lines) + "\n"
+
+
+def replay_table(snapshot: str, results: list[dict[str, Any]]) -> str:
+    """`aisim replay-snapshot`: one row per allocator model against the recorded trace, then one sentence each."""
+    from .engine.pool.oom import format_size
+
+    first = results[0]
+    actions = ", ".join(f"{count:,} {name}" for name, count in first["actions"].items())
+    lines = [
+        (f"{snapshot}: device {first['device']}, {first['events']:,} events ({actions or 'none'}); capacity "
+         f"{format_size(first['capacity'])} ({first['capacity_source']}); {first['initial_blocks']:,} allocations "
+         f"alive before the trace ({format_size(first['initial_bytes'])})"),
+        "",
+        (f"{'allocator':10} {'peak reserved':>14} {'recorded':>12} {'difference':>13} {'peak alloc':>12} "
+         f"{'cudaMalloc':>15} {'OOMs':>7} {'frag mean/peak':>15}  first divergence"),
+        (f"{'':10} {'(model)':>14} {'':>12} {'':>13} {'':>12} {'model / rec':>15} {'mod/rec':>7} {'':>15}  "
+         f"(> {format_size(first['tolerance'])})"),
+    ]
+    for r in results:
+        diff = r["peak_difference"]
+        sign = "+" if diff > 0 else "-" if diff < 0 else ""
+        first_div = r["first_divergence"]
+        where = "none" if first_div is None else f"event {first_div['event']:,} ({first_div['action']})"
+        lines.append(
+            f"{r['allocator']:10} {format_size(r['peak_reserved']):>14} {format_size(r['recorded_peak_reserved']):>12} "
+            f"{sign + format_size(abs(diff)):>13} {format_size(r['peak_allocated']):>12} "
+            f"{r['segment_allocs']:>7,} /{r['recorded_segment_allocs']:>6,} {len(r['ooms']):>3} /{r['recorded_ooms']:>2} "
+            f"{r['mean_fragmentation'] * 100:6.1f} /{r['peak_fragmentation'] * 100:5.1f} %  {where}"
+        )
+    lines.append("")
+    for r in results:
+        lines.append(r["summary"])
+        if r["ooms"]:
+            oom = r["ooms"][0]
+            at = "before the trace" if oom["event"] < 0 else f"at event {oom['event']:,}"
+            lines.append(f"  first model OOM {at}: torch.OutOfMemoryError: {oom['message']}")
+        lines += [f"  note: {note}" for note in r["notes"]]
+    return "\n".join(lines) + "\n"

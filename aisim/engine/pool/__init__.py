@@ -11,7 +11,8 @@
 Modules, one concept each: `base` (the interface and stream-ordered frees), `device` (cudaMalloc
 and memory outside the pool), `rounding` (PyTorch's size rules), `freelist` (the best-fit index),
 `blocks` / `caching` / `expandable` (the caching allocator), `buddy`, `slab`, `stats`
-(`memory_stats`), `oom` (the error text), `state` (`PoolState`), `thresholds`, `tensor` (a tensor's life), `factory`.
+(`memory_stats`), `oom` (the error text), `state` (`PoolState`), `thresholds`, `tensor` (a tensor's life), `factory`;
+`snapshot` / `replay` / `replayer` read PyTorch memory snapshots and replay them through the models.
 """
 
 from .base import Allocation, Allocator
