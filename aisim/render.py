@@ -60,6 +60,15 @@ def _gpu_line(gpu: str, pool: dict[str, Any]) -> str:
             f"{pool['inactive_split_mib']:,.1f} MiB; {pool['num_alloc_retries']} retries, {pool['num_ooms']} OOMs; {entered}")
 
 
+def _stream_lines(gpu: str, streams: dict[str, Any]) -> list[str]:
+    lines = [f"  {gpu}: busy {streams['busy_fraction'] * 100:.1f} %, {streams['preemptions']:,} preemptions"]
+    for name, stream in streams["by_stream"].items():
+        lines.append(f"    {name} (priority {stream['priority']}): {stream['kernels']:,} kernels, "
+                     f"{stream['gpu_share'] * 100:.1f} % of the GPU, {stream['stretch']:.2f}x their solo time, "
+                     f"mean wait {stream['mean_wait_ms']:.3f} ms")
+    return lines
+
+
 def report_table(report: dict[str, Any], wall_seconds: float) -> str:
     """The report as a readable table."""
     simulated = report["simulated_seconds"]
@@ -70,8 +79,12 @@ def report_table(report: dict[str, Any], wall_seconds: float) -> str:
         lines += _section(f"model {name} ({section['mode']})", section) + [""]
     if len(report["models"]) > 1:
         lines += _section("overall", report["overall"]) + [""]
-    if report.get("gpus"):
-        lines += ["GPU memory pools"] + [_gpu_line(gpu, pool) for gpu, pool in report["gpus"].items()] + [""]
+    gpus = report.get("gpus") or {}
+    if any("allocator" in gpu for gpu in gpus.values()):
+        lines += ["GPU memory pools"] + [_gpu_line(name, gpu) for name, gpu in gpus.items() if "allocator" in gpu] + [""]
+    if any("streams" in gpu for gpu in gpus.values()):
+        lines += ["GPU streams"] + [line for name, gpu in gpus.items() if "streams" in gpu
+                                    for line in _stream_lines(name, gpu["streams"])] + [""]
     return "\n".join(lines)
 
 

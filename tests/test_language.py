@@ -66,12 +66,13 @@ def test_explicit_numbers_override_a_profile() -> None:
 def test_planned_fields_are_accepted_with_a_warning_naming_the_issue() -> None:
     checked = check_text(
         "apiVersion: aisim/v1\nkind: Scenario\nmetadata: {name: t}\n"
-        "gpus:\n  - id: g\n    profile: L4\n    streams: [{name: s, priority: 0}]\n"
-        "models: [{id: m, latency: {total: 5ms}}]\n",
+        "gpus:\n  - id: g\n    profile: L4\n"
+        "models: [{id: m, latency: {total: 5ms}}]\n"
+        "telemetry: {interval: 1s}\n",
         "t.yaml",
     )
     assert checked.valid
-    warnings = [p for p in checked.problems if p.path == "$.gpus[0].streams"]
+    warnings = [p for p in checked.problems if p.path == "$.telemetry"]
     assert len(warnings) == 1
-    assert warnings[0].severity == "warning" and "issue 6" in warnings[0].message
-    assert (warnings[0].line, warnings[0].column) == (7, 5)
+    assert warnings[0].severity == "warning" and "issue 8" in warnings[0].message
+    assert (warnings[0].line, warnings[0].column) == (8, 1)

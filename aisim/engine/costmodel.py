@@ -97,12 +97,23 @@ class CostModel:
 
         `context_tokens`: prior tokens whose KV the step reads; `pairs`: causal query-key pairs.
         """
+        host, gpu = self._parts_s(requests, new_tokens, context_tokens, pairs)
+        return int(round((host + gpu) * self.factor * 1e9))
+
+    def step_parts(self, requests: int, new_tokens: int, context_tokens: int, pairs: float) -> tuple[int, int]:
+        """The step's (host ns, GPU ns): scheduling, input preparation, launches and sampling on the
+        CPU, then the kernels and all-reduces on the GPU. They add up to `step_ns`."""
+        host, gpu = self._parts_s(requests, new_tokens, context_tokens, pairs)
+        total = int(round((host + gpu) * self.factor * 1e9))
+        gpu_ns = min(total, int(round(gpu * self.factor * 1e9)))
+        return total - gpu_ns, gpu_ns
+
+    def _parts_s(self, requests: int, new_tokens: int, context_tokens: int, pairs: float) -> tuple[float, float]:
         memory = self._weights_s(new_tokens) + (context_tokens + new_tokens) * self._kv_s
         compute = new_tokens * self._token_s + pairs * self._pair_s
         launch = self._graph_launch_s if new_tokens <= GRAPH_MAX_TOKENS else self._eager_launch_s
-        seconds = (self._fixed_s + requests * self._request_s + launch + max(memory, compute)
-                   + self._allreduce_fixed_s + new_tokens * self._allreduce_token_s)
-        return int(round(seconds * self.factor * 1e9))
+        host = self._fixed_s + requests * self._request_s + launch
+        return host, max(memory, compute) + self._allreduce_fixed_s + new_tokens * self._allreduce_token_s
 
     def decode_series(self, requests: int, context_tokens: int, steps: int) -> np.ndarray:
         """Durations (ns) of `steps` consecutive decode-only steps of the same `requests` requests.

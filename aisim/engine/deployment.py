@@ -17,6 +17,7 @@ from ..scenario.models import Model, Version
 from ..scenario.presets import GIB
 from . import calibration, runtimes
 from .costmodel import CostModel
+from .gpu import GpuDevice
 from .gpu_memory import ReplicaMemory, record_levels, startup_problem
 from .kernel import NORMAL, URGENT, Kernel
 from .kv import KvCache
@@ -31,7 +32,7 @@ from .lifecycle import (
 )
 from .memory import MemoryPlan, plan
 from .pool import Allocator, OutOfMemoryError
-from .replica import Replica
+from .replica import Replica, StreamPlacement
 from .request import Request
 from .served import Engine, MockEngine, Router
 from .timeline import Timeline
@@ -49,6 +50,10 @@ class Host:
     macro_steps: bool
     pools: dict[str, Allocator]
     """The memory pool of each GPU device."""
+    gpus: dict[str, GpuDevice]
+    """The engines and streams of each GPU device."""
+    detail: str = "step"
+    """Kernel detail: one kernel per step, or per layer."""
 
 
 def load_failure(plan_: MemoryPlan) -> str:
@@ -180,6 +185,10 @@ class ServedModel:
             )
             replica.memory = tensors
             replica.on_crash = lambda replica, message, v=version.version: self._crashed(v, message)
+            replica.placement = StreamPlacement([host.gpus[d] for d in group], host.detail, arch,
+                                                -(-memory.max_model_len // memory.block_size))
+            for device in replica.placement.devices:
+                device.attach(replica)
             engines.append(replica)
         if not self.plans:
             self.plans, self.gpu_names = plans, names
@@ -277,8 +286,8 @@ class ServedModel:
             self.host.kernel.after(NS // 10, lambda: self._drain(version))
             return
         for engine in engines:
-            if isinstance(engine, Replica) and engine.memory is not None:
-                engine.memory.unload()
+            if isinstance(engine, Replica):
+                engine.leave_gpus()
         self.versions.pop(version, None)
         self.routers.pop(version, None)
         self.lifecycle.move(version, State.UNAVAILABLE, self.host.kernel.now, "unloaded")

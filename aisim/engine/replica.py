@@ -26,7 +26,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..scenario.presets import ModelFamily
 from .costmodel import CostModel
+from .gpu import GpuDevice, GraphRun, step_graph
 from .gpu_memory import ReplicaMemory, record_levels
 from .kernel import LATE, EventHandle, Kernel
 from .kv import KvCache
@@ -67,6 +69,17 @@ class StepReport:
     prefix_cache_hits: int
 
 
+@dataclass(frozen=True)
+class StreamPlacement:
+    """Where a replica's kernels run: its devices' engines, the kernel detail, and what the step
+    graph needs (the model's layers, the longest block table)."""
+
+    devices: list[GpuDevice]
+    detail: str
+    arch: ModelFamily
+    max_blocks: int
+
+
 @dataclass
 class _Plan:
     """The step (or run of decode steps) in flight."""
@@ -83,6 +96,8 @@ class _Plan:
     preemptions: int = 0
     queries: int = 0
     hits: int = 0
+    stream: str = ""
+    """The stream the step was launched on, when not the model's."""
 
 
 class Replica:
@@ -120,6 +135,8 @@ class Replica:
         self.on_crash: Callable[[Replica, str], None] | None = None
         self.dead = ""
         """Why the engine died (PyTorch's out-of-memory error), or ''."""
+        self.placement: StreamPlacement | None = None
+        """Its GPUs' engines and streams (None: steps take their cost-model time, nothing shared)."""
 
     # -- queue -----------------------------------------------------------------------------
 
@@ -188,8 +205,16 @@ class Replica:
 
     # -- one step --------------------------------------------------------------------------
 
+    @property
+    def routed(self) -> bool:
+        """Whether its steps go through the GPUs' stream scheduler: when it shares a GPU with another
+        replica (their kernels contend) or when kernels are simulated per layer."""
+        placement = self.placement
+        return placement is not None and (placement.detail == "layer" or any(d.users > 1 for d in placement.devices))
+
     def _start(self) -> None:
-        if self.macro_steps and self._decode_run_possible():
+        routed = self.routed
+        if self.macro_steps and not routed and self._decode_run_possible():
             plan = self._plan_decode_run()
             if plan is not None:
                 if self._acquire(len(plan.batch), len(plan.batch)):
@@ -207,12 +232,50 @@ class Replica:
         if not self._acquire(new_tokens, len(batch)):
             return
         pairs = sum(q * r.computed + q * (q + 1) / 2 for r, q in batch)
-        duration = int(self.cost.step_ns(len(batch), new_tokens, context, pairs) * self.slowdown)
-        end = self.kernel.now + duration
-        handle = self.kernel.at(end, self._finish_step)
-        self._plan = _Plan(self.kernel.now, np.array([end], dtype=np.int64), batch, False, handle, kv_used=self.kv.used,
+        now = self.kernel.now
+        stream = ""
+        if routed:
+            stream = self._step_stream(batch)
+            handle = self._launch(batch, new_tokens, context, pairs, stream)
+            ends = np.array([now], dtype=np.int64)  # set when the GPU work is done
+        else:
+            duration = int(self.cost.step_ns(len(batch), new_tokens, context, pairs) * self.slowdown)
+            ends = np.array([now + duration], dtype=np.int64)
+            handle = self.kernel.at(int(ends[0]), self._finish_step)
+        self._plan = _Plan(now, ends, batch, False, handle, kv_used=self.kv.used,
                            preemptions=self.stats.preemptions - preempted_before,
-                           queries=self.kv.query_tokens - queries, hits=self.kv.hit_tokens - hits)
+                           queries=self.kv.query_tokens - queries, hits=self.kv.hit_tokens - hits, stream=stream)
+
+    def _launch(self, batch: list[tuple[Request, int]], new_tokens: int, context: int, pairs: float,
+                stream: str) -> EventHandle:
+        """A step through the stream scheduler: its host part, then its graph of ops on the step's stream."""
+        placement = self.placement
+        assert placement is not None
+        host_ns, gpu_ns = self.cost.step_parts(len(batch), new_tokens, context, pairs)
+        host, ops = step_graph(placement.detail, placement.arch, stream, int(host_ns * self.slowdown),
+                               int(gpu_ns * self.slowdown), new_tokens, len(batch), placement.max_blocks,
+                               placement.devices[0].host_link)
+
+        def done() -> None:
+            plan = self._plan
+            if plan is None or plan.handle is not started:
+                return  # the engine died while its kernels ran
+            plan.ends[0] = self.kernel.now
+            self._finish_step()
+
+        started = self.kernel.after(host, lambda: GraphRun(placement.devices, ops, self.name, done))
+        return started
+
+    def _step_stream(self, batch: list[tuple[Request, int]]) -> str:
+        """The stream a step is launched on: that of the highest-priority request class in the batch
+        (a step is one launch sequence), else the model's."""
+        placement = self.placement
+        assert placement is not None
+        streams = {r.stream for r, _ in batch if r.stream}
+        if not streams:
+            return self.stream
+        device = placement.devices[0]
+        return min(streams | {self.stream}, key=lambda name: (device.priority(name), name))
 
     def _acquire(self, tokens: int, requests: int) -> bool:
         """Allocate the step's activations; False (and the engine dead) when the GPU is out of memory."""
@@ -239,10 +302,17 @@ class Replica:
         self.running, self._heap, self._fcfs = [], [], deque()
         for request in doomed:
             request.conclude("failed", now, self.timeline, ENGINE_DEAD)
-        if self.memory is not None:
-            self.memory.unload()
+        self.leave_gpus()
         if self.on_crash is not None:
             self.on_crash(self, self.dead)
+
+    def leave_gpus(self) -> None:
+        """The engine is gone (unloaded or dead): free its memory and its place on the GPUs."""
+        if self.memory is not None:
+            self.memory.unload()
+        if self.placement is not None:
+            for device in self.placement.devices:
+                device.detach(self)
 
     def _finish_step(self) -> None:
         plan = self._plan
@@ -400,7 +470,7 @@ class Replica:
             self.stats.itl_values.append(np.array(itl, dtype=np.int64))
             self.stats.itl_weights.append(np.ones(len(itl), dtype=np.int64))
         decode = sum(tokens for _, tokens in plan.batch) - prefill
-        self._log(plan.start, plan.ends, len(plan.batch), prefill, decode, np.array([plan.kv_used]))
+        self._log(plan.start, plan.ends, len(plan.batch), prefill, decode, np.array([plan.kv_used]), plan.stream)
         self.running = [r for r in self.running if not r.done]
         if self.on_step is not None:
             self.on_step(self, StepReport(first_prompts, sampled, plan.preemptions, plan.queries, plan.hits))
@@ -432,7 +502,8 @@ class Replica:
         request.conclude("aborted", self.kernel.now, self.timeline)
         self.interrupt()
 
-    def _log(self, start: int, ends: np.ndarray, requests: int, prefill: int, decode: int, kv_used: np.ndarray) -> None:
+    def _log(self, start: int, ends: np.ndarray, requests: int, prefill: int, decode: int, kv_used: np.ndarray,
+             stream: str = "") -> None:
         count = len(ends)
         starts = np.empty(count, dtype=np.int64)
         starts[0] = start
@@ -443,7 +514,7 @@ class Replica:
         stats.kv_area += float(np.dot(kv_used, ends - starts))
         stats.kv_peak = max(stats.kv_peak, int(kv_used.max()))
         self.timeline.add_steps(StepRun(
-            self.name, self.gpus, self.stream, starts, ends.copy(), np.full(count, requests),
+            self.name, self.gpus, stream or self.stream, starts, ends.copy(), np.full(count, requests),
             np.full(count, prefill), np.full(count, decode), kv_used, self.kv.total,
         ))
 

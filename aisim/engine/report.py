@@ -16,6 +16,7 @@ import numpy as np
 
 from ..scenario.presets import GIB
 from .deployment import ServedModel
+from .gpu import GpuDevice
 from .pool import Allocator
 from .replica import Replica
 from .request import Request
@@ -150,6 +151,23 @@ def _gpu_section(pool: Allocator) -> dict[str, Any]:
     }
 
 
+def _streams_section(device: GpuDevice, end_ns: int) -> dict[str, Any]:
+    """What each stream's kernels got on a GPU whose engine replicas went through the stream scheduler:
+    their share of the run, and how much longer they took than alone (waiting, sharing, switches)."""
+    compute = device.compute
+    streams = {
+        name: {
+            "priority": device.priority(name),
+            "kernels": stats.kernels,
+            "gpu_share": _round(stats.work_ns / max(end_ns, 1)),
+            "stretch": _round(stats.wall_ns / stats.work_ns) if stats.work_ns else None,
+            "mean_wait_ms": _round(stats.waited_ns / stats.kernels / 1e6),
+        }
+        for name, stats in sorted(compute.streams.items())
+    }
+    return {"busy_fraction": _round(compute.busy_ns / max(end_ns, 1)), "preemptions": compute.preempted, "by_stream": streams}
+
+
 def build_report(sim: Simulation, wall_seconds: float | None = None) -> dict[str, Any]:
     """The report of a finished run; deterministic unless `wall_seconds` is included."""
     end_ns = sim.kernel.now
@@ -163,6 +181,9 @@ def build_report(sim: Simulation, wall_seconds: float | None = None) -> dict[str
         "models": {s.model.id: _model_section(s, end_ns) for s in sim.served_models},
         "gpus": {gpu: _gpu_section(pool) for gpu, pool in sim.pools.items() if pool.memory_stats()["reserved_bytes.all.peak"]},
     }
+    for gpu, device in sim.gpus.items():
+        if device.compute.streams:
+            report["gpus"].setdefault(gpu, {})["streams"] = _streams_section(device, end_ns)
     if wall_seconds is not None:
         report["wall_seconds"] = _round(wall_seconds)
         report["speed"] = _round(end_ns / NS / wall_seconds) if wall_seconds else None

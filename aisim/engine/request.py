@@ -30,6 +30,8 @@ class Request:
     """Shared-prefix group, -1 for none."""
     prefix: int = 0
     """Tokens of the shared prefix (part of `prompt`)."""
+    stream: str = ""
+    """CUDA stream of its priority class; '' for the model's stream."""
     computed: int = 0
     generated: int = 0
     own_blocks: int = 0

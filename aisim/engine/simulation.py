@@ -15,6 +15,7 @@ from ..scenario import Scenario
 from ..scenario.faults import OutOfMemory, SlowDown, Trigger
 from ..scenario.hardware import expand_devices
 from .deployment import Host, ServedModel
+from .gpu import GpuDevice
 from .gpu_memory import record_levels
 from .kernel import URGENT, Kernel, VirtualClock
 from .pool import Allocator, make_allocator
@@ -51,7 +52,9 @@ class Simulation:
         self._model_rngs = [np.random.default_rng(s) for s in model_seq.spawn(len(scenario.models))]
         self.devices = scenario.gpu_devices()
         self.pools = self._pools()
-        host = Host(self.kernel, self.timeline, self.devices, macro_steps, self.pools)
+        self.gpus = {device: GpuDevice(self.kernel, device, gpu, self.timeline) for device, gpu in self.devices.items()
+                     if device in gpu.device_ids()}
+        host = Host(self.kernel, self.timeline, self.devices, macro_steps, self.pools, self.gpus, scenario.simulation.detail)
         self.models: dict[str, ServedModel] = {}
         for index, model in enumerate(scenario.models):
             served = ServedModel(model, host, self._model_rngs[index])
@@ -161,9 +164,9 @@ class Simulation:
         workload = self.scenario.workload
         if workload is None:
             return
-        priorities = {c.name: c.priority for c in self.scenario.priority_classes}
+        classes = {c.name: c for c in self.scenario.priority_classes}
         for index, source in enumerate(workload.sources):
-            feed = iter(SourceFeed(index, source, self._source_rngs[index], self.base_dir, priorities, workload.duration))
+            feed = iter(SourceFeed(index, source, self._source_rngs[index], self.base_dir, classes, workload.duration))
             self._next_arrival(feed)
 
     def _next_arrival(self, feed: Iterator[Arrival]) -> None:
@@ -186,7 +189,8 @@ class Simulation:
         now = self.kernel.now
         served = self.models[arrival.model]
         request = Request(self.submitted, served.model.id, arrival.source, now, arrival.prompt, arrival.output,
-                          arrival.priority, arrival.group, arrival.prefix, watcher=watcher, live_tokens=live_tokens)
+                          arrival.priority, arrival.group, arrival.prefix, stream=arrival.stream, watcher=watcher,
+                          live_tokens=live_tokens)
         self.submitted += 1
         if not served.generates:
             request.output = 0

@@ -29,6 +29,9 @@ RECORD_FIELDS: dict[str, tuple[str, ...]] = {
     "log": ("model", "version", "level", "message"),
     "memory": ("gpu", "level", "usage", "used_bytes"),
     "oom": ("replica", "gpu", "message"),
+    "kernel": ("gpu", "stream", "replica", "name", "start_ns", "work_ns"),
+    "copy": ("gpu", "direction", "stream", "replica", "name", "start_ns"),
+    "preemption": ("gpu", "preempted_streams", "stream", "context_switch_ns"),
 }
 STEP_FIELDS = ("end_ns", "replica", "gpus", "stream", "requests", "prefill_tokens", "decode_tokens", "kv_used_blocks", "kv_total_blocks")
 
@@ -111,23 +114,26 @@ class Timeline:
         return len(records)
 
     def write_chrome_trace(self, out: IO[str]) -> None:
-        """Chrome trace JSON (opens in Perfetto): one process per GPU set, one lane per stream and replica,
-        steps as complete events, requests as async spans."""
+        """Chrome trace JSON (opens in Perfetto): one process per GPU set, one lane per stream and replica
+        for steps and one per stream for the kernels and copies of the stream scheduler, requests as
+        async spans."""
         trace: list[dict[str, Any]] = []
         processes: dict[str, int] = {}
         lanes: dict[tuple[str, str], int] = {}
-        for run in self.steps:
-            process, lane = ",".join(run.gpus), f"{run.stream} / {run.replica}"
+
+        def lane_of(process: str, lane: str) -> tuple[int, int]:
             if process not in processes:
                 processes[process] = len(processes) + 1
                 trace.append({"ph": "M", "name": "process_name", "pid": processes[process],
                               "args": {"name": f"GPU {process}"}})
-            pid = processes[process]
             if (process, lane) not in lanes:
                 lanes[(process, lane)] = len(lanes) + 1
-                trace.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": lanes[(process, lane)],
+                trace.append({"ph": "M", "name": "thread_name", "pid": processes[process], "tid": lanes[(process, lane)],
                               "args": {"name": lane}})
-            tid = lanes[(process, lane)]
+            return processes[process], lanes[(process, lane)]
+
+        for run in self.steps:
+            pid, tid = lane_of(",".join(run.gpus), f"{run.stream} / {run.replica}")
             for start, end, requests, prefill, decode in zip(run.starts.tolist(), run.ends.tolist(), run.requests.tolist(),
                                                              run.prefill_tokens.tolist(), run.decode_tokens.tolist()):
                 trace.append({"ph": "X", "name": "step", "pid": pid, "tid": tid, "ts": start / 1000,
@@ -135,9 +141,17 @@ class Timeline:
                               "args": {"requests": requests, "prefill_tokens": prefill, "decode_tokens": decode}})
         names = {"request_arrived": "b", "request_finished": "e", "request_failed": "e"}
         for event in self.events:
-            phase = names.get(event[1])
+            kind = event[1]
+            if kind in ("kernel", "copy"):
+                fields = dict(zip(RECORD_FIELDS[kind], event[2:]))
+                pid, tid = lane_of(fields["gpu"], f"stream {fields['stream']}")
+                trace.append({"ph": "X", "name": fields["name"], "cat": kind, "pid": pid, "tid": tid,
+                              "ts": fields["start_ns"] / 1000, "dur": (event[0] - fields["start_ns"]) / 1000,
+                              "args": {"replica": fields["replica"]}})
+                continue
+            phase = names.get(kind)
             if phase:
-                fields = dict(zip(RECORD_FIELDS[event[1]], event[2:]))
+                fields = dict(zip(RECORD_FIELDS[kind], event[2:]))
                 trace.append({"ph": phase, "cat": "request", "name": "request", "id": fields["request"], "pid": 0,
                               "tid": 0, "ts": event[0] / 1000, "args": fields})
         json.dump({"traceEvents": trace, "displayTimeUnit": "ms"}, out, separators=(",", ":"))

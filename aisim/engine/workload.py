@@ -14,11 +14,11 @@ import json
 from decimal import Decimal, InvalidOperation
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from collections.abc import Iterator, Mapping
 
 import numpy as np
 
-from ..scenario.workload import ClosedBatch, ConstantRate, Gamma, Poisson, Source, Trace
+from ..scenario.workload import ClosedBatch, ConstantRate, Gamma, Poisson, PriorityClass, Source, Trace
 from .sampling import sample
 
 CHUNK = 1024
@@ -37,6 +37,8 @@ class Arrival:
     priority: int
     group: int
     prefix: int
+    stream: str = ""
+    """The CUDA stream of the request's priority class ('' for the model's own)."""
 
 
 class TraceError(ValueError):
@@ -110,12 +112,14 @@ class SourceFeed:
     """The arrivals of one source, in time order."""
 
     def __init__(self, index: int, source: Source, rng: np.random.Generator, base_dir: Path,
-                 priorities: dict[str, int], stop_ns: int | None) -> None:
+                 classes: Mapping[str, PriorityClass], stop_ns: int | None) -> None:
         self.index = index
         self.source = source
         self.rng = rng
         self.base_dir = base_dir
-        self.priority = priorities.get(source.priority_class or "", 0)
+        chosen = classes.get(source.priority_class or "")
+        self.priority = chosen.priority if chosen else 0
+        self.stream = (chosen.stream or "") if chosen else ""
         self.stop_ns = stop_ns
         self.models = [source.model] if source.model else [m.model for m in source.mix or []]
         weights = np.array([1.0] if source.model else [m.weight for m in source.mix or []])
@@ -136,7 +140,7 @@ class SourceFeed:
                 if prefix:
                     prompt = max(prompt, prefix + 1)
                 yield Arrival(int(times[i]), self.source.name, self.models[0 if models is None else int(models[i])],
-                              prompt, int(outputs[i]), self.priority, int(groups[i]), prefix)
+                              prompt, int(outputs[i]), self.priority, int(groups[i]), prefix, self.stream)
                 count += 1
             if isinstance(arrival, ClosedBatch):
                 return

@@ -11,7 +11,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-STREAMS_ISSUE = "issue 6, CUDA streams and preemption"
 KSERVE_ISSUE = "issue 7, Triton / KServe v2"
 TELEMETRY_ISSUE = "issue 8, DCGM telemetry"
 

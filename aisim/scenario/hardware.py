@@ -8,7 +8,7 @@ from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import Field, model_validator
 
-from .base import STREAMS_ISSUE, Spec, planned_field
+from .base import Spec
 from .presets import GPU_PROFILES, GpuProfile, approximate_capacity
 from .units import Bandwidth, ByteSize, Duration, FlopRate, Power
 
@@ -147,9 +147,9 @@ class Gpu(Spec):
     """How many identical GPUs this entry declares."""
     memory_pool: MemoryPool = CachingPool(allocator="caching")
     """Memory pool layout (allocator `caching`, `buddy` or `slab`)."""
-    streams: list[Stream] = planned_field(default_factory=_default_streams, min_length=1, issue=STREAMS_ISSUE)
+    streams: list[Stream] = Field(default_factory=_default_streams, min_length=1)
     """CUDA streams on this GPU; `default` (priority 0) when absent."""
-    preemption: Preemption = planned_field(Preemption(), issue=STREAMS_ISSUE)
+    preemption: Preemption = Preemption()
     """Stream preemption settings."""
 
     @model_validator(mode="after")

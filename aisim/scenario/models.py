@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from .base import KSERVE_ISSUE, STREAMS_ISSUE, Spec, planned_field
+from .base import KSERVE_ISSUE, Spec, planned_field
 from .distributions import CountDistribution, DurationDistribution
 from .hardware import Identifier
 from .presets import DTYPE_BYTES, MODEL_FAMILIES, DType, ModelFamily, Task
@@ -62,7 +62,7 @@ class Placement(Spec):
     """GPU ids (a GPU entry's id names all its devices)."""
     tensor_parallel: int = Field(1, ge=1, le=64)
     """Tensor-parallel degree; weights and KV heads split over this many GPUs."""
-    stream: Identifier = planned_field("default", issue=STREAMS_ISSUE)
+    stream: Identifier = "default"
     """CUDA stream this model's steps run on."""
 
 

@@ -6,7 +6,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from .base import KSERVE_ISSUE, STREAMS_ISSUE, TELEMETRY_ISSUE, Spec, planned_field
+from .base import KSERVE_ISSUE, TELEMETRY_ISSUE, Spec, planned_field
 from .distributions import DurationDistribution
 from .hardware import Identifier
 from .units import ByteSize, Duration, RateValue
@@ -129,7 +129,7 @@ class Simulation(Spec):
 
     until: Duration | None = None
     """Stop the simulation at this simulated time (default: when the workload drains)."""
-    detail: Literal["step", "layer"] = planned_field("step", issue=STREAMS_ISSUE)
+    detail: Literal["step", "layer"] = "step"
     """Kernel detail: one kernel per step (fast) or per layer (small scenarios, the TUI)."""
     timeline: Timeline = Timeline()
     """Timeline recording options."""

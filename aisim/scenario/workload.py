@@ -6,7 +6,7 @@ from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import Field, model_validator
 
-from .base import STREAMS_ISSUE, Spec, planned_field
+from .base import Spec
 from .distributions import CountDistribution
 from .hardware import Identifier
 from .models import ModelName
@@ -175,5 +175,5 @@ class PriorityClass(Spec):
     """Class name that sources and the `x-aisim-priority-class` header refer to."""
     priority: int = Field(0, ge=-1_000_000, le=1_000_000)
     """vLLM request priority (lower is served first under the `priority` policy)."""
-    stream: Identifier | None = planned_field(None, issue=STREAMS_ISSUE)
+    stream: Identifier | None = None
     """CUDA stream for this class's work; the model's stream when absent."""
