@@ -46,7 +46,7 @@ def _run(args: argparse.Namespace) -> int:
     except QuantityError as error:
         sys.stderr.write(f"aisim run: --until: {error}\n")
         return 2
-    sim = Simulation(checked.scenario, checked.base_dir, seed=args.seed)
+    sim = Simulation(checked.scenario, checked.base_dir, seed=args.seed, telemetry=True if args.metrics else None)
     try:
         stop = sim.stop_time(until)
     except EndlessWorkload as error:
@@ -68,12 +68,25 @@ def _run(args: argparse.Namespace) -> int:
     if args.chrome_trace:
         with open(args.chrome_trace, "w", encoding="utf-8") as out:
             sim.timeline.write_chrome_trace(out)
+    if args.metrics:
+        _write_metrics(sim, args.metrics)
     report = build_report(sim, wall if args.timing else None)
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2, sort_keys=False) + "\n")
     else:
         sys.stdout.write(report_table(report, wall))
     return 0
+
+
+def _write_metrics(sim: object, path: str) -> None:
+    """`--metrics`: the sampled DCGM series as CSV (a `.csv` name), else the final dcgm-exporter exposition."""
+    from .engine.simulation import Simulation
+    from .telemetry.exposition import series_csv
+
+    assert isinstance(sim, Simulation) and sim.telemetry is not None
+    text = series_csv(sim.timeline.records()) if path.lower().endswith(".csv") else sim.telemetry.exposition()
+    with open(path, "w", encoding="utf-8") as out:
+        out.write(text)
 
 
 SERVE_FLAGS = {"--port", "--host", "--delay-ms", "--config", "--seed", "--speed", "-h", "--help"}
@@ -279,6 +292,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print the report as JSON")
     run.add_argument("--timeline", metavar="FILE", help="write the timeline as JSON lines")
     run.add_argument("--chrome-trace", metavar="FILE", help="write a Chrome trace (opens in Perfetto)")
+    run.add_argument("--metrics", metavar="FILE",
+                     help="sample the GPUs and write the final DCGM exposition (FILE.prom) or the sampled series (FILE.csv)")
     run.add_argument("--seed", type=int, help="override the scenario's seed")
     run.add_argument("--until", metavar="DURATION", help="stop at this simulated time, like 10m")
     run.add_argument("--timing", action="store_true", help="add wall seconds and speed to the JSON report")

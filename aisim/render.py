@@ -38,7 +38,12 @@ def _section(title: str, section: dict[str, Any]) -> list[str]:
         lines.append(f"  throughput: {throughput['requests_per_s']:.2f} req/s, "
                      f"{throughput['input_tokens_per_s']:,.0f} input tok/s, {throughput['output_tokens_per_s']:,.0f} output tok/s")
     engine = section.get("engine")
-    if engine:
+    if engine and "instances" in engine:
+        batch = "-" if engine["mean_batch"] is None else f"{engine['mean_batch']:.2f}"
+        lines.append(f"  triton: {engine['instances']} instance(s) on {', '.join(engine['gpus'])}, max batch "
+                     f"{engine['max_batch_size']}, {engine['executions']:,} executions, mean batch {batch}, "
+                     f"busy {engine['busy_fraction'] * 100:.1f} %")
+    elif engine:
         kv_tokens = engine["kv_cache_tokens"]
         lines.append(f"  engine: {engine['replicas']} replica(s) on {', '.join(engine['gpus'])}, "
                      f"KV cache {'none' if kv_tokens is None else f'{kv_tokens:,} tokens'}, {engine['steps']:,} steps, "
@@ -85,7 +90,17 @@ def report_table(report: dict[str, Any], wall_seconds: float) -> str:
     if any("streams" in gpu for gpu in gpus.values()):
         lines += ["GPU streams"] + [line for name, gpu in gpus.items() if "streams" in gpu
                                     for line in _stream_lines(name, gpu["streams"])] + [""]
+    if any("telemetry" in gpu for gpu in gpus.values()):
+        lines += ["GPU telemetry (DCGM)"] + [_telemetry_line(name, gpu["telemetry"]) for name, gpu in gpus.items()
+                                             if "telemetry" in gpu] + [""]
     return "\n".join(lines)
+
+
+def _telemetry_line(name: str, t: dict[str, Any]) -> str:
+    xids = f"; XIDs {', '.join(map(str, t['xids']))}" if t["xids"] else ""
+    lost = f"; fell off the bus at {t['fell_off_bus_s']:,.1f} s" if t["fell_off_bus_s"] is not None else ""
+    return (f"  {name} (gpu {t['dcgm_gpu']}): utilisation {t['mean_gpu_util'] * 100:.1f} %, energy {t['energy_j'] / 1000:,.2f} kJ, "
+            f"peak {t['peak_gpu_temp_c']:.1f} C{xids}{lost}")
 
 
 class Progress:

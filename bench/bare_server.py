@@ -1,4 +1,7 @@
-"""The baseline of bench/serve_throughput.py: a bare Tornado handler that returns a fixed chat completion body."""
+"""The baseline of the server benchmarks: a bare Tornado handler that returns a fixed body at one POST path.
+
+    python bench/bare_server.py PORT BODY_FILE PATH
+"""
 
 from __future__ import annotations
 
@@ -8,22 +11,22 @@ import sys
 import tornado.web
 
 
-def make_app(body: bytes) -> tornado.web.Application:
+def make_app(body: bytes, path: str) -> tornado.web.Application:
     class Handler(tornado.web.RequestHandler):
         def post(self) -> None:
             self.set_header("Content-Type", "application/json")
             self.finish(body)
 
-    return tornado.web.Application([(r"/v1/chat/completions", Handler)])
+    return tornado.web.Application([(path, Handler)])
 
 
-async def main(port: int, body_file: str) -> None:
+async def main(port: int, body_file: str, path: str) -> None:
     with open(body_file, "rb") as handle:
         body = handle.read()
-    make_app(body).listen(port, "127.0.0.1")
+    make_app(body, path).listen(port, "127.0.0.1")
     print("ready", flush=True)
     await asyncio.Event().wait()
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]), sys.argv[2]))
+    asyncio.run(main(int(sys.argv[1]), sys.argv[2], sys.argv[3]))

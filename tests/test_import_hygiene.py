@@ -1,4 +1,5 @@
-"""The layers of DESIGN.md: the scenario package imports no engine; the engine no server or UI library."""
+"""The layers of DESIGN.md: the scenario package imports no engine; the engine no server or UI library; the
+telemetry model neither (the engine builds it, the API renders it)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ FORBIDDEN = {
     "aisim.scenario": ["aisim.engine", "aisim.api", "aisim.tui", "tornado", "textual", "rich"],
     "aisim.engine": ["aisim.api", "aisim.tui", "aisim.cli", "tornado", "textual", "rich"],
     "aisim.api": ["aisim.tui", "textual", "rich"],
+    "aisim.telemetry": ["aisim.engine", "aisim.api", "aisim.tui", "aisim.cli", "tornado", "textual", "rich"],
 }
 
 

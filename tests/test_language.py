@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from aisim.scenario import check_text, load_scenario
+import pytest
+
+from aisim.scenario import check_text, load_scenario, server
 from aisim.scenario.distributions import ConstantDuration, LogNormalCount, UniformDuration
 from aisim.scenario.presets import GPU_PROFILES, MODEL_FAMILIES
 
@@ -63,16 +65,17 @@ def test_explicit_numbers_override_a_profile() -> None:
     assert isinstance(checked.scenario.models[0].latency.ttft, ConstantDuration)
 
 
-def test_planned_fields_are_accepted_with_a_warning_naming_the_issue() -> None:
-    checked = check_text(
-        "apiVersion: aisim/v1\nkind: Scenario\nmetadata: {name: t}\n"
-        "gpus:\n  - id: g\n    profile: L4\n"
-        "models: [{id: m, latency: {total: 5ms}}]\n"
-        "telemetry: {interval: 1s}\n",
-        "t.yaml",
-    )
+def test_planned_values_are_accepted_with_a_warning_naming_the_issue(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = ("apiVersion: aisim/v1\nkind: Scenario\nmetadata: {name: t}\n"
+            "gpus:\n  - id: g\n    profile: L4\n"
+            "models: [{id: m, latency: {total: 5ms}}]\n"
+            "telemetry: {interval: 1s}\n"
+            "server:\n  listeners:\n    - {port: 9400, personalities: [dcgm-metrics]}\n")
+    built = check_text(text, "t.yaml")
+    assert built.valid and not [p for p in built.problems if p.severity == "warning"]  # telemetry is simulated now
+    monkeypatch.setitem(server.PLANNED_PERSONALITIES, "dcgm-metrics", "issue 99, somewhere")
+    checked = check_text(text, "t.yaml")
     assert checked.valid
-    warnings = [p for p in checked.problems if p.path == "$.telemetry"]
-    assert len(warnings) == 1
-    assert warnings[0].severity == "warning" and "issue 8" in warnings[0].message
-    assert (warnings[0].line, warnings[0].column) == (8, 1)
+    [warning] = [p for p in checked.problems if p.path == "$.server.listeners[0].personalities"]
+    assert warning.severity == "warning" and "issue 99" in warning.message
+    assert (warning.line, warning.column) == (11, 20)  # the key `personalities`

@@ -161,10 +161,7 @@ class GenerationHandler(BaseHandler):
 
     async def outcome(self, call: Call) -> tuple[str, list[int]]:
         """Wait for a call's end: ('finished' | 'failed' | 'aborted', the times of its tokens)."""
-        end = "aborted"
-        async for event, _ in call.stream():
-            if event != "token":
-                end = event
+        end, _ = await call.end()
         return end, call.token_times
 
     def observe(self, call: Call, end: str, finish_reason: str, max_tokens: int | None, times: list[int],

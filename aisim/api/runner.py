@@ -16,10 +16,12 @@ DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "defau
 
 
 class ServerUrl(str):
-    """The base URL of a running server (a plain string to clients), carrying the server's state for
-    tests that look inside: `url.state.sim.timeline`."""
+    """The base URL of a running server's first listener (a plain string to clients), carrying the
+    server's state for tests that look inside (`url.state.sim.timeline`) and every listener's URL
+    (`url.listeners`, in the scenario's order)."""
 
     state: ServerState
+    listeners: list[str]
 
 
 @contextlib.contextmanager
@@ -60,6 +62,7 @@ def running_server(scenario: Scenario | str | Path | None = None, *, seed: int |
     bound_host, bound_port = box["bound"][0]  # type: ignore[index]
     url = ServerUrl(f"http://{bound_host}:{bound_port}")
     url.state = box["state"]  # type: ignore[assignment]
+    url.listeners = [f"http://{h}:{p}" for h, p in box["bound"]]  # type: ignore[attr-defined]
     try:
         yield url
     finally:

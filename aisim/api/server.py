@@ -54,6 +54,13 @@ class ServerState:
     lora_adapters: dict[str, dict[str, str]] = field(init=False)
     created: int = field(init=False)
     metrics: MetricsFeed = field(init=False)
+    triton_logging: dict[str, Any] = field(init=False)
+    """Triton's log settings (`/v2/logging`)."""
+    triton_trace: dict[str, Any] = field(init=False)
+    """Triton's global trace settings; `triton_model_trace` holds per-model overrides."""
+    triton_model_trace: dict[str, dict[str, Any]] = field(default_factory=dict)
+    triton_scrapes: dict[str, tuple[int, int]] = field(default_factory=dict)
+    """Per GPU, (busy ns, virtual time) at the previous Triton metrics scrape."""
 
     def __post_init__(self) -> None:
         scenario = self.scenario
@@ -69,7 +76,12 @@ class ServerState:
         self.network_delay = self.network_delay or scenario.server.network_delay
         self.lora_adapters = {m.id: {name: "" for name in m.lora_adapters} for m in scenario.models}
         self.created = int(time.time())
+        self._started_ms = time.time() * 1000
         self.metrics = MetricsFeed(self)
+        self.triton_logging = {"log_file": "", "log_info": True, "log_warning": True, "log_error": True,
+                               "log_verbose_level": 0, "log_format": "default"}
+        self.triton_trace = {"trace_level": ["OFF"], "trace_rate": "1000", "trace_count": "-1", "log_frequency": "0",
+                             "trace_file": "", "trace_mode": "triton"}
         self._task: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -103,6 +115,10 @@ class ServerState:
             return served.plans[0].max_model_len
         return model.engine.max_model_len or model.resolved().max_position or 32768
 
+    def epoch_ms(self, sim_ns: int) -> int:
+        """A simulated instant as milliseconds since the epoch (the server started at virtual time 0)."""
+        return int(self._started_ms + sim_ns / 1e6)
+
     def delay_s(self) -> float:
         """One draw of the network delay, in seconds (0 without one)."""
         if self.network_delay is None:
@@ -117,7 +133,7 @@ class ServerState:
 def make_app(state: ServerState, personalities: tuple[str, ...] = DEFAULT_PERSONALITIES,
              metrics_path: str = "/metrics") -> tornado.web.Application:
     """The Tornado application of one listener, speaking the given personalities."""
-    from . import openai_api, vllm_api
+    from . import admin_api, dcgm_api, kserve_api, openai_api, triton_metrics, vllm_api
 
     routes: list[Any] = []
     if "openai" in personalities or "vllm" in personalities:
@@ -126,9 +142,18 @@ def make_app(state: ServerState, personalities: tuple[str, ...] = DEFAULT_PERSON
         routes += vllm_api.routes()
     if "vllm-metrics" in personalities:
         routes.append((metrics_path, vllm_api.MetricsHandler))
+    if "triton-metrics" in personalities:
+        routes.append((metrics_path, triton_metrics.MetricsHandler))
+    if "dcgm-metrics" in personalities:
+        routes += dcgm_api.routes(metrics_path)
+    if "admin" in personalities and state.scenario.server.admin.enabled:
+        routes += admin_api.routes()
+    if "kserve" in personalities:
+        routes += kserve_api.routes()
+    openai = "openai" in personalities or "vllm" in personalities
     body_limit = state.scenario.server.max_body_size
-    return tornado.web.Application(routes, state=state, default_handler_class=openai_api.NotFoundHandler,
-                                   max_body_size=body_limit * 2, compress_response=False)
+    return tornado.web.Application(routes, state=state, max_body_size=body_limit * 2, compress_response=False,
+                                   default_handler_class=openai_api.NotFoundHandler if openai else kserve_api.NotFoundHandler)
 
 
 async def serve(state: ServerState, host: str | None = None, port: int | None = None) -> list[tuple[str, int]]:

@@ -108,6 +108,13 @@ class CostModel:
         gpu_ns = min(total, int(round(gpu * self.factor * 1e9)))
         return total - gpu_ns, gpu_ns
 
+    def execution_parts(self, batch: int) -> tuple[int, int]:
+        """(launch ns, GPU ns) of one Triton model execution over `batch` samples: the kernel launches
+        and the forward pass, without an LLM engine's per-step scheduling and sampling."""
+        launch = self._graph_launch_s if batch <= GRAPH_MAX_TOKENS else self._eager_launch_s
+        _, gpu = self._parts_s(1, batch, 0, 0.0)
+        return int(round(launch * self.factor * 1e9)), int(round(gpu * self.factor * 1e9))
+
     def _parts_s(self, requests: int, new_tokens: int, context_tokens: int, pairs: float) -> tuple[float, float]:
         memory = self._weights_s(new_tokens) + (context_tokens + new_tokens) * self._kv_s
         compute = new_tokens * self._token_s + pairs * self._pair_s
@@ -129,3 +136,22 @@ class CostModel:
         seconds = (self._fixed_s + requests * self._request_s + launch + np.maximum(memory, compute)
                    + self._allreduce_fixed_s + requests * self._allreduce_token_s)
         return np.rint(seconds * self.factor * 1e9).astype(np.int64)
+
+    def activity(self, requests: int, new_tokens: int, context_tokens: int, pairs: float) -> tuple[float, float, float]:
+        """What one step keeps busy, for telemetry: (the GPU's share of the step's time, tensor-pipe
+        seconds at the datasheet peak, memory-interface seconds at the datasheet bandwidth). The last
+        two measure the step's work (FLOPs, bytes), so `factor` does not change them."""
+        host, gpu = self._parts_s(requests, new_tokens, context_tokens, pairs)
+        memory = self._weights_s(new_tokens) + (context_tokens + new_tokens) * self._kv_s
+        compute = new_tokens * self._token_s + pairs * self._pair_s
+        return gpu / (host + gpu), compute * self.efficiency.mfu, memory * self.efficiency.bandwidth
+
+    def decode_activity(self, requests: int, context_tokens: int, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`activity` for each step of a run of decode steps (the steps of `decode_series`)."""
+        context = context_tokens + np.arange(steps, dtype=np.float64) * requests
+        memory = self._weights_s(requests) + (context + requests) * self._kv_s
+        compute = requests * self._token_s + (context + requests) * self._pair_s
+        launch = self._graph_launch_s if requests <= GRAPH_MAX_TOKENS else self._eager_launch_s
+        host = self._fixed_s + requests * self._request_s + launch
+        gpu = np.maximum(memory, compute) + self._allreduce_fixed_s + requests * self._allreduce_token_s
+        return gpu / (host + gpu), compute * self.efficiency.mfu, memory * self.efficiency.bandwidth

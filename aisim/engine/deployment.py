@@ -8,14 +8,17 @@ go to the active version's router, requests in flight finish where they are.
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..scenario.hardware import Gpu, expand_devices
-from ..scenario.models import Model, Version
+from ..scenario.models import KServe, Model, Version
 from ..scenario.presets import GIB
 from . import calibration, runtimes
+from .batcher import TritonEngine
 from .costmodel import CostModel
 from .gpu import GpuDevice
 from .gpu_memory import ReplicaMemory, record_levels, startup_problem
@@ -30,7 +33,7 @@ from .lifecycle import (
     load_time_ns,
     sandbox_problem,
 )
-from .memory import MemoryPlan, plan
+from .memory import MemoryPlan, activation_peak, plan
 from .pool import Allocator, OutOfMemoryError
 from .replica import Replica, StreamPlacement
 from .request import Request
@@ -96,6 +99,8 @@ class ServedModel:
     """False for embedding and classification models: their requests produce no tokens."""
     lifecycle: Lifecycle = field(init=False)
     watch: TailWatch | None = None
+    _waiting: dict[str, list[Callable[[str], None]]] = field(default_factory=dict)
+    """Callers of `request_load` waiting for a version to finish loading."""
 
     def __post_init__(self) -> None:
         model, timeline = self.model, self.host.timeline
@@ -149,6 +154,8 @@ class ServedModel:
             return ""
         assert model.placement is not None
         devices = expand_devices(model.placement.gpus, host.devices)
+        if model.resolved_runtime() != "vllm":
+            return self._build_triton(version, devices)
         tp = model.placement.tensor_parallel
         arch = model.resolved()
         engines: list[Engine] = []
@@ -194,6 +201,39 @@ class ServedModel:
             self.plans, self.gpu_names = plans, names
         self._install(version.version, engines)
         self._log(version, plans[0])
+        return ""
+
+    def _build_triton(self, version: Version, devices: list[str]) -> str:
+        """A Triton backend's model version (ONNX Runtime, TensorRT, Python): one dynamic batcher in
+        front of its instances; the weights once per device, a TensorRT execution context per instance."""
+        host, model = self.host, self.model
+        kserve = model.kserve or KServe()
+        arch = model.resolved()
+        groups = {str(index): expand_devices(group.gpus, host.devices) or devices
+                  for index, group in enumerate(kserve.instance_groups)}
+        used = list(dict.fromkeys(d for group in groups.values() for d in group))
+        profile = host.devices[used[0]].resolved()
+        batch = max(kserve.max_batch_size, 1)
+        memory = dataclasses.replace(plan(model, profile), activation_peak=activation_peak(arch, batch, batch, 1))
+        instances = {d: sum(g.count for g, ds in zip(kserve.instance_groups, groups.values()) if d in ds) for d in used}
+        self.plans, self.gpu_names = [memory], [profile.name]
+        tensors = ReplicaMemory([(d, host.pools[d]) for d in used], arch, 1, False, model.resolved_runtime(),
+                                contexts=max(instances.values()))
+        failure = runtimes.load_problem(model, version, profile) or self._place(tensors, memory)
+        if failure:
+            return failure
+        efficiency, fitted = calibration.efficiency(profile.name, model.cost_model)
+        self.fitted = fitted
+        cost = CostModel(arch, profile, efficiency, 1, cuda_graphs=False,
+                         factor=version.latency_factor * runtimes.step_factor(model, version))
+        suffix = "" if version.version == model.versions[0].version else f"@v{version.version}"
+        engine = TritonEngine(f"{model.id}{suffix}", host.kernel, host.timeline, cost, kserve, version,
+                              {k: [host.gpus[d] for d in ds] for k, ds in groups.items()}, tensors)
+        engine.on_crash = lambda engine, message, v=version.version: self._crashed(v, message)
+        for device in used:
+            host.gpus[device].attach(engine)
+        self._install(version.version, [engine])
+        self._log(version, memory)
         return ""
 
     def _place(self, tensors: ReplicaMemory, memory: MemoryPlan) -> str:
@@ -242,8 +282,48 @@ class ServedModel:
         problem = sandbox_problem(version) or self._build(version)
         if problem:
             self.lifecycle.move(version.version, State.UNAVAILABLE, now, problem)
+        else:
+            self.lifecycle.move(version.version, State.READY, now, "sandbox inference passed")
+            if version.version == self.lifecycle.active:
+                self.failure = self.crash = ""
+        for done in self._waiting.pop(version.version, []):
+            done(problem or "")
+
+    # -- repository control (Triton's load and unload API) -----------------------------------
+
+    def request_load(self, done: Callable[[str], None]) -> None:
+        """Load the serving version now (or load it again: it keeps serving meanwhile); `done` gets ''
+        or why it failed, once the simulated load time has passed."""
+        version = self.lifecycle.active
+        life = self.lifecycle.lives[version]
+        now = self.host.kernel.now
+        if life.state in (State.READY, State.DEGRADED):
+            self.host.kernel.at(now + int(self._load_s(life.version) * NS), lambda: done(""), NORMAL)
             return
-        self.lifecycle.move(version.version, State.READY, now, "sandbox inference passed")
+        self._waiting.setdefault(version, []).append(done)
+        if life.state is not State.LOADING:
+            if life.state is State.UNLOADING:
+                self._waiting[version].remove(done)
+                done(f"version {version} is unloading")
+                return
+            self._load(version, now)
+
+    def request_unload(self, done: Callable[[], None]) -> None:
+        """Unload every loaded version: they drain the requests they hold, then become UNAVAILABLE."""
+        now = self.host.kernel.now
+        loaded = [v for v, life in self.lifecycle.lives.items() if life.state in (State.READY, State.DEGRADED)]
+        left = [len(loaded)]
+
+        def drained() -> None:
+            left[0] -= 1
+            if left[0] == 0:
+                done()
+
+        if not loaded:
+            done()
+        for version in loaded:
+            self.lifecycle.move(version, State.UNLOADING, now, "unloading")
+            self._drain(version, drained)
 
     def _switch(self, version: str, now: int) -> None:
         life = self.lifecycle.lives[version]
@@ -280,17 +360,19 @@ class ServedModel:
                 self.crash = message
             self.lifecycle.move(version, State.UNAVAILABLE, now, "engine died")
 
-    def _drain(self, version: str) -> None:
+    def _drain(self, version: str, then: Callable[[], None] | None = None) -> None:
         engines = self.versions.get(version, [])
         if any(e.outstanding for e in engines):
-            self.host.kernel.after(NS // 10, lambda: self._drain(version))
+            self.host.kernel.after(NS // 10, lambda: self._drain(version, then))
             return
         for engine in engines:
-            if isinstance(engine, Replica):
+            if isinstance(engine, (Replica, TritonEngine)):
                 engine.leave_gpus()
         self.versions.pop(version, None)
         self.routers.pop(version, None)
         self.lifecycle.move(version, State.UNAVAILABLE, self.host.kernel.now, "unloaded")
+        if then is not None:
+            then()
 
     # -- rollback ----------------------------------------------------------------------------
 

@@ -67,6 +67,8 @@ class ReplicaMemory:
     cuda_graphs: bool = True
     runtime: str = "vllm"
     """`vllm`, `tensorrt` or `onnxruntime`: what loading puts in the pool and what a step allocates."""
+    contexts: int = 1
+    """TensorRT execution contexts per GPU (one per Triton model instance on it)."""
     held: list[Tensor] = field(default_factory=list)
     """Weights, KV cache and CUDA graph pool: held until the replica unloads or dies."""
     step: list[Tensor] = field(default_factory=list)
@@ -78,8 +80,9 @@ class ReplicaMemory:
         """What the runtime's start-up puts in each pool; raises `OutOfMemoryError`.
 
         vLLM: weights, the profile pass (freed, cache emptied), KV cache, CUDA graph pool.
-        TensorRT (`model-runtimes.md` §3.4): the plan's weights on deserialisation, then the
-        execution context's activation and scratch memory, allocated once at its maximum.
+        TensorRT (`model-runtimes.md` §3.4): the plan's weights on deserialisation, then each
+        execution context's activation and scratch memory, allocated once at its maximum (Triton
+        creates one context per instance; the weights are shared per device).
         ONNX Runtime: the initializers; its arena grows with the first runs (steps allocate).
         """
         layers = max(self.arch.layers, 1)
@@ -88,7 +91,7 @@ class ReplicaMemory:
             pool.set_non_pytorch(pool.device.non_pytorch + plan.non_torch)
             self._hold(pool, [("weights", plan.weights // layers)] * layers)
             if self.runtime == "tensorrt":
-                self._hold(pool, [("execution_context", plan.activation_peak)])
+                self._hold(pool, [("execution_context", plan.activation_peak)] * self.contexts)
             if self.runtime != "vllm":
                 continue
             Tensor(pool, plan.activation_peak, "activation").computed().free()
@@ -123,6 +126,8 @@ class ReplicaMemory:
         eager = activation_tensors(self.arch, tokens, requests, self.tensor_parallel)
         if self.runtime == "vllm" and self.cuda_graphs and tokens <= GRAPH_MAX_TOKENS:
             eager = [t for t in eager if t[0] == "logits"]
+        elif self.runtime != "vllm":  # ONNX Runtime's arena hands out one region per run
+            eager = [("run", sum(size for _, size in eager))]
         for _, pool in self.pools:
             for name, size in eager:
                 self.step.append(Tensor(pool, size, f"activation:{name}"))

@@ -8,6 +8,11 @@ follow-ups. A handler that raises stops the run: failures never pass unnoticed.
 Two clocks drive the same kernel behind one interface: `VirtualClock` runs events as fast as the
 CPU allows; `RealTimeClock` paces them against asyncio's loop at a speed factor, and lets
 outside code (a server handler) inject work "now".
+
+Observers (`Kernel.observe`: telemetry samplers) sit in a heap of their own. An observer runs after
+every ordinary event of its instant and before any later one, and never keeps a run alive: a
+virtual run that drains ends with its last ordinary event, so sampling cannot change when (or how)
+a run ends.
 """
 
 from __future__ import annotations
@@ -51,6 +56,7 @@ class Kernel:
         self._queue: list[tuple[int, int, int, EventHandle]] = []
         self._sequence = itertools.count()
         self.processed = 0
+        self._observers: list[tuple[int, int, EventHandle]] = []
 
     def at(self, time_ns: int, handler: Handler, priority: Priority = NORMAL) -> EventHandle:
         """Run `handler` at `time_ns` (not before now)."""
@@ -63,6 +69,31 @@ class Kernel:
     def after(self, delay_ns: int, handler: Handler, priority: Priority = NORMAL) -> EventHandle:
         """Run `handler` `delay_ns` from now."""
         return self.at(self.now + delay_ns, handler, priority)
+
+    def observe(self, time_ns: int, handler: Handler) -> EventHandle:
+        """Run `handler` at `time_ns` as an observer (see the module docstring); not counted in `processed`."""
+        if time_ns < self.now:
+            raise ValueError(f"cannot observe at {time_ns} ns, before now ({self.now} ns)")
+        handle = EventHandle(time_ns, handler)
+        heapq.heappush(self._observers, (time_ns, next(self._sequence), handle))
+        return handle
+
+    def next_observation(self) -> int | None:
+        """Time of the next live observer, or None."""
+        observers = self._observers
+        while observers and observers[0][2].cancelled:
+            heapq.heappop(observers)
+        return observers[0][0] if observers else None
+
+    def observe_before(self, time_ns: int) -> None:
+        """Run the observers due strictly before `time_ns`, in time order (the clock never goes back)."""
+        observers = self._observers
+        while observers and observers[0][0] < time_ns:
+            when, _, handle = heapq.heappop(observers)
+            if handle.cancelled:
+                continue
+            self.now = max(self.now, when)
+            handle.handler()
 
     def peek(self) -> int | None:
         """Time of the next live event, or None when nothing is pending."""
@@ -95,17 +126,28 @@ class VirtualClock:
     def run(self, until: int | None = None, progress: Callable[[int], None] | None = None) -> None:
         """Run events up to and including time `until` (or until none are left)."""
         kernel = self.kernel
+        observers = kernel._observers  # the loop's one extra check per event
         check = 0
         while True:
             next_time = kernel.peek()
             if next_time is None or (until is not None and next_time > until):
                 break
+            if observers and observers[0][0] < next_time:
+                kernel.observe_before(next_time)
             kernel.step()
             check += 1
             if progress is not None and check % 4096 == 0:
                 progress(kernel.now)
+        kernel.observe_before((kernel.now if until is None else max(until, kernel.now)) + 1)
         if until is not None:
             kernel.advance(until)
+
+
+EARLY_S = 0.001
+"""How early (wall seconds) the real-time clock runs an event: the event loop's timers wake at a
+millisecond's resolution (epoll), so waiting for an event due sooner than that would make it late by
+up to a millisecond; it runs at once instead. Its virtual time is still its own (the timeline stays
+exact); a request that arrives meanwhile is stamped at the clock's virtual time."""
 
 
 class RealTimeClock:
@@ -116,6 +158,7 @@ class RealTimeClock:
             raise ValueError(f"speed must be positive, not {speed}")
         self.kernel = kernel
         self.speed = speed
+        self._early = int(EARLY_S * speed * 1e9)
         self._start_wall = time.monotonic()
         self._start_virtual = kernel.now
         self._wake = asyncio.Event()
@@ -143,7 +186,13 @@ class RealTimeClock:
         kernel = self.kernel
         while True:
             next_time = kernel.peek()
-            if next_time is None or next_time > self.virtual_now():
+            watch = kernel.next_observation()
+            if watch is not None and (next_time is None or watch < next_time):
+                if watch > self.virtual_now():
+                    return watch
+                kernel.observe_before(watch + 1)
+                continue
+            if next_time is None or next_time > self.virtual_now() + self._early:
                 return next_time
             kernel.step()
 

@@ -11,9 +11,9 @@ event at its own instant.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import AsyncIterator
+from typing import TypeVar
 
 from .kernel import RealTimeClock
 from .request import Request
@@ -21,6 +21,7 @@ from .simulation import Simulation
 from .workload import Arrival
 
 END_EVENTS = frozenset({"finished", "failed", "aborted"})
+T = TypeVar("T")
 
 
 @dataclass
@@ -28,7 +29,8 @@ class Call:
     """One submitted request as its client sees it.
 
     Every token's time lands in `token_times`; the event queue carries each token too when the
-    client streams (`live_tokens`), and otherwise only the end, which is much cheaper.
+    client streams (`live_tokens`), and otherwise only the end, which is much cheaper. A client
+    that only needs the end awaits `end()`.
     """
 
     arrival: Arrival
@@ -36,13 +38,28 @@ class Call:
     events: asyncio.Queue[tuple[str, int]] = field(default_factory=asyncio.Queue)
     token_times: list[int] = field(default_factory=list)
     request: Request | None = None
+    ending: tuple[str, int] | None = None
+    """How and when the request ended (None while it runs)."""
+    _ended: asyncio.Future[tuple[str, int]] | None = None
 
     def watch(self, event: str, request: Request, time_ns: int) -> None:
         if event == "token":
             self.token_times.append(time_ns)
             if not self.live_tokens:
                 return
+        elif event in END_EVENTS:
+            self.ending = (event, time_ns)
+            if self._ended is not None and not self._ended.done():
+                self._ended.set_result(self.ending)
         self.events.put_nowait((event, time_ns))
+
+    async def end(self) -> tuple[str, int]:
+        """Wait for the request's end: ("finished" | "failed" | "aborted", time)."""
+        if self.ending is not None:
+            return self.ending
+        if self._ended is None:
+            self._ended = asyncio.get_running_loop().create_future()
+        return await self._ended
 
     async def stream(self) -> AsyncIterator[tuple[str, int]]:
         """The request's events until its end (finished, failed or aborted)."""
@@ -79,10 +96,22 @@ class Live:
         call = Call(arrival, live_tokens)
 
         def arrive() -> None:
-            call.request = self.sim.submit(dataclasses.replace(arrival, time=self.sim.kernel.now), call.watch, live_tokens)
+            call.request = self.sim.submit(arrival, call.watch, live_tokens)
 
         self.clock.inject(arrive)
         return call
+
+    async def act(self, action: Callable[[Callable[[T], None]], None]) -> T:
+        """Run `action` in the simulation now and wait for the result it passes to its callback
+        (a model load that ends after its simulated load time, for example)."""
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+
+        def resolve(result: T) -> None:  # the clock runs its events on this loop's thread
+            if not future.done():
+                future.set_result(result)
+
+        self.clock.inject(lambda: action(resolve))
+        return await future
 
     def abort(self, call: Call) -> None:
         """Give a request up (its client disconnected)."""

@@ -29,9 +29,11 @@ import numpy as np
 from ..scenario.presets import ModelFamily
 from .costmodel import CostModel
 from .gpu import GpuDevice, GraphRun, step_graph
+from .gpu.meter import Activity
 from .gpu_memory import ReplicaMemory, record_levels
 from .kernel import LATE, EventHandle, Kernel
 from .kv import KvCache
+from .meter import ReplicaMeter
 from .pool import OutOfMemoryError
 from .request import Request
 from .timeline import StepRun, Timeline
@@ -98,6 +100,8 @@ class _Plan:
     hits: int = 0
     stream: str = ""
     """The stream the step was launched on, when not the model's."""
+    activity: object | None = None
+    """Its per-step GPU activity, once a metered replica computed it (`meter.py`)."""
 
 
 class Replica:
@@ -137,6 +141,8 @@ class Replica:
         """Why the engine died (PyTorch's out-of-memory error), or ''."""
         self.placement: StreamPlacement | None = None
         """Its GPUs' engines and streams (None: steps take their cost-model time, nothing shared)."""
+        self.meter: ReplicaMeter | None = None
+        """Accounts its GPU work for telemetry (None: nobody reads it)."""
 
     # -- queue -----------------------------------------------------------------------------
 
@@ -263,7 +269,8 @@ class Replica:
             plan.ends[0] = self.kernel.now
             self._finish_step()
 
-        started = self.kernel.after(host, lambda: GraphRun(placement.devices, ops, self.name, done))
+        shares = self.meter.kernel_shares(batch, int(gpu_ns * self.slowdown)) if self.meter else (0.0, 0.0)
+        started = self.kernel.after(host, lambda: GraphRun(placement.devices, ops, self.name, done, shares))
         return started
 
     def _step_stream(self, batch: list[tuple[Request, int]]) -> str:
@@ -293,10 +300,21 @@ class Replica:
 
     def _crash(self, message: str) -> None:
         """A CUDA out-of-memory error kills the engine, as it kills vLLM's: every request it holds fails."""
+        self.timeline.add(self.kernel.now, "oom", self.name, ",".join(self.gpus), message)
+        self.kill(f"torch.OutOfMemoryError: {message}")
+
+    def kill(self, reason: str) -> None:
+        """The engine dies now (`reason` goes to its log): every request it holds fails with vLLM's
+        `EngineDeadError`, its memory is freed and it leaves its GPUs. A step in flight is abandoned."""
+        if self.dead:
+            return
         now = self.kernel.now
-        self.dead = f"torch.OutOfMemoryError: {message}"
-        gpus = ",".join(self.gpus)
-        self.timeline.add(now, "oom", self.name, gpus, message)
+        self.dead = reason
+        plan = self._plan
+        if plan is not None:
+            plan.handle.cancel()
+            if self.meter is not None:
+                self.meter.cut(plan, now)
         self._plan = None
         doomed = list(self.running) + ([entry[3] for entry in self._heap] if self.priority_policy else list(self._fcfs))
         self.running, self._heap, self._fcfs = [], [], deque()
@@ -305,6 +323,17 @@ class Replica:
         self.leave_gpus()
         if self.on_crash is not None:
             self.on_crash(self, self.dead)
+
+    def start_metering(self) -> None:
+        """Telemetry reads its GPUs from now on: account its work in their meters."""
+        if self.meter is None and self.placement is not None:
+            self.meter = ReplicaMeter(self.placement, self.cost)
+
+    def in_flight(self, now: int, device: GpuDevice) -> Activity | None:
+        """Its GPU work on `device` up to `now` that its meter has not accounted yet (a plan in flight)."""
+        if self.meter is None or self._plan is None:
+            return None
+        return self.meter.in_flight(self._plan, now, device)
 
     def leave_gpus(self) -> None:
         """The engine is gone (unloaded or dead): free its memory and its place on the GPUs."""
@@ -317,6 +346,8 @@ class Replica:
     def _finish_step(self) -> None:
         plan = self._plan
         assert plan is not None
+        if self.meter is not None:
+            self.meter.step_done(plan)
         if self.memory is not None:
             self.memory.release()
         if plan.decode_run:

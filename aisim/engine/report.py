@@ -4,7 +4,8 @@ Intervals follow vLLM's metric definitions (`vllm-engine-and-perf-model.md` §2)
 arrival to first scheduled, TTFT arrival to first token, ITL the gap between consecutive tokens
 of a request (a preemption's recompute is charged to it), E2E arrival to last token. Statistics
 are over completed requests (ITL over all their token gaps). Throughput divides by the span from
-the first arrival to the last completion. KV usage is time-weighted over the engine's steps.
+the first arrival to the last completion. KV usage is time-weighted over the engine's steps. With
+GPU telemetry on, each GPU has a `telemetry` section (`GpuTelemetry.summary`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 import numpy as np
 
 from ..scenario.presets import GIB
+from .batcher import TritonEngine
 from .deployment import ServedModel
 from .gpu import GpuDevice
 from .pool import Allocator
@@ -96,7 +98,10 @@ def _model_section(served: ServedModel, end_ns: int) -> dict[str, Any]:
         "refused": lifecycle.refused,
     }
     section.update(_request_section(served.requests, served.engines))
-    if not served.mock and served.plans:
+    tritons = [e for e in served.engines if isinstance(e, TritonEngine)]
+    if tritons:
+        section["engine"] = _triton_section(served, tritons, end_ns)
+    elif not served.mock and served.plans:
         memory = served.plans[0]
         busy = [engine.stats for engine in served.engines]
         kv_peak = max((s.kv_peak for s in busy), default=0)
@@ -130,6 +135,23 @@ def _model_section(served: ServedModel, end_ns: int) -> dict[str, Any]:
         queries = sum(k.query_tokens for k in kv)
         section["prefix_cache_hit_rate"] = _round(sum(k.hit_tokens for k in kv) / queries) if queries else None
     return section
+
+
+def _triton_section(served: ServedModel, engines: list[TritonEngine], end_ns: int) -> dict[str, Any]:
+    """A Triton backend's model: its batching, instances, and what the batcher made of the traffic."""
+    kserve = engines[0].kserve
+    executions = sum(e.triton.execution_count for e in engines)
+    inferences = sum(e.triton.inference_count for e in engines)
+    instances = sum(len(e.instances) for e in engines)
+    return {
+        "gpus": served.gpu_names,
+        "calibrated_on_this_gpu": served.fitted,
+        "max_batch_size": kserve.max_batch_size,
+        "instances": instances,
+        "executions": executions,
+        "mean_batch": _round(inferences / executions) if executions else None,
+        "busy_fraction": _round(sum(e.stats.busy_ns for e in engines) / max(end_ns, 1) / max(instances, 1)),
+    }
 
 
 def _gpu_section(pool: Allocator) -> dict[str, Any]:
@@ -184,6 +206,9 @@ def build_report(sim: Simulation, wall_seconds: float | None = None) -> dict[str
     for gpu, device in sim.gpus.items():
         if device.compute.streams:
             report["gpus"].setdefault(gpu, {})["streams"] = _streams_section(device, end_ns)
+    if sim.telemetry is not None:
+        for gpu, summary in sim.telemetry.summary(end_ns).items():
+            report["gpus"].setdefault(gpu, {})["telemetry"] = summary
     if wall_seconds is not None:
         report["wall_seconds"] = _round(wall_seconds)
         report["speed"] = _round(end_ns / NS / wall_seconds) if wall_seconds else None

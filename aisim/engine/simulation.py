@@ -12,8 +12,10 @@ from pathlib import Path
 import numpy as np
 
 from ..scenario import Scenario
-from ..scenario.faults import OutOfMemory, SlowDown, Trigger
+from ..scenario.faults import DcgmField, OutOfMemory, SlowDown, Trigger, Xid
 from ..scenario.hardware import expand_devices
+from ..telemetry.board import gpu_uuid
+from ..telemetry.sampler import GpuTelemetry, Source
 from .deployment import Host, ServedModel
 from .gpu import GpuDevice
 from .gpu_memory import record_levels
@@ -23,9 +25,18 @@ from .replica import Replica
 from .request import Request, Watcher
 from .timeline import Timeline
 from .workload import Arrival, SourceFeed
+from .xid import apply_xid
 
 ROLLING_RECORDS = 100_000
 """Timeline records of each kind a non-retaining (serving) simulation keeps."""
+
+
+def wants_telemetry(scenario: Scenario) -> bool:
+    """Whether a scenario asks for GPU telemetry: a `telemetry` section, a listener speaking `dcgm-metrics`
+    or `admin`, or an XID or DCGM-field fault. Without it no sampling happens (headless runs stay fast)."""
+    return ("telemetry" in scenario.model_fields_set
+            or any(isinstance(f, (Xid, DcgmField)) for f in scenario.faults)
+            or any(p in ("dcgm-metrics", "admin") for listener in scenario.server.listeners for p in listener.personalities))
 
 
 class EndlessWorkload(ValueError):
@@ -36,9 +47,10 @@ class Simulation:
     """A scenario compiled onto one kernel; `run` drives it on the virtual clock."""
 
     def __init__(self, scenario: Scenario, base_dir: Path = Path("."), seed: int | None = None,
-                 macro_steps: bool = True, retain: bool = True) -> None:
+                 macro_steps: bool = True, retain: bool = True, telemetry: bool | None = None) -> None:
         """`retain=False` (a long-running server) keeps no list of past requests and only a rolling
-        window of the timeline, so memory stays bounded."""
+        window of the timeline, so memory stays bounded. `telemetry`: sample the GPUs (None: when the
+        scenario asks for it, `wants_telemetry`)."""
         self.scenario = scenario
         self.base_dir = base_dir
         self.seed = scenario.seed if seed is None else seed
@@ -54,6 +66,10 @@ class Simulation:
         self.pools = self._pools()
         self.gpus = {device: GpuDevice(self.kernel, device, gpu, self.timeline) for device, gpu in self.devices.items()
                      if device in gpu.device_ids()}
+        hostname = scenario.telemetry.dcgm.hostname
+        nvidia = [d for d in self.gpus.values() if self.devices[d.device].resolved().vendor == "nvidia"]
+        for index, gpu_device in enumerate(nvidia):  # numbered as the telemetry numbers them
+            gpu_device.uuid = gpu_uuid(hostname, index)
         host = Host(self.kernel, self.timeline, self.devices, macro_steps, self.pools, self.gpus, scenario.simulation.detail)
         self.models: dict[str, ServedModel] = {}
         for index, model in enumerate(scenario.models):
@@ -63,6 +79,9 @@ class Simulation:
         self.requests: list[Request] = []
         self.submitted = 0
         self._arrived = 0
+        wanted = wants_telemetry(scenario) if telemetry is None else telemetry
+        self.telemetry: GpuTelemetry | None = self._telemetry() if wanted else None
+        """The DCGM view of the GPUs (None: not sampled)."""
         self._schedule_faults()
 
     # -- building ----------------------------------------------------------------------------
@@ -77,6 +96,10 @@ class Simulation:
                                                clock=lambda: self.kernel.now)
         return pools
 
+    def _telemetry(self) -> GpuTelemetry:
+        sources = [Source(device, self.devices[device].resolved(), gpu, self.pools[device]) for device, gpu in self.gpus.items()]
+        return GpuTelemetry(self.kernel, self.timeline, self.scenario.telemetry, sources)
+
     def _schedule_faults(self) -> None:
         for index, fault in enumerate(self.scenario.faults):
             name = fault.name or f"fault-{index}"
@@ -84,6 +107,36 @@ class Simulation:
                 self._schedule_slowdown(fault, name)
             elif isinstance(fault, OutOfMemory):
                 self._schedule_hog(fault, name, 100_000 + index)
+            elif isinstance(fault, Xid):
+                self._schedule_xid(fault, name)
+            elif isinstance(fault, DcgmField):
+                self._schedule_field(fault, name)
+
+    def _schedule_xid(self, fault: Xid, name: str) -> None:
+        devices = [d for d in expand_devices(fault.scope.gpus, self.devices) if d in self.gpus]
+
+        def fire() -> None:
+            for device in devices:
+                self.timeline.add(self.kernel.now, "fault", name, "xid", device, f"XID {fault.code}")
+                self.xid(device, fault.code)
+
+        self._at_each_start(fault.trigger, fire)
+
+    def xid(self, device: str, code: int) -> list[str]:
+        """An XID error on `device` now (a fault, or the admin API); the engines it killed."""
+        return apply_xid(code, device, self.gpus[device], self.served_models, self.kernel, self.timeline, self.telemetry)
+
+    def _schedule_field(self, fault: DcgmField, name: str) -> None:
+        devices = [d for d in expand_devices(fault.scope.gpus, self.devices) if d in self.gpus]
+        telemetry = self.telemetry
+
+        def inject() -> None:
+            assert telemetry is not None
+            for device in devices:
+                if device in telemetry.boards:
+                    telemetry.inject(device, fault.field, fault.value, fault.duration, source=name)
+
+        self._at_each_start(fault.trigger, inject)
 
     def _schedule_hog(self, fault: OutOfMemory, name: str, pid: int) -> None:
         """Another process takes `size` bytes on the scoped GPUs (as much as is free), for `hold` or for good."""
@@ -199,12 +252,13 @@ class Simulation:
             served.requests.append(request)
         self.timeline.add(now, "request_arrived", request.id, served.model.id, arrival.source, arrival.prompt,
                           request.output, arrival.priority)
-        error = self._reject(served, request)
-        if error:
+        router = served.routers.get(arrival.version) if arrival.version else served.router
+        error = self._reject(served, request) or ("" if router else f"Request for unknown model: '{served.model.id}' "
+                                                  "has no available versions")
+        if error or router is None:
             request.conclude("failed", now, self.timeline, error)
         else:
-            assert served.router is not None
-            served.router.submit(request)
+            router.submit(request)
         return request
 
     def abort(self, request: Request) -> None:

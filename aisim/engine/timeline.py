@@ -32,6 +32,10 @@ RECORD_FIELDS: dict[str, tuple[str, ...]] = {
     "kernel": ("gpu", "stream", "replica", "name", "start_ns", "work_ns"),
     "copy": ("gpu", "direction", "stream", "replica", "name", "start_ns"),
     "preemption": ("gpu", "preempted_streams", "stream", "context_switch_ns"),
+    "gpu_sample": ("gpu", "fields"),
+    "dcgm_inject": ("gpu", "field", "value", "until_ns", "source"),
+    "dcgm_clear": ("gpu", "field", "reason"),
+    "xid": ("gpu", "code", "message", "effect", "killed"),
 }
 STEP_FIELDS = ("end_ns", "replica", "gpus", "stream", "requests", "prefill_tokens", "decode_tokens", "kv_used_blocks", "kv_total_blocks")
 

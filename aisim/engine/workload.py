@@ -39,6 +39,8 @@ class Arrival:
     prefix: int
     stream: str = ""
     """The CUDA stream of the request's priority class ('' for the model's own)."""
+    version: str = ""
+    """The model version asked for ('' for the serving one)."""
 
 
 class TraceError(ValueError):

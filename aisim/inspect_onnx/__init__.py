@@ -8,7 +8,7 @@ Importing this package does not import `onnx` (an optional extra: `pip install '
 `inspect_model` does, and raises OnnxMissing with that install line when it is absent.
 """
 
-from .block import scenario_block
+from .block import architecture_of, scenario_block, tensors_of
 from .model import (
     MISSING_ONNX,
     InspectError,
@@ -29,8 +29,10 @@ __all__ = [
     "OnnxReport",
     "OpBehaviour",
     "TensorInfo",
+    "architecture_of",
     "behaviour",
     "inspect_model",
     "report_text",
     "scenario_block",
+    "tensors_of",
 ]

@@ -21,7 +21,7 @@ import io
 import math
 import re
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
@@ -70,23 +70,30 @@ def _batches(report: OnnxReport) -> bool:
     return bool(tensors) and all(t.dims and not isinstance(t.dims[0], int) for t in tensors)
 
 
-def scenario_block(report: OnnxReport, gpu: str = "gpu0") -> str:
-    """YAML text of a `models:` list holding one entry for the model, placed on GPU id `gpu`."""
+def architecture_of(report: OnnxReport) -> dict[str, Any]:
+    """The scenario `architecture` of an inspected model (camelCase keys; see the module docstring)."""
     dtype = _dtype(report)
     element_bytes = next(ELEMENT_BITS[k] for k, v in SCENARIO_DTYPES.items() if v == dtype) / 8
-    arch = CommentedMap()
-    arch["params"] = max(1, math.ceil(report.weights.total_bytes / element_bytes))
-    arch["layers"] = max(1, report.costs.layers)
-    arch["hidden"] = report.costs.widest or 1
-    arch["heads"] = arch["kvHeads"] = arch["headDim"] = 0
     classes = _per_sample(report.outputs[0]) if report.outputs else None
-    arch["vocab"] = classes or 1
-    arch["dtype"] = dtype
+    arch: dict[str, Any] = {"params": max(1, math.ceil(report.weights.total_bytes / element_bytes)),
+                            "layers": max(1, report.costs.layers), "hidden": report.costs.widest or 1,
+                            "heads": 0, "kvHeads": 0, "headDim": 0, "vocab": classes or 1, "dtype": dtype}
     if report.flops_per_sample is not None:
         arch["flopsPerSample"] = report.flops_per_sample
+    return arch
+
+
+def tensors_of(report: OnnxReport) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The model's inputs and outputs as scenario tensors (name, datatype, shape)."""
+    return [dict(_tensor(t)) for t in report.inputs], [dict(_tensor(t)) for t in report.outputs]
+
+
+def scenario_block(report: OnnxReport, gpu: str = "gpu0") -> str:
+    """YAML text of a `models:` list holding one entry for the model, placed on GPU id `gpu`."""
+    arch = CommentedMap(architecture_of(report))
     if not report.costs.widest:
         arch.yaml_add_eol_comment("no weight layer with known widths: set it", "hidden")
-    if not classes:
+    if not (_per_sample(report.outputs[0]) if report.outputs else None):
         arch.yaml_add_eol_comment("first output's size per sample is not known: set it", "vocab")
     version = CommentedMap(version="1")
     version["inputs"] = CommentedSeq(_tensor(t) for t in report.inputs)

@@ -11,9 +11,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
-KSERVE_ISSUE = "issue 7, Triton / KServe v2"
-TELEMETRY_ISSUE = "issue 8, DCGM telemetry"
-
 PLANNED_KEY = "x-aisim-status"
 """Schema keyword marking a field or a variant whose behaviour is not simulated yet."""
 

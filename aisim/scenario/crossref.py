@@ -16,13 +16,14 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from ..telemetry.fields import FIELDS
 from .document import Scenario
-from .faults import Fault
+from .faults import DcgmField, Fault
 from .hardware import Gpu, expand_devices
 from .models import Model
 from .presets import GB, GIB
 from .problems import PathPart, Problem
-from .server import Server
+from .server import Server, Telemetry
 from .source import Source
 from .workload import PriorityClass, Trace
 from .workload import Source as RequestSource
@@ -44,6 +45,7 @@ class Parts:
     """Every GPU id the document declares, valid entry or not (so a broken entry is not "unknown")."""
     declared_models: set[str] = field(default_factory=set)
     """Every model id and alias the document declares, valid entry or not."""
+    telemetry: Telemetry | None = None
 
     @classmethod
     def of(cls, scenario: Scenario) -> Parts:
@@ -57,6 +59,7 @@ class Parts:
             scenario.server,
             set(scenario.gpu_devices()),
             {name for model in scenario.models for name in model.names},
+            scenario.telemetry,
         )
 
     @classmethod
@@ -74,6 +77,7 @@ class Parts:
             _one(data.get("server", {}), Server),
             _declared(data.get("gpus"), _gpu_names),
             _declared(data.get("models"), _model_names),
+            _one(data.get("telemetry", {}), Telemetry),
         )
 
 
@@ -128,6 +132,7 @@ def check(parts: Parts, source: Source, base_dir: Path) -> list[Problem]:
     _check_faults(parts, parts.declared_gpus, parts.declared_models, report)
     _check_sources(parts, parts.declared_models, base_dir, report)
     _check_server(parts, base_dir, report)
+    _check_dcgm_fields(parts, report)
     return problems
 
 
@@ -271,6 +276,26 @@ def _check_faults(parts: Parts, devices: set[str], models: set[str], report: Rep
             for j, name in enumerate(values):
                 if name not in known:
                     report(["faults", i, "scope", field_name, j], f"unknown {kind} {name!r}{_suggest(name, known)}", "reference")
+
+
+def _check_dcgm_fields(parts: Parts, report: Report) -> None:
+    """DCGM field names must be fields aisim knows (injected ones numeric); dcgm-metrics has its metrics path alone."""
+    known = [name for name, spec in FIELDS.items() if spec.dcgm_type != "s"]
+    for i, fault in _present(parts.faults):
+        if isinstance(fault, DcgmField) and fault.field not in known:
+            why = "is a string field" if fault.field in FIELDS else "is not a DCGM field aisim simulates"
+            report(["faults", i, "field"], f"{fault.field!r} {why}{_suggest(fault.field, known)}", "reference")
+    for i, listener in enumerate(parts.server.listeners if parts.server else []):
+        others = [p for p in listener.personalities if p.endswith("-metrics") and p != "dcgm-metrics"]
+        if "dcgm-metrics" in listener.personalities and others:
+            report(["server", "listeners", i, "personalities"],
+                   f"dcgm-metrics and {others[0]} would both serve {listener.metrics_path}; "
+                   "give dcgm-metrics a listener of its own (dcgm-exporter listens on :9400)", "reference")
+    chosen = parts.telemetry.dcgm.fields if parts.telemetry else None
+    for j, name in enumerate(chosen or []):
+        if name not in FIELDS:
+            report(["telemetry", "dcgm", "fields", j], f"{name!r} is not a DCGM field aisim exports{_suggest(name, FIELDS)}",
+                   "reference")
 
 
 def _check_sources(parts: Parts, models: set[str], base_dir: Path, report: Report) -> None:

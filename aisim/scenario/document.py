@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from .base import TELEMETRY_ISSUE, Spec, planned_field
+from .base import Spec
 from .faults import Fault
 from .hardware import Gpu
 from .models import Model
@@ -41,8 +41,8 @@ class Scenario(Spec):
     """Seed of every random draw; same seed, same run."""
     gpus: list[Gpu] = Field(default_factory=list)
     """Simulated GPUs."""
-    models: list[Model] = Field(min_length=1)
-    """Served models."""
+    models: list[Model] = Field(default_factory=list)
+    """Served models (besides those of `server.modelRepository`); a scenario needs at least one."""
     priority_classes: list[PriorityClass] = Field(default_factory=list)
     """Request priority classes."""
     faults: list[Fault] = Field(default_factory=list)
@@ -51,7 +51,7 @@ class Scenario(Spec):
     """Requests for headless runs (`aisim run`)."""
     server: Server = Server()
     """Server settings (`aisim serve`)."""
-    telemetry: Telemetry = planned_field(Telemetry(), issue=TELEMETRY_ISSUE)
+    telemetry: Telemetry = Telemetry()
     """GPU telemetry settings."""
     simulation: Simulation = Simulation()
     """Run settings: stop time, kernel detail, timeline options."""

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, Union
 
-from pydantic import ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
-from .base import TELEMETRY_ISSUE, Spec, planned
+from .base import Spec
 from .hardware import Identifier
 from .models import ModelName
 from .units import ByteSize, Duration
@@ -173,9 +173,9 @@ class OutOfMemory(_DeviceFault):
 
 
 class Xid(_DeviceFault):
-    """A GPU XID error (79 fallen off the bus, 48 double-bit ECC, 94/95 ECC, 13, 31, 43, 63, 64, 74, ...)."""
+    """A GPU XID error (79 fallen off the bus, 48 double-bit ECC, 94/95 ECC, 13, 31, 43, 63, 64, 74, ...): the
+    engines on the GPU die, or its models go DEGRADED, as the XID's meaning says; the XID shows in DCGM telemetry."""
 
-    model_config = ConfigDict(json_schema_extra=planned(TELEMETRY_ISSUE))
     kind: Literal["xid"]
     """Fault kind."""
     code: int = Field(ge=1, le=1023)
@@ -194,9 +194,8 @@ class SlowDown(_TimedFault):
 
 
 class DcgmField(_DeviceFault):
-    """Inject a DCGM field value, like `dcgmInjectFieldValue`, overriding the derived one."""
+    """Inject a DCGM field value, like `dcgmInjectFieldValue`, overriding the derived one on the scoped GPUs."""
 
-    model_config = ConfigDict(json_schema_extra=planned(TELEMETRY_ISSUE))
     kind: Literal["dcgm_field"]
     """Fault kind."""
     field: str = Field(pattern=r"^DCGM_(FI|EXP)_[A-Z0-9_]+$")

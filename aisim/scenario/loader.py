@@ -18,6 +18,7 @@ from . import crossref
 from .base import Spec, is_planned
 from .document import API_VERSION, Scenario
 from .problems import PathPart, Problem, ScenarioError
+from .repository import read_repository
 from .source import Source, parse
 from .validation import json_type_name, pydantic_problems, schema_problems
 
@@ -88,6 +89,10 @@ def _validate(source: Source, base_dir: Path, problems: list[Problem]) -> Scenar
         return None
     from_schema, covered = schema_problems(source)
     problems.extend(from_schema)
+    data = _with_repository(data, base_dir, problems)
+    if not data.get("models") and not any(p.path == "$.models" for p in from_schema):
+        problems.append(source.problem(["models"], "a scenario needs at least one model, in `models` or in the "
+                                                   "folder of `server.modelRepository`", "required"))
     scenario = None
     try:
         scenario = Scenario.model_validate(data)
@@ -100,6 +105,22 @@ def _validate(source: Source, base_dir: Path, problems: list[Problem]) -> Scenar
     if scenario is not None and not any(p.severity == "error" for p in problems):
         problems.extend(planned_warnings(scenario, source))
     return scenario
+
+
+def _with_repository(data: dict[str, Any], base_dir: Path, problems: list[Problem]) -> dict[str, Any]:
+    """The document with the models of its Triton model repository (`server.modelRepository`) added."""
+    server = data.get("server")
+    folder = server.get("modelRepository") if isinstance(server, dict) else None
+    if not isinstance(folder, str):
+        return data
+    devices = []
+    for gpu in data.get("gpus") or []:
+        if isinstance(gpu, dict) and isinstance(gpu.get("id"), str):
+            count = gpu.get("count", 1)
+            devices += [gpu["id"]] if count == 1 else [f"{gpu['id']}-{i}" for i in range(count if isinstance(count, int) else 1)]
+    models, found = read_repository(base_dir / folder, devices)
+    problems.extend(found)
+    return {**data, "models": [*(data.get("models") or []), *models]}
 
 
 def planned_warnings(scenario: Scenario, source: Source) -> list[Problem]:

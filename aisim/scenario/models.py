@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, Literal, Union
 
 from pydantic import Field, PrivateAttr, model_validator
 
-from .base import KSERVE_ISSUE, Spec, planned_field
+from .base import Spec
 from .distributions import CountDistribution, DurationDistribution
 from .hardware import Identifier
 from .presets import DTYPE_BYTES, MODEL_FAMILIES, DType, ModelFamily, Task
@@ -176,6 +176,13 @@ Content = Annotated[
 
 Datatype = Literal["BOOL", "UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64",
                    "FP16", "FP32", "FP64", "BF16", "BYTES"]
+DATATYPE_BYTES: dict[str, int] = {
+    "BOOL": 1, "UINT8": 1, "UINT16": 2, "UINT32": 4, "UINT64": 8, "INT8": 1, "INT16": 2, "INT32": 4, "INT64": 8,
+    "FP16": 2, "FP32": 4, "FP64": 8, "BF16": 2,
+}
+"""Bytes per element (`triton-kserve.md` §7); BYTES elements have their own lengths."""
+BYTES_ELEMENT = 64
+"""Assumed size of one BYTES element where a size is needed without the data (a 4-byte length and text)."""
 
 
 class Tensor(Spec):
@@ -187,6 +194,14 @@ class Tensor(Spec):
     """KServe v2 datatype."""
     shape: list[Annotated[int, Field(ge=-1)]] = Field(min_length=0, max_length=16)
     """Dimensions; -1 is variable (the batch dimension included when the model batches)."""
+
+    def sample_bytes(self, batched: bool) -> int:
+        """Bytes of one batch element (without the batch dimension when `batched`); variable dims count 1."""
+        dims = self.shape[1:] if batched else self.shape
+        elements = 1
+        for dim in dims:
+            elements *= max(dim, 1)
+        return elements * DATATYPE_BYTES.get(self.datatype, BYTES_ELEMENT)
 
 
 class TensorRTOptions(Spec):
@@ -300,6 +315,8 @@ class DynamicBatching(Spec):
     """Batch sizes the batcher aims for."""
     max_queue_delay: Duration = 0
     """How long a request may wait for a batch to fill."""
+    max_queue_size: int | None = Field(None, ge=1)
+    """Queued requests beyond which new ones are refused (503); unlimited when absent."""
 
 
 class InstanceGroup(Spec):
@@ -357,7 +374,7 @@ class Model(Spec):
     """Model versions."""
     lifecycle: Lifecycle | None = None
     """Version lifecycle and hot switching."""
-    kserve: KServe | None = planned_field(None, issue=KSERVE_ISSUE)
+    kserve: KServe | None = None
     """KServe v2 / Triton settings."""
     lora_adapters: list[Identifier] = Field(default_factory=list)
     """LoRA adapters loaded at start (more through `/v1/load_lora_adapter`)."""

@@ -6,14 +6,14 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator
 
-from .base import KSERVE_ISSUE, TELEMETRY_ISSUE, Spec, planned_field
+from .base import Spec
 from .distributions import DurationDistribution
 from .hardware import Identifier
 from .units import ByteSize, Duration, RateValue
 
 Personality = Literal["openai", "vllm", "kserve", "vllm-metrics", "triton-metrics", "dcgm-metrics", "admin"]
-PLANNED_PERSONALITIES = {"kserve": KSERVE_ISSUE, "triton-metrics": KSERVE_ISSUE, "dcgm-metrics": TELEMETRY_ISSUE,
-                         "admin": TELEMETRY_ISSUE}
+PLANNED_PERSONALITIES: dict[str, str] = {}
+"""Personalities accepted ahead of their implementation, with the issue that builds each (none now)."""
 
 
 class Listener(Spec):
@@ -63,12 +63,12 @@ class RateLimits(Spec):
 
 
 class Admin(Spec):
-    """Admin endpoints (`/admin/...`: fault and field injection, event stream)."""
+    """Admin endpoints (`/admin/...`: DCGM field injection and XID errors) on listeners with the `admin` personality."""
 
     enabled: bool = False
-    """Serve the admin endpoints."""
+    """Serve the admin endpoints (off unless enabled)."""
     token: str | None = None
-    """Bearer token the admin endpoints require."""
+    """Bearer token the admin endpoints require (none: open)."""
 
 
 class Server(Spec):
@@ -86,9 +86,9 @@ class Server(Spec):
     """Artificial network delay added to every response (`120-350ms`)."""
     max_body_size: ByteSize = 32 * 2**20
     """Largest request body accepted (default 32MiB)."""
-    admin: Admin = planned_field(Admin(), issue=TELEMETRY_ISSUE)
+    admin: Admin = Admin()
     """Admin endpoints."""
-    model_repository: str | None = planned_field(None, issue=KSERVE_ISSUE)
+    model_repository: str | None = None
     """A Triton model repository folder whose models are served besides `models`."""
 
 
@@ -102,14 +102,17 @@ class Dcgm(Spec):
     """`Hostname` (older exporters), `hostname` (newer) or `none` (`--no-hostname`)."""
     hostname: str = "aisim"
     """Value of the hostname label."""
+    driver_version: str = Field("550.54.15", min_length=1)
+    """Value of the `DCGM_FI_DRIVER_VERSION` label."""
     fields: list[Annotated[str, Field(pattern=r"^DCGM_(FI|EXP)_[A-Z0-9_]+$")]] | None = None
-    """Exported fields; dcgm-exporter's default counters when absent."""
+    """Exported fields; dcgm-exporter's default counters when absent (`DCGM_EXP_XID_ERRORS_COUNT` is off by default)."""
     xid_count_window: Duration = 300_000_000_000
     """Window of `DCGM_EXP_XID_ERRORS_COUNT` (default 5m)."""
 
 
 class Telemetry(Spec):
-    """GPU telemetry sampled into the timeline and exported as metrics."""
+    """GPU telemetry sampled into the timeline and exported as metrics (on when this section is given, when a
+    listener speaks `dcgm-metrics` or `admin`, when a fault is an XID or a DCGM field, or with `aisim run --metrics`)."""
 
     interval: Duration = 1_000_000_000
     """Sampling interval (default 1s)."""

@@ -35,10 +35,11 @@ NS = 1_000_000_000
 class Job:
     """A kernel on a stream: `work` ns on an otherwise idle GPU."""
 
-    __slots__ = ("arrived", "name", "on_done", "owner", "priority", "remaining", "seq", "started", "stream", "work")
+    __slots__ = ("arrived", "dram", "name", "on_done", "owner", "priority", "remaining", "seq", "started", "stream",
+                 "tensor", "work")
 
     def __init__(self, name: str, owner: str, stream: str, priority: int, work: int,
-                 on_done: Callable[[Job], None]) -> None:
+                 on_done: Callable[[Job], None], tensor: float = 0.0, dram: float = 0.0) -> None:
         self.name = name
         self.owner = owner
         """Who launched it (a replica), for the timeline."""
@@ -51,6 +52,10 @@ class Job:
         self.arrived = -1
         self.started = -1
         """When it first got SM time (-1 until then)."""
+        self.tensor = tensor
+        """Share of its running time the tensor pipe is busy at peak (telemetry; 0 when not metered)."""
+        self.dram = dram
+        """Share of its running time the memory interface is busy at peak bandwidth (telemetry)."""
 
 
 class StreamStats:
@@ -95,7 +100,15 @@ class ComputeEngine:
         self._seq = 0
         self.busy_ns = 0
         """Time with at least one kernel progressing."""
+        self.tensor_ns = 0.0
+        """Tensor-pipe time at peak of the kernels so far (their `tensor` share of the time they got)."""
+        self.dram_ns = 0.0
+        """Memory-interface time at peak bandwidth of the kernels so far."""
         self.streams: dict[str, StreamStats] = {}
+
+    def busy_at(self, now: int) -> int:
+        """Time with a kernel progressing, up to `now` (the kernel running at `now` included)."""
+        return self.busy_ns + (max(0, now - self._updated) if self.active else 0)
 
     @property
     def level(self) -> int | None:
@@ -184,6 +197,21 @@ class ComputeEngine:
         share = elapsed / len(self.active)
         for job in self.active:
             job.remaining -= share
+            if job.tensor or job.dram:
+                self.tensor_ns += share * job.tensor
+                self.dram_ns += share * job.dram
+
+    def activity(self, now: int) -> tuple[float, float, float]:
+        """(busy, tensor, dram) ns up to `now`, counting the kernels running now; changes nothing, so that
+        reading it (a telemetry sample) cannot change the run."""
+        busy, tensor, dram = float(self.busy_ns), self.tensor_ns, self.dram_ns
+        elapsed = now - self._updated
+        if elapsed > 0 and self.active:
+            busy += elapsed
+            share = elapsed / len(self.active)
+            tensor += share * sum(job.tensor for job in self.active)
+            dram += share * sum(job.dram for job in self.active)
+        return busy, tensor, dram
 
     def _plan(self) -> None:
         """Schedule the next kernel completion."""

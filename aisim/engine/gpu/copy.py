@@ -52,6 +52,8 @@ class CopyEngine:
         self.timeline = timeline
         self.queue: deque[Copy] = deque()
         self.busy_ns = 0
+        self.copies = 0
+        """Copies finished (with `busy_ns`, what telemetry turns into PCIe bytes)."""
 
     def submit(self, copy: Copy) -> None:
         self.queue.append(copy)
@@ -66,8 +68,18 @@ class CopyEngine:
     def _done(self) -> None:
         copy = self.queue.popleft()
         self.busy_ns += copy.duration
+        self.copies += 1
         self.timeline.add(self.kernel.now, "copy", self.device, self.direction, copy.stream, copy.owner, copy.name,
                           copy.started)
         if self.queue:
             self._start()
         copy.on_done(copy)
+
+    def moved_bytes(self, now: int, bandwidth: float) -> float:
+        """Bytes moved up to `now` at `bandwidth` bytes/s: each copy's time less its fixed latency (the
+        inverse of `copy_ns` for pinned copies), the running copy pro rata."""
+        busy = self.busy_ns - self.copies * COPY_LATENCY_NS
+        if self.queue and self.queue[0].started >= 0:
+            running = self.queue[0]
+            busy += max(0, min(now - running.started, running.duration) - COPY_LATENCY_NS)
+        return max(busy, 0) * bandwidth / 1e9

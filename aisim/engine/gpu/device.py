@@ -6,11 +6,14 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from ...scenario.hardware import Gpu
+from ...telemetry.board import gpu_uuid
+from ...telemetry.power import PowerModel
 from ..kernel import Kernel
 from ..timeline import Timeline
 from .compute import ComputeEngine, Job
 from .copy import Copy, CopyEngine
 from .graph import Op
+from .meter import Activity
 
 
 class User(Protocol):
@@ -34,8 +37,16 @@ class GpuDevice:
         self.h2d = CopyEngine(kernel, device, "h2d", timeline)
         self.d2h = CopyEngine(kernel, device, "d2h", timeline)
         self.host_link = float(profile.host_link_bandwidth)
+        self.uuid = gpu_uuid("aisim", 0)
+        """The UUID NVML reports (the simulation numbers its GPUs: `gpu_uuid(hostname, index)`)."""
+        self.power = PowerModel.of(profile.name, profile.tdp_mw)
+        """Power, as the telemetry model derives it from utilisation."""
         self.placed: list[User] = []
         """Engine replicas placed on this device."""
+        self.meter = Activity()
+        """Work its replicas account here themselves (steps that bypass the stream scheduler)."""
+        self.metered = False
+        """Whether telemetry reads this device: replicas placed here then account their work."""
 
     @property
     def users(self) -> int:
@@ -47,6 +58,37 @@ class GpuDevice:
         self.placed.append(user)
         if len(self.placed) == 2:
             self.placed[0].interrupt()
+        if self.metered:
+            self._meter(user)
+
+    def start_metering(self) -> None:
+        """Telemetry reads this device from now on: its replicas account their work."""
+        self.metered = True
+        for user in self.placed:
+            self._meter(user)
+
+    @staticmethod
+    def _meter(user: User) -> None:
+        start = getattr(user, "start_metering", None)
+        if start is not None:
+            start()
+
+    def activity(self, now: int) -> Activity:
+        """Everything this device has done up to `now` (`meter.py`), work in flight included pro rata."""
+        total = self.meter.copy()
+        busy, tensor, dram = self.compute.activity(now)
+        total.busy_ns += busy
+        total.tensor_ns += tensor
+        total.dram_ns += dram
+        total.h2d_bytes += self.h2d.moved_bytes(now, self.host_link)
+        total.d2h_bytes += self.d2h.moved_bytes(now, self.host_link)
+        for user in self.placed:
+            in_flight = getattr(user, "in_flight", None)
+            if in_flight is not None:
+                part = in_flight(now, self)
+                if part is not None:
+                    total.add(part)
+        return total
 
     def detach(self, user: User) -> None:
         if user in self.placed:
@@ -65,10 +107,13 @@ class GraphRun:
     ends with the slowest.
     """
 
-    def __init__(self, devices: Sequence[GpuDevice], ops: list[Op], owner: str, on_done: Callable[[], None]) -> None:
+    def __init__(self, devices: Sequence[GpuDevice], ops: list[Op], owner: str, on_done: Callable[[], None],
+                 activity: tuple[float, float] = (0.0, 0.0)) -> None:
+        """`activity`: the (tensor, dram) shares of its kernels' time, for telemetry."""
         self.ops = ops
         self.owner = owner
         self.on_done = on_done
+        self.activity = activity
         self.left = len(devices) * len(ops)
         last_on: dict[str, int] = {}
         self.after: list[list[int]] = [[] for _ in ops]
@@ -96,7 +141,8 @@ class GraphRun:
             self._done(device, index)
 
         if op.engine == "compute":
-            device.compute.submit(Job(op.name, self.owner, op.stream, device.priority(op.stream), op.work, done))
+            device.compute.submit(Job(op.name, self.owner, op.stream, device.priority(op.stream), op.work, done,
+                                      *self.activity))
         else:
             engine = device.h2d if op.engine == "h2d" else device.d2h
             engine.submit(Copy(op.name, self.owner, op.stream, op.work, done))

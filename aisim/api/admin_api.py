@@ -1,0 +1,185 @@
+"""The `admin` personality: inject DCGM field values and XID errors into the running simulation.
+
+Served only when `server.admin.enabled` is true, on listeners that list `admin`. With
+`server.admin.token` set, every call needs `Authorization: Bearer <token>`: without credentials the
+answer is 401 (with `WWW-Authenticate: Bearer`), with a wrong token 403. Bodies are JSON; errors are
+`{"error": {"message", "type", "param", "code"}}` like the other personalities'.
+
+    POST   /admin/dcgm/inject   {"gpu", "field", "value", "duration"?}   inject (dcgmInjectFieldValue)
+    GET    /admin/dcgm/inject                                            the injections active now
+    DELETE /admin/dcgm/inject?gpu=<gpu>[&field=<field>]                  clear
+    POST   /admin/dcgm/clear    {"gpu", "field"?}                        clear (same, with a body)
+    POST   /admin/xid           {"gpu", "code"}                          an XID error now
+
+`gpu` is the scenario's device id (`gpu0`, `node-3`) or the DCGM index (an integer, as `dcgmi
+--gpuid` takes); `field` a DCGM field name or id; `duration` a duration string (`30s`) or a number
+of seconds, the injection lasting until cleared without one. Each call acts at the simulation's
+current instant and leaves a timeline record (`dcgm_inject`, `dcgm_clear`, `xid`).
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any
+
+from ..scenario.units import QuantityError, parse_duration
+from ..telemetry.fields import FieldError, coerce, lookup
+from ..telemetry.sampler import GpuTelemetry
+from ..telemetry.xid import Xid
+from .errors import ApiError
+from .handlers import BaseHandler
+
+INJECTED = "Successfully injected field info."
+"""What `dcgmi test --inject` prints on success."""
+
+
+def _bad(message: str, param: str | None = None) -> ApiError:
+    return ApiError(400, message, "invalid_request_error", param)
+
+
+class AdminHandler(BaseHandler):
+    """Token check, JSON bodies and error answers shared by the admin endpoints."""
+
+    def prepare(self) -> None:
+        token = self.state.scenario.server.admin.token
+        if token is None:
+            return
+        header = self.request.headers.get("Authorization", "")
+        if not header:
+            self.set_header("WWW-Authenticate", 'Bearer realm="aisim-admin"')
+            self.fail(ApiError(401, "Admin endpoints need a bearer token.", "authentication_error"))
+        elif not (header.lower().startswith("bearer ") and secrets.compare_digest(header[7:].strip(), token)):
+            self.fail(ApiError(403, "The admin token is not valid.", "permission_error"))
+
+    @property
+    def telemetry(self) -> GpuTelemetry:
+        telemetry = self.state.sim.telemetry
+        assert telemetry is not None, "an admin listener turns telemetry on (wants_telemetry)"
+        return telemetry
+
+    def body(self) -> dict[str, Any]:
+        body = self.json_body()
+        if not isinstance(body, dict):
+            raise _bad("The body must be a JSON object.")
+        return body
+
+    def gpu(self, value: Any) -> str:
+        """The device id of a `gpu` parameter (device id or DCGM index)."""
+        if isinstance(value, str) and value.isdigit():
+            value = int(value)
+        if not isinstance(value, (str, int)) or isinstance(value, bool):
+            raise _bad("`gpu` must be a device id or a DCGM GPU index.", "gpu")
+        try:
+            return self.telemetry.board(value).identity.device
+        except KeyError as error:
+            raise ApiError(404, str(error.args[0]), "invalid_request_error", "gpu", "gpu_not_found") from None
+
+    def act(self, work: Any) -> Any:
+        """Run `work` at the simulation's current instant and return its result."""
+        box: dict[str, Any] = {}
+        self.state.live.clock.inject(lambda: box.update(result=work()))
+        return box.get("result")
+
+    def answer(self, payload: dict[str, Any]) -> None:
+        self.set_header("Content-Type", "application/json")
+        self.finish(json.dumps(payload))
+
+    def run_guarded(self, work: Any) -> None:
+        try:
+            work()
+        except ApiError as error:
+            self.fail(error)
+        except FieldError as error:
+            self.fail(_bad(str(error), "field"))
+
+
+class InjectHandler(AdminHandler):
+    """`POST`, `GET` and `DELETE /admin/dcgm/inject`."""
+
+    def post(self) -> None:
+        def work() -> None:
+            body = self.body()
+            gpu = self.gpu(body.get("gpu"))
+            if "field" not in body or "value" not in body:
+                raise _bad("`field` and `value` are required.", "field" if "field" not in body else "value")
+            spec = lookup(body["field"])
+            value = coerce(spec, body["value"])
+            duration = self._duration(body.get("duration"))
+            override = self.act(lambda: self.telemetry.inject(gpu, spec.name, value, duration, source="admin"))
+            self.answer({"message": INJECTED, "gpu": gpu, "dcgm_gpu": self.telemetry.board(gpu).identity.index,
+                         "field": spec.name, "field_id": spec.id, "value": override.value, "since_ns": override.since,
+                         "until_ns": override.until})
+
+        self.run_guarded(work)
+
+    @staticmethod
+    def _duration(value: Any) -> int | None:
+        if value is None:
+            return None
+        try:
+            if isinstance(value, (int, float)) and not isinstance(value, bool):
+                ns = int(value * 1e9)
+            else:
+                ns = parse_duration(value)
+        except QuantityError as error:
+            raise _bad(f"`duration`: {error}", "duration") from None
+        if ns <= 0:
+            raise _bad("`duration` must be positive.", "duration")
+        return ns
+
+    def get(self) -> None:
+        now = self.state.sim.kernel.now
+        active = [{"gpu": device, "field": name, "value": o.value, "since_ns": o.since, "until_ns": o.until,
+                   "source": o.source}
+                  for device, board in self.telemetry.boards.items()
+                  for name, o in board.overrides.items() if o.active(now)]
+        self.answer({"injections": active})
+
+    def delete(self) -> None:
+        self.run_guarded(lambda: self._clear(self.get_query_argument("gpu", None), self.get_query_argument("field", None)))
+
+    def _clear(self, gpu_value: Any, field: Any) -> None:
+        if gpu_value is None:
+            raise _bad("`gpu` is required.", "gpu")
+        gpu = self.gpu(gpu_value)
+        name = None if field is None else lookup(field).name
+        cleared = self.act(lambda: self.telemetry.clear(gpu, name, source="admin"))
+        self.answer({"gpu": gpu, "cleared": cleared})
+
+
+class ClearHandler(InjectHandler):
+    """`POST /admin/dcgm/clear`: clear with a JSON body."""
+
+    def post(self) -> None:
+        def work() -> None:
+            body = self.body()
+            self._clear(body.get("gpu"), body.get("field"))
+
+        self.run_guarded(work)
+
+
+class XidHandler(AdminHandler):
+    """`POST /admin/xid`: an XID error on a GPU now."""
+
+    def post(self) -> None:
+        def work() -> None:
+            body = self.body()
+            gpu = self.gpu(body.get("gpu"))
+            code = body.get("code")
+            if not isinstance(code, int) or isinstance(code, bool) or not 1 <= code <= 1023:
+                raise _bad("`code` must be an XID number from 1 to 1023.", "code")
+            sim = self.state.sim
+            killed = self.act(lambda: sim.xid(gpu, code))
+            xid = Xid(code)
+            self.answer({"gpu": gpu, "code": code, "message": xid.message, "effect": xid.effect, "killed": killed})
+
+        self.run_guarded(work)
+
+
+def routes() -> list[Any]:
+    return [
+        (r"/admin/dcgm/inject", InjectHandler),
+        (r"/admin/dcgm/clear", ClearHandler),
+        (r"/admin/xid", XidHandler),
+    ]

@@ -1,0 +1,421 @@
+"""The KServe v2 / Triton personality: health, metadata, inference, repository control, statistics.
+
+Routing, statuses and texts follow Triton's HTTP frontend (`shared/reference/triton-kserve.md`):
+errors are `{"error": "<message>"}`; health answers are empty with 200 or 400; an unknown model is
+400, a known model with no ready version 404, a named version that is not ready 503; a wrong method
+405 and an unknown path 404 (`{"error":"Method Not Allowed"}`, `{"error":"Not Found"}`). Models are
+the scenario's (a model repository folder is read into the scenario first). The server acts as
+Triton in `explicit` model control mode with every model loaded at start: the load and unload
+calls drive each model's lifecycle (LOADING lasts the simulated load time, and the call returns when
+it ends). Inference goes through the model's Triton engine (dynamic batcher and instances), so its
+timing and the statistics come from the simulation.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from typing import Any
+
+import tornado.web
+
+from ..engine.batcher import QUEUE_FULL, TritonEngine
+from ..engine.deployment import ServedModel
+from ..engine.lifecycle import State
+from ..engine.workload import Arrival
+from ..scenario.models import KServe, Model, Version
+from .kserve_tensors import (
+    HEADER,
+    InferRequest,
+    KServeError,
+    check_inputs,
+    decompress,
+    encode_response,
+    generate_outputs,
+    parse_request,
+)
+from .server import ServerState
+from .triton_config import model_config, platform_of
+
+TRITON_VERSION = "2.61.0"
+EXTENSIONS = ["classification", "sequence", "model_repository", "model_repository(unload_dependents)",
+              "schedule_policy", "model_configuration", "system_shared_memory", "cuda_shared_memory",
+              "binary_tensor_data", "parameters", "statistics", "trace", "logging"]
+TRITON_STATES = {State.READY: "READY", State.DEGRADED: "READY", State.LOADING: "LOADING",
+                 State.UNLOADING: "UNLOADING", State.UNAVAILABLE: "UNAVAILABLE"}
+"""aisim's lifecycle states as Triton names them (DEGRADED still serves: READY)."""
+
+
+class KServeHandler(tornado.web.RequestHandler):
+    """Triton's error bodies and model lookup for every v2 route."""
+
+    state: ServerState
+    methods: tuple[str, ...] = ("GET",)
+
+    def initialize(self, methods: tuple[str, ...] = ("GET",)) -> None:
+        self.state = self.settings["state"]
+        self.methods = methods
+
+    def set_default_headers(self) -> None:
+        self.set_header("Content-Type", "application/json")
+
+    def prepare(self) -> None:
+        if self.request.method not in self.methods:
+            self.fail(KServeError(405, "Method Not Allowed"))
+
+    def fail(self, error: KServeError) -> None:
+        self.set_status(error.status)
+        self.finish(json.dumps({"error": error.message}))
+
+    def write_error(self, status_code: int, **kwargs: Any) -> None:
+        message = "Method Not Allowed" if status_code == 405 else self._reason
+        self.finish(json.dumps({"error": message}))
+
+    def empty(self, ok: bool) -> None:
+        """A health answer: no body, 200 or 400."""
+        self.clear_header("Content-Type")
+        self.set_status(200 if ok else 400)
+        self.finish()
+
+    def served(self, name: str) -> ServedModel:
+        model = self.state.scenario.model_named(name)
+        if model is None:
+            raise KServeError(400, f"Request for unknown model: '{name}' is not found")
+        return self.state.served(model)
+
+    def ready_version(self, served: ServedModel, version: str | None) -> str:
+        """The version a request goes to: the named one if READY, else the serving one (§8.2)."""
+        name = served.model.id
+        lives = served.lifecycle.lives
+        if version is not None:
+            if version not in lives:
+                raise KServeError(404, f"Request for unknown model: '{name}' version {version} is not found")
+            if TRITON_STATES.get(lives[version].state) != "READY" or version not in served.routers:
+                raise KServeError(503, f"Request for unknown model: '{name}' version {version} is not at ready state")
+            return version
+        ready = ready_versions(served)
+        if not ready:
+            raise KServeError(404, f"Request for unknown model: '{name}' has no available versions")
+        return served.lifecycle.active if served.lifecycle.active in ready else ready[-1]
+
+    async def run(self, work: Any) -> None:
+        try:
+            await work()
+        except KServeError as error:
+            self.fail(error)
+
+    def guarded(self, work: Any) -> None:
+        """`run` for handlers that do not wait."""
+        try:
+            work()
+        except KServeError as error:
+            self.fail(error)
+
+    def json_body(self) -> Any:
+        """The request body as JSON (an empty body is `{}`); a malformed one is Triton's 500."""
+        try:
+            return json.loads(self.request.body or b"{}")
+        except (json.JSONDecodeError, UnicodeDecodeError) as error:
+            position = getattr(error, "pos", 0)
+            raise KServeError(500, f"failed to parse the request JSON buffer: Invalid value. at {position}") from None
+
+
+def ready_versions(served: ServedModel) -> list[str]:
+    """Versions that answer requests, in the scenario's order."""
+    return [v for v, life in served.lifecycle.lives.items()
+            if TRITON_STATES.get(life.state) == "READY" and v in served.routers]
+
+
+def version_of(model: Model, name: str) -> Version:
+    return next(v for v in model.versions if v.version == name)
+
+
+class LiveHandler(KServeHandler):
+    def get(self) -> None:
+        self.empty(True)
+
+
+class ReadyHandler(KServeHandler):
+    def get(self) -> None:
+        """Strict readiness: every model that should be loaded is READY (explicitly unloaded ones aside)."""
+        ready = all(ready_versions(s) or _unloaded(s) for s in self.state.sim.served_models)
+        self.empty(ready)
+
+
+def _unloaded(served: ServedModel) -> bool:
+    lives = served.lifecycle.lives.values()
+    return all(life.state is State.UNAVAILABLE and life.reason == "unloaded" or life.state is State.INIT for life in lives)
+
+
+class ServerMetadataHandler(KServeHandler):
+    def get(self) -> None:
+        self.finish(json.dumps({"name": "triton", "version": TRITON_VERSION, "extensions": EXTENSIONS}))
+
+
+class ModelHandler(KServeHandler):
+    """`/v2/models/{m}[/versions/{v}][/ready|/config|/stats|/infer]`."""
+
+    async def get(self, name: str, version: str | None, action: str | None) -> None:
+        await self.run(lambda: self._get(name, version, action))
+
+    async def _get(self, name: str, version: str | None, action: str | None) -> None:
+        if action == "ready":
+            served = self.served(name)
+            lives = served.lifecycle.lives
+            if version is None:
+                if not ready_versions(served):
+                    raise KServeError(404, f"Request for unknown model: '{name}' has no available versions")
+            elif version not in lives:
+                raise KServeError(404, f"Request for unknown model: '{name}' version {version} is not found")
+            elif TRITON_STATES.get(lives[version].state) != "READY":
+                raise KServeError(400, "Model version not ready")
+            self.empty(True)
+        elif action == "config":
+            served = self.served(name)
+            self.ready_version(served, version)
+            tensors = self._tensors(served, version)
+            indices = self._device_indices(served)
+            self.finish(json.dumps(model_config(served.model, tensors, indices)))
+        elif action == "stats":
+            served = self.served(name)
+            if not ready_versions(served):
+                raise KServeError(400, f"requested model '{name}' is not available")
+            chosen = [version] if version is not None else ready_versions(served)
+            self.finish(json.dumps({"model_stats": [model_stats(self.state, served, v) for v in chosen]}))
+        else:
+            served = self.served(name)
+            chosen = self.ready_version(served, version)
+            model = served.model
+            inputs, outputs = self._tensors(served, chosen)
+            self.finish(json.dumps({
+                "name": model.id, "versions": [version] if version is not None else ready_versions(served),
+                "platform": platform_of(model),
+                "inputs": [{"name": t.name, "datatype": t.datatype, "shape": t.shape} for t in inputs],
+                "outputs": [{"name": t.name, "datatype": t.datatype, "shape": t.shape} for t in outputs],
+            }))
+
+    async def post(self, name: str, version: str | None, action: str | None) -> None:
+        await self.run(lambda: self._infer(name, version))
+
+    def _tensors(self, served: ServedModel, version: str | None) -> tuple[list[Any], list[Any]]:
+        chosen = version_of(served.model, version or served.lifecycle.active)
+        return chosen.inputs, chosen.outputs
+
+    def _device_indices(self, served: ServedModel) -> list[list[int]]:
+        devices = list(self.state.sim.gpus)
+        kserve = served.model.kserve or KServe()
+        placed = [d for g in served.model.placement.gpus for d in self.state.sim.devices[g].device_ids()] \
+            if served.model.placement else []
+        return [[devices.index(d) for d in (group.gpus or placed) if d in devices] for group in kserve.instance_groups]
+
+    async def _infer(self, name: str, version: str | None) -> None:
+        served = self.served(name)
+        chosen = self.ready_version(served, version)
+        model = served.model
+        kserve = model.kserve or KServe()
+        body = decompress(self.request.body, self.request.headers.get("Content-Encoding"))
+        request = parse_request(body, self.request.headers.get(HEADER), model.id)
+        declared = version_of(model, chosen)
+        batch = check_inputs(request, model.id, declared.inputs, kserve.max_batch_size)
+        outputs = generate_outputs(request, declared.outputs, batch, kserve.max_batch_size > 0, model.id, chosen)
+        await self._serve(served, chosen, request, batch)
+        payload, header_length = encode_response(model.id, chosen, request, outputs)
+        if header_length is not None:
+            self.set_header("Content-Type", "application/octet-stream")
+            self.set_header(HEADER, str(header_length))
+        self.finish(payload)
+
+    async def _serve(self, served: ServedModel, version: str, request: InferRequest, batch: int) -> None:
+        """Run the request through the model's engine and wait for its end."""
+        priority = request.parameters.get("priority", 0)
+        arrival = Arrival(0, "kserve", served.model.id, max(batch, 1), 0, int(priority) if isinstance(priority, int) else 0,
+                          -1, 0, version=version)
+        call = self.state.live.submit(arrival, live_tokens=False)
+        end, _ = await call.end()
+        if end == "failed":
+            reason = call.request.error if call.request is not None else "failed"
+            if reason == QUEUE_FULL:
+                raise KServeError(503, f"{request.label}{QUEUE_FULL}")
+            raise KServeError(500, reason)
+
+    def on_connection_close(self) -> None:
+        pass
+
+
+class ModelStatsHandler(KServeHandler):
+    """`GET /v2/models/stats`: every READY version of every model."""
+
+    def get(self) -> None:
+        stats = [model_stats(self.state, s, v) for s in self.state.sim.served_models for v in ready_versions(s)]
+        self.finish(json.dumps({"model_stats": stats}))
+
+
+def _engine(served: ServedModel, version: str) -> TritonEngine | None:
+    engines = served.versions.get(version, [])
+    return engines[0] if engines and isinstance(engines[0], TritonEngine) else None
+
+
+def model_stats(state: ServerState, served: ServedModel, version: str) -> dict[str, Any]:
+    """One entry of the statistics extension (§11), from the version's engine."""
+    engine = _engine(served, version)
+    entry: dict[str, Any] = {"name": served.model.id, "version": version, "last_inference": 0,
+                             "inference_count": 0, "execution_count": 0}
+    names = ("success", "fail", "queue", "compute_input", "compute_infer", "compute_output", "cache_hit", "cache_miss")
+    durations = {n: {"count": 0, "ns": 0} for n in names}
+    batches: list[dict[str, Any]] = []
+    if engine is not None:
+        stats = engine.triton
+        entry["last_inference"] = state.epoch_ms(stats.last_inference_ns) if stats.last_inference_ns >= 0 else 0
+        entry["inference_count"], entry["execution_count"] = stats.inference_count, stats.execution_count
+        for n in names[:6]:
+            part = getattr(stats, n)
+            durations[n] = {"count": part.count, "ns": part.ns}
+        for size, parts in sorted(stats.batches.items()):
+            batches.append({"batch_size": size, **{key: {"count": p.count, "ns": p.ns} for key, p in
+                                                   zip(("compute_input", "compute_infer", "compute_output"), parts)}})
+    entry["inference_stats"] = durations
+    entry["response_stats"] = {}
+    entry["batch_stats"] = batches
+    entry["memory_usage"] = []
+    return entry
+
+
+class IndexHandler(KServeHandler):
+    """`POST /v2/repository/index`: one entry per model version; a never-loaded model is its name alone."""
+
+    def post(self) -> None:
+        self.guarded(self._index)
+
+    def _index(self) -> None:
+        body = self.json_body()
+        ready_only = body.get("ready", False) if isinstance(body, dict) else False
+        if not isinstance(ready_only, bool):
+            raise KServeError(400, "Invalid value for 'ready': expected a boolean")
+        entries: list[dict[str, str]] = []
+        for served in self.state.sim.served_models:
+            lives = served.lifecycle.lives
+            if all(life.state is State.INIT for life in lives.values()):
+                if not ready_only:
+                    entries.append({"name": served.model.id})
+                continue
+            for version, life in lives.items():
+                if life.state is State.INIT:
+                    continue
+                state = TRITON_STATES[life.state]
+                if ready_only and state != "READY":
+                    continue
+                entry = {"name": served.model.id, "version": version, "state": state}
+                if state == "UNAVAILABLE" and life.reason:
+                    entry["reason"] = life.reason
+                entries.append(entry)
+        self.finish(json.dumps(entries))
+
+
+class RepositoryHandler(KServeHandler):
+    """`POST /v2/repository/models/{m}/load|unload`: drive the model's lifecycle and answer when it is done."""
+
+    async def post(self, repository: str | None, name: str, action: str) -> None:
+        await self.run(lambda: self._act(repository, name, action))
+
+    async def _act(self, repository: str | None, name: str, action: str) -> None:
+        if repository:
+            raise KServeError(501, "'repository_name' specification is not supported")
+        model = self.state.scenario.model_named(name)
+        if model is None:
+            if action == "unload":
+                self.empty(True)  # Triton does not complain (reference §10.3, open question)
+                return
+            raise KServeError(500, f"failed to load '{name}', failed to poll from model repository")
+        served = self.state.served(model)
+        if action == "load":
+            self._check_load_body()
+            problem = await self.state.live.act(served.request_load)
+            if problem:
+                version = served.lifecycle.active
+                raise KServeError(400, f"load failed for model '{name}': version {version} is at UNAVAILABLE state: "
+                                       f"{problem};\n")
+        else:
+            await self.state.live.act(lambda done: served.request_unload(lambda: done(None)))
+        self.clear_header("Content-Type")
+        self.finish()
+
+    def _check_load_body(self) -> None:
+        """A load may carry a config and files (base64); aisim checks they decode, and serves the scenario's model."""
+        body = self.json_body()
+        parameters = body.get("parameters") if isinstance(body, dict) else None
+        parameters = parameters if isinstance(parameters, dict) else {}
+        files = [k for k in parameters if k.startswith("file:")]
+        if files and "config" not in parameters:  # Triton's wording is not in the reference: aisim's own
+            raise KServeError(400, "'file:' overrides need a 'config' parameter")
+        for key in files:
+            try:
+                base64.b64decode(parameters[key], validate=True)
+            except (ValueError, TypeError):
+                raise KServeError(400, f"failed to decode '{key}' as base64") from None
+
+
+class LoggingHandler(KServeHandler):
+    """`GET|POST /v2/logging`: the log settings, updated key by key."""
+
+    def get(self) -> None:
+        self.finish(json.dumps(self.state.triton_logging))
+
+    def post(self) -> None:
+        self.guarded(self._update)
+
+    def _update(self) -> None:
+        body = self.json_body()
+        if "log_file" in body:
+            raise KServeError(501, "log file location can not be updated through network protocol")
+        for key, value in body.items():
+            if key in self.state.triton_logging:
+                self.state.triton_logging[key] = value
+        self.get()
+
+
+class TraceHandler(KServeHandler):
+    """`GET|POST /v2[/models/{m}]/trace/setting`: trace settings (a per-model override cleared by null)."""
+
+    def get(self, name: str | None = None) -> None:
+        settings = dict(self.state.triton_trace)
+        settings.update(self.state.triton_model_trace.get(name or "", {}))
+        self.finish(json.dumps(settings))
+
+    def post(self, name: str | None = None) -> None:
+        self.guarded(lambda: self._update(name))
+
+    def _update(self, name: str | None) -> None:
+        body = self.json_body()
+        target = self.state.triton_model_trace.setdefault(name, {}) if name else self.state.triton_trace
+        for key, value in body.items():
+            if value is None:
+                target.pop(key, None)
+            else:
+                target[key] = value
+        self.get(name)
+
+
+class NotFoundHandler(KServeHandler):
+    def prepare(self) -> None:
+        self.fail(KServeError(404, "Not Found"))
+
+
+def routes() -> list[Any]:
+    """Triton's v2 routes; literal paths come before the model route (§1.1)."""
+    get, post, both = ("GET",), ("POST",), ("GET", "POST")
+    model = r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"
+    return [
+        (r"/v2/health/live", LiveHandler, {"methods": get}),
+        (r"/v2/health/ready", ReadyHandler, {"methods": get}),
+        (r"/v2", ServerMetadataHandler, {"methods": get}),
+        (r"/v2/models/stats", ModelStatsHandler, {"methods": get}),
+        (r"/v2/logging", LoggingHandler, {"methods": both}),
+        (r"/v2/trace/setting", TraceHandler, {"methods": both}),
+        (r"/v2/models/([^/]+)/trace/setting", TraceHandler, {"methods": both}),
+        (r"/v2/repository/index", IndexHandler, {"methods": post}),
+        (r"/v2/repository(?:/([^/]+))?/models/([^/]+)/(load|unload)", RepositoryHandler, {"methods": post}),
+        (model + r"/(infer)", ModelHandler, {"methods": post}),
+        (model + r"(?:/(ready|config|stats))?", ModelHandler, {"methods": get}),
+        (r"/v2/.*", NotFoundHandler, {"methods": both}),
+    ]
+

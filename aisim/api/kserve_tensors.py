@@ -1,0 +1,297 @@
+"""KServe v2 / Triton tensors on the wire: JSON and the binary tensor data extension, checked as Triton checks them.
+
+`triton-kserve.md` §6-§9: a request is JSON, optionally followed by raw tensor bytes when the
+`Inference-Header-Content-Length` header gives the JSON's length; binary inputs carry
+`parameters.binary_data_size`. Datatypes map to numpy (little-endian); BYTES elements are a
+4-byte little-endian length and the bytes. Errors carry Triton's status and exact message.
+Outputs are generated from a seed derived from the request's input bytes, so the same request
+always gets the same answer.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import struct
+import zlib
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..scenario.models import Tensor
+
+NUMPY_TYPES: dict[str, str] = {
+    "BOOL": "?", "UINT8": "<u1", "UINT16": "<u2", "UINT32": "<u4", "UINT64": "<u8", "INT8": "<i1", "INT16": "<i2",
+    "INT32": "<i4", "INT64": "<i8", "FP16": "<f2", "FP32": "<f4", "FP64": "<f8",
+}
+"""KServe datatype -> numpy dtype (BF16 and BYTES are handled apart)."""
+ITEMSIZE = {name: np.dtype(code).itemsize for name, code in NUMPY_TYPES.items()} | {"BF16": 2}
+BINARY_ONLY = ("FP16", "BF16")
+HEADER = "Inference-Header-Content-Length"
+
+
+class KServeError(Exception):
+    """An error answer: Triton's status and message, sent as `{"error": message}`."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+@dataclass
+class InputTensor:
+    name: str
+    datatype: str
+    shape: list[int]
+    data: bytes
+    """Raw little-endian bytes (BYTES: length-prefixed elements)."""
+
+
+@dataclass
+class InferRequest:
+    id: str
+    inputs: list[InputTensor]
+    outputs: list[dict[str, Any]]
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        """Triton's prefix for request validation errors."""
+        return f"[request id: {self.id or '<id_unknown>'}] "
+
+
+def decompress(body: bytes, encoding: str | None) -> bytes:
+    """The request body after `Content-Encoding` (gzip and deflate, as Triton accepts)."""
+    if not encoding or encoding == "identity":
+        return body
+    if encoding == "gzip":
+        return zlib.decompress(body, 16 + zlib.MAX_WBITS)
+    if encoding == "deflate":
+        return zlib.decompress(body)
+    raise KServeError(501, "Unsupported compression type")
+
+
+def parse_request(body: bytes, header_length: str | None, model: str) -> InferRequest:
+    """Split JSON and binary parts and read every input's bytes."""
+    json_part, binary = body, b""
+    if header_length is not None:
+        try:
+            length = int(header_length)
+        except ValueError:
+            raise KServeError(400, f"Unable to parse {HEADER}, got: {header_length}") from None
+        if not 0 < length <= len(body):
+            raise KServeError(400, f"inference header size should be in range (0, {len(body)}), got: {header_length}")
+        json_part, binary = body[:length], body[length:]
+    try:
+        document = json.loads(json_part)
+    except (json.JSONDecodeError, UnicodeDecodeError) as error:
+        position = getattr(error, "pos", 0)
+        raise KServeError(500, f"failed to parse the request JSON buffer: Invalid value. at {position}") from None
+    if not isinstance(document, dict):
+        raise KServeError(500, "failed to parse the request JSON buffer: The document root must be an object. at 0")
+    inputs_json = document.get("inputs")
+    if not isinstance(inputs_json, list):
+        raise KServeError(500, "Unable to parse 'inputs': attempt to access JSON non-array as array")
+    request_id = document.get("id") if isinstance(document.get("id"), str) else ""
+    offset = 0
+    inputs = []
+    for item in inputs_json:
+        tensor, used = _read_input(item, binary, offset, header_length is not None, model)
+        offset += used
+        inputs.append(tensor)
+    if offset < len(binary):
+        raise KServeError(400, f"unexpected additional input data for model '{model}'")
+    outputs = document.get("outputs") or []
+    parameters = document.get("parameters") or {}
+    return InferRequest(request_id, inputs, outputs if isinstance(outputs, list) else [],
+                        parameters if isinstance(parameters, dict) else {})
+
+
+def _read_input(item: Any, binary: bytes, offset: int, has_header: bool, model: str) -> tuple[InputTensor, int]:
+    if not isinstance(item, dict):
+        raise KServeError(500, "Unable to parse 'inputs': attempt to access JSON non-object as object")
+    name, datatype, shape = item.get("name"), item.get("datatype"), item.get("shape")
+    for key, value, kind in (("name", name, str), ("datatype", datatype, str)):
+        if not isinstance(value, kind):
+            raise KServeError(500, f"Unable to parse '{key}': attempt to access JSON non-string as string")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
+        raise KServeError(500, "Unable to parse 'shape': attempt to access JSON non-array as array")
+    if any(d < 0 for d in shape):
+        raise KServeError(500, "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer")
+    parameters = item.get("parameters") or {}
+    size = parameters.get("binary_data_size") if isinstance(parameters, dict) else None
+    if size is not None:
+        if not has_header:
+            raise KServeError(400, "must specify valid 'Infer-Header-Content-Length' in request header and "
+                                   "'binary_data_size' when passing inputs in binary data format")
+        if offset + size > len(binary):
+            raise KServeError(400, f"unexpected size for input '{name}', expecting {offset + size - len(binary)} "
+                                   f"additional bytes for model '{model}'")
+        return InputTensor(name, datatype, shape, binary[offset:offset + size]), size
+    if datatype in BINARY_ONLY:
+        raise KServeError(400, f"receiving {datatype} data via JSON is not supported. Please use the binary data "
+                               f"format for input {name}")
+    return InputTensor(name, datatype, shape, _json_data(name, datatype, shape, item.get("data"))), 0
+
+
+def _json_data(name: str, datatype: str, shape: list[int], data: Any) -> bytes:
+    flat = list(_flatten(data if data is not None else []))
+    count = math.prod(shape)
+    if len(flat) != count:
+        raise KServeError(500, "Failed to parse 'data' field: shape does not match true shape")
+    if datatype == "BYTES":
+        pieces = [str(v).encode() if not isinstance(v, bytes) else v for v in flat]
+        return b"".join(struct.pack("<I", len(p)) + p for p in pieces)
+    if datatype not in NUMPY_TYPES:
+        raise KServeError(400, f"invalid datatype for input {name}")
+    try:
+        return np.asarray(flat, dtype=NUMPY_TYPES[datatype]).tobytes()
+    except (TypeError, ValueError):
+        raise KServeError(500, f"Unable to parse 'data': attempt to access JSON value as {datatype}") from None
+
+
+def _flatten(value: Any) -> Any:
+    if isinstance(value, list):
+        for item in value:
+            yield from _flatten(item)
+    else:
+        yield value
+
+
+def byte_size(datatype: str, shape: list[int]) -> int | None:
+    """Bytes a fixed-size tensor takes (None for BYTES)."""
+    if datatype == "BYTES":
+        return None
+    return math.prod(shape) * ITEMSIZE[datatype]
+
+
+def check_inputs(request: InferRequest, model: str, declared: list[Tensor], max_batch_size: int) -> int:
+    """Triton's request validation (§8.2), in its order; returns the batch size."""
+    expected = {t.name: t for t in declared}
+    for tensor in request.inputs:
+        if tensor.name not in expected:
+            raise KServeError(400, f"unexpected inference input '{tensor.name}' for model '{model}'")
+    given = [t.name for t in request.inputs]
+    missing = [t.name for t in declared if t.name not in given]
+    if missing:
+        raise KServeError(400, f"{request.label}expected {len(declared)} inputs but got {len(given)} inputs for model "
+                               f"'{model}'. Got input(s) {_names(given)}, but missing required input(s) "
+                               f"{_names(missing)}. Please provide all required input(s).")
+    batch = 1
+    for tensor in request.inputs:
+        want = expected[tensor.name]
+        if tensor.datatype != want.datatype:
+            raise KServeError(400, f"{request.label}inference input '{tensor.name}' data-type is '{tensor.datatype}', "
+                                   f"but model '{model}' expects '{want.datatype}'")
+        if max_batch_size > 0 and tensor.shape:
+            batch = tensor.shape[0]
+            if batch > max_batch_size:
+                raise KServeError(400, f"{request.label}inference request batch-size must be <= {max_batch_size} "
+                                       f"for '{model}'")
+        if not _fits(tensor.shape, want.shape):
+            note = ("NOTE: Setting a non-zero max_batch_size in the model config requires a batch dimension to be "
+                    "prepended to each input shape. If you want to specify the full shape including the batch dim "
+                    "in your input dims config, try setting max_batch_size to zero. See the model configuration "
+                    "docs for more info on max_batch_size." if max_batch_size > 0 else "")
+            raise KServeError(400, f"{request.label}unexpected shape for input '{tensor.name}' for model '{model}'. "
+                                   f"Expected {_dims(want.shape)}, got {_dims(tensor.shape)}. {note}")
+        size = byte_size(tensor.datatype, tensor.shape)
+        if size is not None and size != len(tensor.data):
+            raise KServeError(400, f"{request.label}input byte size mismatch for input '{tensor.name}' for model "
+                                   f"'{model}'. Expected {size}, got {len(tensor.data)}")
+    return batch
+
+
+def _fits(shape: list[int], declared: list[int]) -> bool:
+    return len(shape) == len(declared) and all(d == -1 or d == s for s, d in zip(shape, declared))
+
+
+def _dims(shape: list[int]) -> str:
+    return "[" + ",".join(str(d) for d in shape) + "]"
+
+
+def _names(names: list[str]) -> str:
+    return "[" + ", ".join(f"'{n}'" for n in names) + "]"
+
+
+def generate_outputs(request: InferRequest, declared: list[Tensor], batch: int, batched: bool,
+                     model: str, version: str) -> list[tuple[Tensor, list[int], bytes]]:
+    """Each requested output (all when none is named): its shape and deterministic bytes.
+
+    The bytes come from SHAKE-128 over the model, the version and every input's name and bytes:
+    the same request always gets the same answer, a different one another answer.
+    """
+    wanted = [o.get("name") for o in request.outputs if isinstance(o, dict)]
+    chosen = [t for t in declared if not wanted or t.name in wanted]
+    unknown = [n for n in wanted if n not in {t.name for t in declared}]
+    if unknown:
+        raise KServeError(400, f"{request.label}unexpected inference output '{unknown[0]}' for model '{model}'")
+    seed = hashlib.sha256(f"{model}/{version}".encode())
+    for tensor in request.inputs:
+        seed.update(tensor.name.encode())
+        seed.update(tensor.data)
+    produced = []
+    for index, tensor in enumerate(chosen):
+        dims = [max(d, 1) for d in tensor.shape]
+        if batched and dims:
+            dims[0] = batch
+        count = math.prod(dims)
+        stream = hashlib.shake_128(seed.digest() + index.to_bytes(4, "little"))
+        produced.append((tensor, dims, _values(tensor.datatype, count, stream)))
+    return produced
+
+
+def _values(datatype: str, count: int, stream: Any) -> bytes:
+    """`count` values of a datatype from a SHAKE stream: floats in [0, 1), integers in [0, 1000), words."""
+    raw = np.frombuffer(stream.digest(4 * count), dtype="<u4")
+    if datatype == "BYTES":
+        return b"".join(struct.pack("<I", len(s)) + s for s in (f"out{int(v) % 1000}".encode() for v in raw))
+    if datatype == "BOOL":
+        return (raw & 1).astype("?").tobytes()
+    unit = raw.astype(np.float64) / 2**32
+    if datatype == "BF16":
+        return (unit.astype(np.float32).view(np.uint32) >> 16).astype("<u2").tobytes()
+    dtype = np.dtype(NUMPY_TYPES[datatype])
+    if dtype.kind == "f":
+        return unit.astype(dtype).tobytes()
+    return (raw % min(np.iinfo(dtype).max, 1000)).astype(dtype).tobytes()
+
+
+def json_values(datatype: str, data: bytes) -> list[Any]:
+    """A tensor's bytes as the flat JSON list Triton sends."""
+    if datatype == "BYTES":
+        values, offset = [], 0
+        while offset < len(data):
+            (length,) = struct.unpack_from("<I", data, offset)
+            values.append(data[offset + 4:offset + 4 + length].decode("utf-8", "replace"))
+            offset += 4 + length
+        return values
+    return np.frombuffer(data, dtype=NUMPY_TYPES[datatype]).tolist()
+
+
+def encode_response(model: str, version: str, request: InferRequest,
+                    outputs: list[tuple[Tensor, list[int], bytes]]) -> tuple[bytes, int | None]:
+    """The response body, and the JSON part's length when binary outputs follow (§9)."""
+    default_binary = bool(request.parameters.get("binary_data_output", False))
+    asked = {o.get("name"): o.get("parameters") or {} for o in request.outputs if isinstance(o, dict)}
+    document: dict[str, Any] = {}
+    if request.id:
+        document["id"] = request.id
+    document["model_name"] = model
+    document["model_version"] = version
+    entries, blobs = [], []
+    for tensor, shape, data in outputs:
+        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": shape}
+        binary = asked.get(tensor.name, {}).get("binary_data", default_binary) or tensor.datatype in BINARY_ONLY
+        if binary:
+            entry["parameters"] = {"binary_data_size": len(data)}
+            blobs.append(data)
+        else:
+            entry["data"] = json_values(tensor.datatype, data)
+        entries.append(entry)
+    document["outputs"] = entries
+    header = json.dumps(document, separators=(",", ":")).encode()
+    return (header + b"".join(blobs), len(header)) if blobs else (header, None)

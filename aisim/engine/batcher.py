@@ -1,0 +1,282 @@
+"""Triton's scheduling of one model version: a dynamic batcher in front of model instances.
+
+`triton-kserve.md` §17. One FIFO queue per model; when an instance is free, requests are taken in
+arrival order: the largest reachable preferred batch size is sent if one can be formed; otherwise,
+with `maxQueueDelay` set and neither `maxBatchSize` nor a preferred size reached, the batcher waits
+until the oldest request has waited that long, then sends what it has (up to `maxBatchSize`).
+Without a dynamic batcher (the default scheduler) or with `maxBatchSize` 0, each request runs
+alone. Past `maxQueueSize` new requests are refused (503 `Exceeds maximum queue size`).
+
+Instances: `count` per device of each instance group (the model's placement when the group names no
+GPUs). Each instance has its own CUDA stream (priority 0, as Triton creates them), so instances on
+one GPU run concurrently and share its SMs through the stream scheduler (`gpu/`). An execution is:
+the batch's input tensors copied to the GPU (compute_input), the forward pass (compute_infer: the
+cost model's launches, then its GPU time for the batch), the outputs copied back (compute_output).
+A request's element count is its `prompt` (the batch dimension it sends).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..scenario.models import KServe, Version
+from .costmodel import CostModel
+from .gpu import Copy, GpuDevice, Job, copy_ns
+from .gpu_memory import ReplicaMemory
+from .kernel import EventHandle, Kernel
+from .pool import OutOfMemoryError
+from .replica import ENGINE_DEAD, ReplicaStats
+from .request import Request
+from .timeline import Timeline
+
+QUEUE_FULL = "Exceeds maximum queue size"
+
+
+@dataclass
+class Duration:
+    """A Triton statistics duration: how many and how long in all."""
+
+    count: int = 0
+    ns: int = 0
+
+    def add(self, ns: int, count: int = 1) -> None:
+        self.count += count
+        self.ns += ns
+
+
+@dataclass
+class TritonStats:
+    """Triton's per-model statistics (`triton-kserve.md` §11, §18): what was served, and how long each part took."""
+
+    inference_count: int = 0
+    execution_count: int = 0
+    success: Duration = field(default_factory=Duration)
+    fail: Duration = field(default_factory=Duration)
+    queue: Duration = field(default_factory=Duration)
+    compute_input: Duration = field(default_factory=Duration)
+    compute_infer: Duration = field(default_factory=Duration)
+    compute_output: Duration = field(default_factory=Duration)
+    batches: dict[int, tuple[Duration, Duration, Duration]] = field(default_factory=dict)
+    """Per batch size: compute_input, compute_infer, compute_output."""
+    last_inference_ns: int = -1
+    """Simulated time of the last completed inference (-1: none)."""
+
+
+@dataclass
+class _Instance:
+    device: GpuDevice
+    stream: str
+    busy: bool = False
+
+
+class TritonEngine:
+    """One model version's dynamic batcher and instances."""
+
+    def __init__(self, name: str, kernel: Kernel, timeline: Timeline, cost: CostModel, kserve: KServe,
+                 version: Version, devices: dict[str, list[GpuDevice]], memory: ReplicaMemory | None = None) -> None:
+        self.name = name
+        self.kernel = kernel
+        self.timeline = timeline
+        self.cost = cost
+        self.kserve = kserve
+        batched = kserve.max_batch_size > 0
+        self.input_bytes = sum(t.sample_bytes(batched) for t in version.inputs)
+        self.output_bytes = sum(t.sample_bytes(batched) for t in version.outputs)
+        self.instances = [_Instance(device, f"{name}.instance{i}")
+                          for group, group_devices in zip(kserve.instance_groups, devices.values())
+                          for device in group_devices for i in range(group.count)]
+        self.memory = memory
+        self.queue: deque[Request] = deque()
+        self.running = 0
+        self.stats = ReplicaStats()
+        self.triton = TritonStats()
+        self.on_finish: Callable[[Request], None] | None = None
+        self.on_crash: Callable[[TritonEngine, str], None] | None = None
+        self.dead = ""
+        self._wake: EventHandle | None = None
+
+    @property
+    def outstanding(self) -> int:
+        return len(self.queue) + self.running
+
+    @property
+    def pending(self) -> int:
+        """Requests queued and not yet handed to an instance (`nv_inference_pending_request_count`)."""
+        return len(self.queue)
+
+    def interrupt(self) -> None:
+        """Nothing to cut short: executions are not planned ahead."""
+
+    # -- requests ----------------------------------------------------------------------------
+
+    def submit(self, request: Request) -> None:
+        if self.dead:
+            request.conclude("failed", self.kernel.now, self.timeline, ENGINE_DEAD)
+            return
+        batching = self.kserve.dynamic_batching
+        limit = batching.max_queue_size if batching is not None else None
+        if limit is not None and len(self.queue) >= limit:
+            self.triton.fail.add(0)
+            request.conclude("failed", self.kernel.now, self.timeline, QUEUE_FULL)
+            return
+        self.queue.append(request)
+        self._dispatch()
+
+    def abort(self, request: Request) -> None:
+        """The client went away: a queued request leaves the queue; a running one finishes unseen."""
+        if request.done:
+            return
+        if request in self.queue:
+            self.queue.remove(request)
+        request.conclude("aborted", self.kernel.now, self.timeline)
+
+    # -- batching ----------------------------------------------------------------------------
+
+    def _dispatch(self) -> None:
+        while self.queue:
+            instance = next((i for i in self.instances if not i.busy), None)
+            if instance is None:
+                return
+            batch = self._form()
+            if not batch:
+                return
+            self._execute(instance, batch)
+
+    def _form(self) -> list[Request]:
+        """The next batch (§17), or [] to wait for more requests."""
+        queue = self.queue
+        batching = self.kserve.dynamic_batching
+        most = self.kserve.max_batch_size
+        if batching is None or most == 0:
+            return [queue.popleft()]
+        sizes: list[int] = []
+        total = 0
+        for request in queue:
+            if total + request.prompt > most and sizes:
+                break
+            total += request.prompt
+            sizes.append(total)
+        preferred = [p for p in sorted(batching.preferred_batch_sizes, reverse=True) if p in sizes]
+        if preferred:
+            take = sizes.index(preferred[0]) + 1
+        elif total >= most or len(sizes) < len(queue):
+            take = len(sizes)
+        else:
+            waited = self.kernel.now - queue[0].arrival
+            if waited < batching.max_queue_delay:
+                self._sleep(queue[0].arrival + batching.max_queue_delay)
+                return []
+            take = len(sizes)
+        return [queue.popleft() for _ in range(take)]
+
+    def _sleep(self, until: int) -> None:
+        if self._wake is None or self._wake.cancelled or self._wake.time != until:
+            if self._wake is not None:
+                self._wake.cancel()
+            self._wake = self.kernel.at(until, self._woken)
+
+    def _woken(self) -> None:
+        self._wake = None
+        self._dispatch()
+
+    # -- executions --------------------------------------------------------------------------
+
+    def _execute(self, instance: _Instance, batch: list[Request]) -> None:
+        now = self.kernel.now
+        size = sum(r.prompt for r in batch)
+        if not self._acquire(size):
+            return
+        instance.busy = True
+        self.running += len(batch)
+        for request in batch:
+            request.scheduled_at = now
+            self.timeline.add(now, "request_scheduled", request.id, self.name)
+        launch, gpu = self.cost.execution_parts(size)
+        device, stream, link = instance.device, instance.stream, instance.device.host_link
+        spans = [now]
+
+        def output(_: object) -> None:
+            spans.append(self.kernel.now)
+            copy_out = copy_ns(size * self.output_bytes, link)
+            device.d2h.submit(Copy("output", self.name, stream, copy_out, lambda _: self._executed(instance, batch, size, spans)))
+
+        def infer(_: object) -> None:
+            spans.append(self.kernel.now)
+            device.compute.submit(Job("infer", self.name, stream, device.priority(stream), launch + gpu, output))
+
+        device.h2d.submit(Copy("input", self.name, stream, copy_ns(size * self.input_bytes, link), infer))
+
+    def _executed(self, instance: _Instance, batch: list[Request], size: int, spans: list[int]) -> None:
+        now = self.kernel.now
+        if self.memory is not None and not self.dead:
+            self.memory.release()
+        instance.busy = False
+        self.running -= len(batch)
+        started, copied_in, inferred = spans[0], spans[1], spans[2]
+        stats = self.triton
+        stats.execution_count += 1
+        stats.inference_count += size
+        per_size = stats.batches.setdefault(size, (Duration(), Duration(), Duration()))
+        for part, ns in zip(per_size, (copied_in - started, inferred - copied_in, now - inferred)):
+            part.add(ns)
+        self.stats.steps += 1
+        self.stats.busy_ns += now - started
+        for request in batch:
+            if request.done:  # aborted while it ran
+                continue
+            if self.dead:
+                stats.fail.add(now - request.arrival)
+                request.conclude("failed", now, self.timeline, ENGINE_DEAD)
+                continue
+            stats.success.add(now - request.arrival)
+            stats.queue.add(started - request.arrival)
+            stats.compute_input.add(copied_in - started)
+            stats.compute_infer.add(inferred - copied_in)
+            stats.compute_output.add(now - inferred)
+            stats.last_inference_ns = now
+            request.computed = request.prompt
+            request.conclude("completed", now, self.timeline)
+            if self.on_finish is not None:
+                self.on_finish(request)
+        if not self.dead:
+            self._dispatch()
+
+    def _acquire(self, size: int) -> bool:
+        """The execution's activations (ONNX Runtime's arena); False, and the model dead, when out of memory."""
+        if self.memory is None:
+            return True
+        try:
+            self.memory.acquire(size, size)
+        except OutOfMemoryError as error:
+            self._crash(f"torch.OutOfMemoryError: {error}")
+            return False
+        return True
+
+    def _crash(self, message: str) -> None:
+        self.timeline.add(self.kernel.now, "oom", self.name, ",".join(i.device.device for i in self.instances), message)
+        self.kill(message)
+
+    def kill(self, reason: str) -> None:
+        """The backend dies now (an out-of-memory error, an XID): queued requests fail, those in an
+        execution fail when it would have ended, and the version leaves its GPUs."""
+        if self.dead:
+            return
+        now = self.kernel.now
+        self.dead = reason
+        doomed = list(self.queue)
+        self.queue.clear()
+        for request in doomed:
+            self.triton.fail.add(now - request.arrival)
+            request.conclude("failed", now, self.timeline, ENGINE_DEAD)
+        self.leave_gpus()
+        if self.on_crash is not None:
+            self.on_crash(self, reason)
+
+    def leave_gpus(self) -> None:
+        """The version is gone (unloaded or dead): free its memory and its place on the GPUs."""
+        if self.memory is not None:
+            self.memory.unload()
+        for device in {id(i.device): i.device for i in self.instances}.values():
+            device.detach(self)

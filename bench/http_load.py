@@ -1,0 +1,78 @@
+"""What the server benchmarks share: free ports, waiting for a server to start, and `wrk` runs."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_ready(process: subprocess.Popen[str]) -> None:
+    """Wait for the server's first line on stdout (its startup line)."""
+    line = process.stdout.readline() if process.stdout else ""
+    if not line:
+        raise RuntimeError(f"server did not start: {process.stderr.read() if process.stderr else ''}")
+
+
+def wrk(url: str, body: object, seconds: int, connections: int) -> float:
+    """Requests per second of `wrk` POSTing `body` (JSON) to `url`; fails on any non-2xx answer."""
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
+                     f"wrk.body = {json.dumps(json.dumps(body))}\n")
+    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", script.name, url],
+                         capture_output=True, text=True, check=True).stdout
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    if errors:
+        raise RuntimeError(f"{errors.group(1)} failed responses:\n{out}")
+    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+
+
+def compare(scenario: Path, path: str, body: object, target: float, what: str, description: str) -> None:
+    """Requests/s of `aisim serve SCENARIO` against a bare Tornado handler that returns the body aisim
+    answered, both pinned to one core, under the same `wrk` load; prints both and the ratio."""
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--seconds", type=int, default=5)
+    parser.add_argument("--connections", type=int, default=32)
+    args = parser.parse_args()
+    aisim_port, bare_port = free_port(), free_port()
+    aisim = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-m", "aisim", "serve", str(scenario),
+                              "--port", str(aisim_port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_ready(aisim)
+        url = f"http://127.0.0.1:{aisim_port}{path}"
+        answer = httpx.post(url, json=body)
+        answer.raise_for_status()
+        with tempfile.NamedTemporaryFile("wb", delete=False) as body_file:
+            body_file.write(answer.content)
+        bare = subprocess.Popen(["taskset", "-c", "0", sys.executable, str(ROOT / "bench" / "bare_server.py"),
+                                 str(bare_port), body_file.name, path], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+        try:
+            wait_ready(bare)
+            time.sleep(0.2)
+            baseline = wrk(f"http://127.0.0.1:{bare_port}{path}", body, args.seconds, args.connections)
+            measured = wrk(url, body, args.seconds, args.connections)
+        finally:
+            bare.terminate()
+    finally:
+        aisim.terminate()
+    ratio = measured / baseline
+    print(f"baseline  bare Tornado handler, same body: {baseline:,.0f} requests/s")
+    print(f"aisim     aisim serve, {what}: {measured:,.0f} requests/s")
+    print(f"ratio     aisim / bare: {ratio:.2f} (target >= {target}: {'PASS' if ratio >= target else 'FAIL'})")

@@ -1,0 +1,208 @@
+"""The KServe v2 / Triton personality through the real `tritonclient[http]`, and plain HTTP for routing."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import numpy as np
+import pytest
+import tritonclient.http as triton
+from prometheus_client.parser import text_string_to_metric_families
+from tritonclient.utils import InferenceServerException
+
+from aisim.scenario import load_scenario
+from aisim.testing import running_server
+
+from .conftest import SCENARIOS, TEST_SCENARIOS
+
+PLUGIN_ERROR = ("Internal: unable to create TensorRT engine: [pluginV2Runner.cpp::load::290] Error Code 1: Serialization "
+                "(Serialization assertion creator failed.Cannot deserialize plugin since corresponding IPluginCreator "
+                "not found in Plugin Registry) (plugin CustomGeluPluginDynamic)")
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[str]:
+    with running_server(TEST_SCENARIOS / "serve" / "triton.yaml") as url:
+        yield url
+
+
+@pytest.fixture
+def client(server: str) -> triton.InferenceServerClient:
+    return triton.InferenceServerClient(url=server.removeprefix("http://"))
+
+
+def image(batch: int, binary: bool = True) -> triton.InferInput:
+    tensor = triton.InferInput("input", [batch, 3, 4, 4], "FP32")
+    tensor.set_data_from_numpy(np.arange(batch * 48, dtype=np.float32).reshape(batch, 3, 4, 4), binary_data=binary)
+    return tensor
+
+
+def test_health_and_metadata(client: triton.InferenceServerClient, server: str) -> None:
+    assert client.is_server_live()
+    assert not client.is_server_ready()  # strict readiness: densenet_trt failed to load
+    assert client.is_model_ready("resnet50") and not client.is_model_ready("densenet_trt")
+    live = httpx.get(f"{server}/v2/health/live")
+    assert (live.status_code, live.content) == (200, b"")
+    metadata = client.get_server_metadata()
+    assert metadata["name"] == "triton" and "binary_tensor_data" in metadata["extensions"]
+    assert client.get_model_metadata("resnet50") == {
+        "name": "resnet50", "versions": ["1"], "platform": "onnxruntime_onnx",
+        "inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, 3, 4, 4]}],
+        "outputs": [{"name": "output", "datatype": "FP32", "shape": [-1, 10]}],
+    }
+    config = client.get_model_config("resnet50")
+    assert config["max_batch_size"] == 8 and config["input"][0]["dims"] == [3, 4, 4]  # int64 as numbers
+    assert config["dynamic_batching"]["preferred_batch_size"] == [4, 8]
+    assert config["dynamic_batching"]["max_queue_delay_microseconds"] == 1000
+    assert config["instance_group"][0]["count"] == 2 and config["instance_group"][0]["kind"] == "KIND_GPU"
+
+
+def test_infer_fp32_binary_and_json_give_the_same_deterministic_answer(client: triton.InferenceServerClient) -> None:
+    binary = client.infer("resnet50", [image(2)])
+    assert binary.get_response()["outputs"][0] == {"name": "output", "datatype": "FP32", "shape": [2, 10],
+                                                    "parameters": {"binary_data_size": 80}}
+    as_json = client.infer("resnet50", [image(2, binary=False)],
+                           outputs=[triton.InferRequestedOutput("output", binary_data=False)])
+    assert "data" in as_json.get_response()["outputs"][0]
+    np.testing.assert_array_equal(binary.as_numpy("output"), as_json.as_numpy("output"))
+    assert binary.as_numpy("output").dtype == np.float32 and binary.as_numpy("output").shape == (2, 10)
+
+
+def test_infer_int32_and_bytes(client: triton.InferenceServerClient) -> None:
+    numbers = triton.InferInput("INPUT0", [1, 16], "INT32")
+    numbers.set_data_from_numpy(np.arange(16, dtype=np.int32).reshape(1, 16))
+    text = triton.InferInput("TEXT", [1, 2], "BYTES")
+    text.set_data_from_numpy(np.array([[b"ab", b"cde"]], dtype=np.object_))
+    result = client.infer("simple", [numbers, text], request_id="r-1")
+    assert result.get_response()["id"] == "r-1"
+    assert result.as_numpy("OUTPUT0").shape == (1, 16) and result.as_numpy("OUTPUT0").dtype == np.int32
+    labels = result.as_numpy("LABELS")
+    assert labels.shape == (1, 1) and isinstance(labels[0, 0], bytes)
+
+
+def test_wrong_shape_datatype_batch_and_names_get_tritons_errors(client: triton.InferenceServerClient) -> None:
+    wrong_shape = triton.InferInput("input", [1, 3, 4, 5], "FP32")
+    wrong_shape.set_data_from_numpy(np.zeros((1, 3, 4, 5), dtype=np.float32))
+    with pytest.raises(InferenceServerException) as error:
+        client.infer("resnet50", [wrong_shape])
+    assert error.value.status() == "400"
+    assert error.value.message().startswith("[request id: <id_unknown>] unexpected shape for input 'input' for model "
+                                            "'resnet50'. Expected [-1,3,4,4], got [1,3,4,5]. NOTE: Setting a non-zero")
+    wrong_type = triton.InferInput("input", [1, 3, 4, 4], "FP64")
+    wrong_type.set_data_from_numpy(np.zeros((1, 3, 4, 4), dtype=np.float64))
+    with pytest.raises(InferenceServerException) as error:
+        client.infer("resnet50", [wrong_type])
+    assert error.value.message() == ("[request id: <id_unknown>] inference input 'input' data-type is 'FP64', but "
+                                     "model 'resnet50' expects 'FP32'")
+    with pytest.raises(InferenceServerException, match="inference request batch-size must be <= 8 for 'resnet50'"):
+        client.infer("resnet50", [image(9)])
+    with pytest.raises(InferenceServerException, match="expected 2 inputs but got 1 inputs for model 'simple'. Got "
+                       r"input\(s\) \['INPUT0'\], but missing required input\(s\) \['TEXT'\]"):
+        numbers = triton.InferInput("INPUT0", [1, 16], "INT32")
+        numbers.set_data_from_numpy(np.zeros((1, 16), dtype=np.int32))
+        client.infer("simple", [numbers])
+
+
+def test_routing_and_model_resolution_errors(server: str) -> None:
+    cases = [
+        ("GET", "/v2/models/nope", 400, {"error": "Request for unknown model: 'nope' is not found"}),
+        ("GET", "/v2/models/densenet_trt", 404, {"error": "Request for unknown model: 'densenet_trt' has no available versions"}),
+        ("GET", "/v2/models/resnet50/versions/9", 404, {"error": "Request for unknown model: 'resnet50' version 9 is not found"}),
+        ("GET", "/v2/models/resnet50/versions/abc", 404, {"error": "Not Found"}),
+        ("GET", "/v2/nothing/here", 404, {"error": "Not Found"}),
+        ("GET", "/v2/models/resnet50/infer", 405, {"error": "Method Not Allowed"}),
+        ("POST", "/v2/health/live", 405, {"error": "Method Not Allowed"}),
+        ("GET", "/v2/repository/index", 405, {"error": "Method Not Allowed"}),
+    ]
+    for method, path, status, body in cases:
+        answer = httpx.request(method, f"{server}{path}")
+        assert (answer.status_code, answer.json()) == (status, body), path
+    malformed = httpx.post(f"{server}/v2/models/resnet50/infer", content=b"{nope")
+    assert malformed.status_code == 500
+    assert malformed.json()["error"].startswith("failed to parse the request JSON buffer: ")
+    negative = httpx.post(f"{server}/v2/models/resnet50/infer",
+                          json={"inputs": [{"name": "input", "datatype": "FP32", "shape": [-1, 3, 4, 4], "data": []}]})
+    assert (negative.status_code, negative.json()["error"]) == (
+        500, "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer")
+    no_header = httpx.post(f"{server}/v2/models/resnet50/infer", json={"inputs": [
+        {"name": "input", "datatype": "FP32", "shape": [1, 3, 4, 4], "parameters": {"binary_data_size": 192}}]})
+    assert no_header.status_code == 400 and "Infer-Header-Content-Length" in no_header.json()["error"]
+
+
+def test_load_unload_and_index_follow_the_lifecycle(client: triton.InferenceServerClient, server: str) -> None:
+    failed = {"name": "densenet_trt", "version": "1", "state": "UNAVAILABLE", "reason": PLUGIN_ERROR}
+    assert failed in client.get_model_repository_index()
+    with pytest.raises(InferenceServerException) as error:
+        client.load_model("densenet_trt")
+    assert error.value.status() == "400"
+    assert error.value.message() == f"load failed for model 'densenet_trt': version 1 is at UNAVAILABLE state: {PLUGIN_ERROR};\n"
+    client.unload_model("simple")
+    assert {"name": "simple", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"} in client.get_model_repository_index()
+    assert not client.is_model_ready("simple")
+    with pytest.raises(InferenceServerException, match="'simple' has no available versions"):
+        client.get_model_metadata("simple")
+    client.load_model("simple")  # returns once the simulated 100 ms load is over
+    assert client.is_model_ready("simple")
+    assert {"name": "simple", "version": "1", "state": "READY"} in client.get_model_repository_index()
+    ready = httpx.post(f"{server}/v2/repository/index", json={"ready": True}).json()
+    assert ready == [{"name": "resnet50", "version": "1", "state": "READY"}, {"name": "simple", "version": "1", "state": "READY"}]
+    assert httpx.post(f"{server}/v2/repository/index", json={"ready": 1}).json() == {
+        "error": "Invalid value for 'ready': expected a boolean"}
+
+
+def test_statistics_and_metrics_count_what_was_served(client: triton.InferenceServerClient, server: str) -> None:
+    before = client.get_inference_statistics("resnet50")["model_stats"][0]
+    for batch in (1, 3):
+        client.infer("resnet50", [image(batch)])
+    stats = client.get_inference_statistics("resnet50")["model_stats"][0]
+    assert stats["inference_count"] - before["inference_count"] == 4
+    assert stats["inference_stats"]["success"]["count"] - before["inference_stats"]["success"]["count"] == 2
+    assert stats["execution_count"] - before["execution_count"] == 2  # one after the other: no merging
+    assert stats["last_inference"] > 0
+    assert {b["batch_size"] for b in stats["batch_stats"]} >= {1, 3}
+    infer = stats["inference_stats"]
+    assert infer["success"]["ns"] >= infer["queue"]["ns"] + infer["compute_infer"]["ns"]
+    metrics_url = server.listeners[1]  # type: ignore[attr-defined]
+    text = httpx.get(f"{metrics_url}/metrics").text
+    families = {f.name: f for f in text_string_to_metric_families(text)}
+    success = [s for s in families["nv_inference_request_success"].samples if s.labels["model"] == "resnet50"]
+    assert success[0].value == stats["inference_stats"]["success"]["count"]
+    assert "nv_inference_request_success_total" not in text and "_created" not in text
+    count = next(s for s in families["nv_inference_count"].samples if s.labels["model"] == "resnet50")
+    assert count.value == stats["inference_count"]
+    assert len([s for s in families["nv_inference_request_failure"].samples if s.labels["model"] == "resnet50"]) == 4
+    memory = families["nv_gpu_memory_used_bytes"].samples[0]
+    assert memory.value > 0 and set(memory.labels) == {"gpu_uuid"}
+
+
+def test_the_shipped_triton_scenario_serves_resnet50_and_shows_why_the_tensorrt_model_did_not_load() -> None:
+    scenario = load_scenario(SCENARIOS / "triton.yaml")
+    listeners = [listener.model_copy(update={"port": 0}) for listener in scenario.server.listeners]
+    scenario = scenario.model_copy(update={"server": scenario.server.model_copy(update={"listeners": listeners})})
+    with running_server(scenario) as url:
+        client = triton.InferenceServerClient(url=url.removeprefix("http://"))
+        index = client.get_model_repository_index()
+        assert {"name": "densenet_trt", "version": "1", "state": "UNAVAILABLE", "reason": PLUGIN_ERROR} in index
+        tensor = triton.InferInput("input", [1, 3, 224, 224], "FP32")
+        tensor.set_data_from_numpy(np.zeros((1, 3, 224, 224), dtype=np.float32))
+        assert client.infer("resnet50", [tensor]).as_numpy("output").shape == (1, 1000)
+        metrics = httpx.get(f"{url.listeners[1]}/metrics").text  # type: ignore[attr-defined]
+        assert 'nv_inference_count{gpu_uuid="GPU-' in metrics
+
+
+def test_triton_and_dcgm_metrics_name_the_same_gpu_alike() -> None:
+    scenario = load_scenario(TEST_SCENARIOS / "serve" / "triton.yaml")
+    listeners = [*scenario.server.listeners,
+                 scenario.server.listeners[1].model_copy(update={"personalities": ["dcgm-metrics"]})]
+    scenario = scenario.model_copy(update={"server": scenario.server.model_copy(update={"listeners": listeners})})
+    with running_server(scenario) as url:
+        triton_text = httpx.get(f"{url.listeners[1]}/metrics").text  # type: ignore[attr-defined]
+        dcgm_text = httpx.get(f"{url.listeners[2]}/metrics").text  # type: ignore[attr-defined]
+    triton_uuid = next(s.labels["gpu_uuid"] for f in text_string_to_metric_families(triton_text)
+                       if f.name == "nv_gpu_power_limit" for s in f.samples)
+    dcgm_uuid = next(s.labels["UUID"] for f in text_string_to_metric_families(dcgm_text) for s in f.samples)
+    assert triton_uuid == dcgm_uuid
+    limit = next(s.value for f in text_string_to_metric_families(triton_text) if f.name == "nv_gpu_power_limit"
+                 for s in f.samples)
+    assert limit == 70  # the T4's 70 W board limit
