@@ -143,11 +143,13 @@ class VirtualClock:
             kernel.advance(until)
 
 
-EARLY_S = 0.001
-"""How early (wall seconds) the real-time clock runs an event: the event loop's timers wake at a
-millisecond's resolution (epoll), so waiting for an event due sooner than that would make it late by
-up to a millisecond; it runs at once instead. Its virtual time is still its own (the timeline stays
-exact); a request that arrives meanwhile is stamped at the clock's virtual time."""
+EARLY_S = 0.0005
+"""How early (wall seconds) the real-time clock may run an event. The event loop's timers wake at a
+millisecond's resolution (epoll rounds its timeout up), so waiting for an event due sooner makes it
+late by up to a millisecond. Running the events due within half a millisecond at once, and sleeping
+for the others, keeps every event within half a millisecond of its time, early or late. An event's
+virtual time is still its own (the timeline stays exact); a request that arrives meanwhile is
+stamped at the clock's virtual time."""
 
 
 class RealTimeClock:
