@@ -405,6 +405,7 @@ def routes() -> list[Any]:
     get, post, both = ("GET",), ("POST",), ("GET", "POST")
     model = r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"
     return [
+        (model + r"/(infer)", ModelHandler, {"methods": post}),  # first: the busiest route (no literal route ends so)
         (r"/v2/health/live", LiveHandler, {"methods": get}),
         (r"/v2/health/ready", ReadyHandler, {"methods": get}),
         (r"/v2", ServerMetadataHandler, {"methods": get}),
@@ -414,7 +415,6 @@ def routes() -> list[Any]:
         (r"/v2/models/([^/]+)/trace/setting", TraceHandler, {"methods": both}),
         (r"/v2/repository/index", IndexHandler, {"methods": post}),
         (r"/v2/repository(?:/([^/]+))?/models/([^/]+)/(load|unload)", RepositoryHandler, {"methods": post}),
-        (model + r"/(infer)", ModelHandler, {"methods": post}),
         (model + r"(?:/(ready|config|stats))?", ModelHandler, {"methods": get}),
         (r"/v2/.*", NotFoundHandler, {"methods": both}),
     ]

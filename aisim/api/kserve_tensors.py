@@ -138,19 +138,23 @@ def _read_input(item: Any, binary: bytes, offset: int, has_header: bool, model: 
 
 
 def _json_data(name: str, datatype: str, shape: list[int], data: Any) -> bytes:
-    flat = list(_flatten(data if data is not None else []))
+    """A JSON `data` field (flat or nested, row-major) as the tensor's raw bytes."""
     count = math.prod(shape)
-    if len(flat) != count:
-        raise KServeError(500, "Failed to parse 'data' field: shape does not match true shape")
     if datatype == "BYTES":
+        flat = list(_flatten(data if data is not None else []))
+        if len(flat) != count:
+            raise KServeError(500, "Failed to parse 'data' field: shape does not match true shape")
         pieces = [str(v).encode() if not isinstance(v, bytes) else v for v in flat]
         return b"".join(struct.pack("<I", len(p)) + p for p in pieces)
     if datatype not in NUMPY_TYPES:
         raise KServeError(400, f"invalid datatype for input {name}")
     try:
-        return np.asarray(flat, dtype=NUMPY_TYPES[datatype]).tobytes()
-    except (TypeError, ValueError):
+        values = np.asarray(data if data is not None else [], dtype=NUMPY_TYPES[datatype])
+    except (TypeError, ValueError):  # ragged nesting or values of another type
         raise KServeError(500, f"Unable to parse 'data': attempt to access JSON value as {datatype}") from None
+    if values.size != count:
+        raise KServeError(500, "Failed to parse 'data' field: shape does not match true shape")
+    return values.tobytes()
 
 
 def _flatten(value: Any) -> Any:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
+from typing import TYPE_CHECKING
 
+from ..engine.batcher import TritonEngine
 from ..engine.live import Call
 from ..engine.replica import Replica, StepReport
 from .vllm_metrics import CONTENT_TYPE, CacheConfig, SchedulerState, VllmMetrics
@@ -12,6 +15,8 @@ if TYPE_CHECKING:
     from .server import ServerState
 
 NS = 1e9
+PENDING_LIMIT = 4096
+"""Finished requests kept before their observations are applied anyway (bounded memory)."""
 
 
 class MetricsFeed:
@@ -20,6 +25,9 @@ class MetricsFeed:
     def __init__(self, state: ServerState) -> None:
         self.metrics = VllmMetrics()
         self.engines: dict[str, list[object]] = {}
+        self._pending: list[Callable[[], None]] = []
+        """Finished requests not yet observed: prometheus_client's histograms cost tens of
+        microseconds per request, so observations are applied in bulk, at the latest on a scrape."""
         for served in state.sim.served_models:
             model = served.model
             caches = [CacheConfig(block_size=p.block_size, num_gpu_blocks=p.num_blocks if p.has_kv else None,
@@ -42,6 +50,8 @@ class MetricsFeed:
         for engine in engines:
             if isinstance(engine, Replica):
                 states.append(SchedulerState(len(engine.running), engine.waiting, engine.kv.usage))
+            elif isinstance(engine, TritonEngine):
+                states.append(SchedulerState(engine.running, engine.pending, 0.0))
             else:
                 running = len(getattr(engine, "running", ()))
                 states.append(SchedulerState(running, len(getattr(engine, "queue", ())), 0.0))
@@ -65,7 +75,8 @@ class MetricsFeed:
         scheduled = request.scheduled_at if request.scheduled_at >= 0 else None
         first = token_times[0] if token_times else None
         last = token_times[-1] if token_times else None
-        self.metrics.record_finished(
+        self._pending.append(partial(
+            self.metrics.record_finished,
             request.model, engine=engine, finished_reason=finish_reason,  # type: ignore[arg-type]
             prompt_tokens=request.prompt, generation_tokens=len(token_times), max_tokens=max_tokens,
             e2e=(end - request.arrival) / NS,
@@ -73,8 +84,17 @@ class MetricsFeed:
             prefill=None if first is None or scheduled is None else (first - scheduled) / NS,
             decode=None if first is None or scheduled is None else (last - first) / NS,  # type: ignore[operator]
             ttft=None if first is None else (first - request.arrival) / NS,
-            inter_token=[(b - a) / NS for a, b in zip(token_times, token_times[1:])], n=n)
+            inter_token=[(b - a) / NS for a, b in zip(token_times, token_times[1:])], n=n))
+        if len(self._pending) >= PENDING_LIMIT:
+            self.flush()
+
+    def flush(self) -> None:
+        """Apply every observation still pending."""
+        pending, self._pending = self._pending, []
+        for observe in pending:
+            observe()
 
     def scrape(self) -> tuple[bytes, str]:
         """The text exposition and its content type (vLLM's, Prometheus text 0.0.4)."""
+        self.flush()
         return self.metrics.render(), CONTENT_TYPE

@@ -20,7 +20,7 @@ import tornado.netutil
 import tornado.web
 
 from ..engine.live import Live
-from ..engine.sampling import sample
+from ..engine.sampling import Draws
 from ..engine.deployment import ServedModel
 from ..engine.simulation import Simulation
 from ..scenario import Scenario
@@ -68,12 +68,14 @@ class ServerState:
         self.live = Live(self.sim, self.speed)
         server_seq = np.random.SeedSequence([self.sim.seed, 1]).spawn(3)
         fault_rng, self._delay_rng, self._seed_rng = (np.random.default_rng(s) for s in server_seq)
+        self._seeds: list[int] = []
         self.tokenizer = default_tokenizer()
         self.contents = {m.id: ContentSource(m.content, self.base_dir) for m in scenario.models}
         self.faults = FaultBook(list(scenario.faults), fault_rng)
         self.limiter = RateLimiter(scenario.server.rate_limits)
         self.api_keys = {k.key: k.name for k in scenario.server.api_keys}
         self.network_delay = self.network_delay or scenario.server.network_delay
+        self._delays = Draws(self.network_delay, self._delay_rng) if self.network_delay is not None else None
         self.lora_adapters = {m.id: {name: "" for name in m.lora_adapters} for m in scenario.models}
         self.created = int(time.time())
         self._started_ms = time.time() * 1000
@@ -121,13 +123,13 @@ class ServerState:
 
     def delay_s(self) -> float:
         """One draw of the network delay, in seconds (0 without one)."""
-        if self.network_delay is None:
-            return 0.0
-        return float(sample(self.network_delay, self._delay_rng, 1)[0]) / 1e9
+        return self._delays.next() / 1e9 if self._delays is not None else 0.0
 
     def next_seed(self) -> int:
-        """A seed for a request that did not give one (a deterministic sequence per server)."""
-        return int(self._seed_rng.integers(2**62))
+        """A seed for a request that did not give one (a deterministic sequence per server, drawn in chunks)."""
+        if not self._seeds:
+            self._seeds = self._seed_rng.integers(2**62, size=256).tolist()[::-1]
+        return self._seeds.pop()
 
 
 def make_app(state: ServerState, personalities: tuple[str, ...] = DEFAULT_PERSONALITIES,
