@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Callable
 from typing import Any
 
 import tornado.web
@@ -180,8 +181,8 @@ class ModelHandler(KServeHandler):
             served = self.served(name)
             if not ready_versions(served):
                 raise KServeError(400, f"requested model '{name}' is not available")
-            chosen = [version] if version is not None else ready_versions(served)
-            self.finish(json.dumps({"model_stats": [model_stats(self.state, served, v) for v in chosen]}))
+            listed = [version] if version is not None else ready_versions(served)
+            self.finish(json.dumps({"model_stats": [model_stats(self.state, served, v) for v in listed]}))
         else:
             served = self.served(name)
             chosen = self.ready_version(served, version)
@@ -335,7 +336,8 @@ class RepositoryHandler(KServeHandler):
                 raise KServeError(400, f"load failed for model '{name}': version {version} is at UNAVAILABLE state: "
                                        f"{problem};\n")
         else:
-            await self.state.live.act(lambda done: served.request_unload(lambda: done(None)))
+            unloaded: Callable[[Callable[[bool], None]], None] = lambda done: served.request_unload(lambda: done(True))
+            await self.state.live.act(unloaded)
         self.clear_header("Content-Type")
         self.finish()
 

@@ -95,7 +95,8 @@ def parse_request(body: bytes, header_length: str | None, model: str) -> InferRe
     inputs_json = document.get("inputs")
     if not isinstance(inputs_json, list):
         raise KServeError(500, "Unable to parse 'inputs': attempt to access JSON non-array as array")
-    request_id = document.get("id") if isinstance(document.get("id"), str) else ""
+    given_id = document.get("id")
+    request_id = given_id if isinstance(given_id, str) else ""
     offset = 0
     inputs = []
     for item in inputs_json:
@@ -114,9 +115,10 @@ def _read_input(item: Any, binary: bytes, offset: int, has_header: bool, model: 
     if not isinstance(item, dict):
         raise KServeError(500, "Unable to parse 'inputs': attempt to access JSON non-object as object")
     name, datatype, shape = item.get("name"), item.get("datatype"), item.get("shape")
-    for key, value, kind in (("name", name, str), ("datatype", datatype, str)):
-        if not isinstance(value, kind):
+    for key, value in (("name", name), ("datatype", datatype)):
+        if not isinstance(value, str):
             raise KServeError(500, f"Unable to parse '{key}': attempt to access JSON non-string as string")
+    assert isinstance(name, str) and isinstance(datatype, str)
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
         raise KServeError(500, "Unable to parse 'shape': attempt to access JSON non-array as array")
     if any(d < 0 for d in shape):
@@ -234,9 +236,9 @@ def generate_outputs(request: InferRequest, declared: list[Tensor], batch: int, 
     if unknown:
         raise KServeError(400, f"{request.label}unexpected inference output '{unknown[0]}' for model '{model}'")
     seed = hashlib.sha256(f"{model}/{version}".encode())
-    for tensor in request.inputs:
-        seed.update(tensor.name.encode())
-        seed.update(tensor.data)
+    for given in request.inputs:
+        seed.update(given.name.encode())
+        seed.update(given.data)
     produced = []
     for index, tensor in enumerate(chosen):
         dims = [max(d, 1) for d in tensor.shape]

@@ -89,7 +89,7 @@ def _lines(state: ServerState, gauges: dict[str, tuple[float, float, int]]) -> I
         for device_id, device in state.sim.gpus.items():
             pool = state.sim.pools[device_id]
             utilisation, power, energy = gauges[device_id]
-            value = {
+            gauge: float = {
                 "nv_gpu_utilization": utilisation,
                 "nv_gpu_memory_total_bytes": pool.device.capacity,
                 "nv_gpu_memory_used_bytes": pool.device.capacity - pool.device.free_bytes(),
@@ -97,7 +97,7 @@ def _lines(state: ServerState, gauges: dict[str, tuple[float, float, int]]) -> I
                 "nv_gpu_power_limit": device.power.tdp_mw / 1000,
                 "nv_energy_consumption": energy / 1000,
             }[name]
-            yield f"{name}{labels(gpu_uuid=device.uuid)} {number(value)}\n"
+            yield f"{name}{labels(gpu_uuid=device.uuid)} {number(gauge)}\n"
 
 
 def sample_gpus(state: ServerState) -> dict[str, tuple[float, float, int]]:
