@@ -166,10 +166,12 @@ class GenerationHandler(BaseHandler):
 
     def observe(self, call: Call, end: str, finish_reason: str, max_tokens: int | None, times: list[int],
                 n: int | None = 1) -> None:
-        """Feed `/metrics` with a request that ended."""
+        """Feed `/metrics` (and the request log, when recording) with a request that ended."""
         engine_reason = finish_reason if finish_reason in ("stop", "length") else "stop"  # tool calls end by EOS
         reason = {"finished": engine_reason, "aborted": "abort"}.get(end, "error")
         self.state.metrics.finished(call, reason, max_tokens, times, n)
+        if self.state.recording is not None:
+            self.state.recording.request(call, end, self.endpoint, self.request.request_time())
 
     async def settle(self, calls: list[Call], reasons: list[str], max_tokens: int | None, n: int = 1) -> bool:
         """Wait for every call, observe them, and raise the engine's error if one failed; False if the

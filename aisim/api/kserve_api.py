@@ -219,12 +219,20 @@ class ModelHandler(KServeHandler):
         declared = version_of(model, chosen)
         batch = check_inputs(request, model.id, declared.inputs, kserve.max_batch_size)
         outputs = generate_outputs(request, declared.outputs, batch, kserve.max_batch_size > 0, model.id, chosen)
-        await self._serve(served, chosen, request, batch)
+        recording = self.state.recording
+        try:
+            await self._serve(served, chosen, request, batch)
+        except KServeError as error:
+            if recording is not None:
+                recording.infer(model.id, chosen, batch, request.inputs, [], self.request.request_time(), error.message)
+            raise
         payload, header_length = encode_response(model.id, chosen, request, outputs)
         if header_length is not None:
             self.set_header("Content-Type", "application/octet-stream")
             self.set_header(HEADER, str(header_length))
         self.finish(payload)
+        if recording is not None:
+            recording.infer(model.id, chosen, batch, request.inputs, outputs, self.request.request_time())
 
     async def _serve(self, served: ServedModel, version: str, request: InferRequest, batch: int) -> None:
         """Run the request through the model's engine and wait for its end."""
@@ -331,6 +339,8 @@ class RepositoryHandler(KServeHandler):
         if action == "load":
             self._check_load_body()
             problem = await self.state.live.act(served.request_load)
+            if self.state.recording is not None:
+                self.state.recording.load(model.id, served.lifecycle.active, self.request.request_time(), problem)
             if problem:
                 version = served.lifecycle.active
                 raise KServeError(400, f"load failed for model '{name}': version {version} is at UNAVAILABLE state: "

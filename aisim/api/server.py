@@ -30,6 +30,7 @@ from .content import ContentSource
 from .faults import FaultBook
 from .metrics_feed import MetricsFeed
 from .ratelimit import RateLimiter
+from .recording import Recording
 from .tokenizer import Tokenizer, default_tokenizer
 
 DEFAULT_PERSONALITIES = ("openai", "vllm", "vllm-metrics")
@@ -44,6 +45,8 @@ class ServerState:
     seed: int | None = None
     network_delay: DurationDistribution | None = None
     speed: float = 1.0
+    record: str | Path | None = None
+    """Write a request log here (`aisim serve --record`)."""
     sim: Simulation = field(init=False)
     live: Live = field(init=False)
     tokenizer: Tokenizer = field(init=False)
@@ -61,6 +64,8 @@ class ServerState:
     triton_model_trace: dict[str, dict[str, Any]] = field(default_factory=dict)
     triton_scrapes: dict[str, tuple[int, int]] = field(default_factory=dict)
     """Per GPU, (busy ns, virtual time) at the previous Triton metrics scrape."""
+    recording: Recording | None = field(init=False, default=None)
+    """The request log being written (None: not recording)."""
 
     def __post_init__(self) -> None:
         scenario = self.scenario
@@ -85,6 +90,8 @@ class ServerState:
         self.triton_trace = {"trace_level": ["OFF"], "trace_rate": "1000", "trace_count": "-1", "log_frequency": "0",
                              "trace_file": "", "trace_mode": "triton"}
         self._task: asyncio.Task[None] | None = None
+        if self.record is not None:
+            self.recording = Recording(self.record, scenario.metadata.name, self.speed, self.sim.seed, self.live.started_wall)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -98,6 +105,9 @@ class ServerState:
         if self._task is not None:
             await self._task
             self._task = None
+        if self.recording is not None:
+            self.recording.close(self.sim)
+            self.recording = None
 
     # -- lookups -----------------------------------------------------------------------------
 

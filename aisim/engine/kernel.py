@@ -167,11 +167,49 @@ class RealTimeClock:
         self._stopped = False
         self._sleeping_until: int | None = None
         """Virtual time the clock task sleeps until (None: until woken)."""
+        self.paused = False
+        """Whether virtual time stands still (a watcher paused it); events due by then still run."""
 
     def virtual_now(self) -> int:
         """The virtual time that corresponds to this wall-clock instant."""
+        if self.paused:
+            return max(self.kernel.now, self._start_virtual)
         elapsed = time.monotonic() - self._start_wall
         return max(self.kernel.now, self._start_virtual + int(elapsed * self.speed * 1e9))
+
+    def _rebase(self) -> None:
+        """Start counting from this instant, so that a change of speed or a pause leaves virtual time where it is."""
+        self._start_virtual = self.virtual_now()
+        self._start_wall = time.monotonic()
+
+    def set_speed(self, speed: float) -> None:
+        """Run at `speed` virtual seconds per wall second from now on."""
+        if speed <= 0:
+            raise ValueError(f"speed must be positive, not {speed}")
+        self._rebase()
+        self.speed = speed
+        self._early = int(EARLY_S * speed * 1e9)
+        self._wake.set()
+
+    def pause(self) -> None:
+        """Stop virtual time (requests injected meanwhile arrive at the paused instant and wait)."""
+        if not self.paused:
+            self._rebase()
+            self.paused = True
+            self._wake.set()
+
+    def resume(self) -> None:
+        """Let virtual time run again from where it stood."""
+        if self.paused:
+            self.paused = False
+            self._start_wall = time.monotonic()
+            self._wake.set()
+
+    def step(self, delta_ns: int) -> None:
+        """While paused, move virtual time forward by `delta_ns` and run what falls due."""
+        if self.paused:
+            self._start_virtual = self.virtual_now() + delta_ns
+            self._wake.set()
 
     def inject(self, handler: Handler, priority: Priority = NORMAL) -> EventHandle:
         """Schedule work at the current instant from outside the kernel (a request arriving), and run
@@ -209,7 +247,7 @@ class RealTimeClock:
             next_time = self._run_due()
             self._wake.clear()
             self._sleeping_until = next_time
-            timeout = None if next_time is None else (next_time - self.virtual_now()) / 1e9 / self.speed
+            timeout = None if next_time is None or self.paused else (next_time - self.virtual_now()) / 1e9 / self.speed
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout)
             except asyncio.TimeoutError:

@@ -11,6 +11,7 @@ event at its own instant.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -40,15 +41,21 @@ class Call:
     request: Request | None = None
     ending: tuple[str, int] | None = None
     """How and when the request ended (None while it runs)."""
+    token_walls: list[float] = field(default_factory=list)
+    """The wall-clock instant (`time.monotonic`) each token reached the call: what a server log measures."""
+    ended_wall: float | None = None
+    """The wall-clock instant the end reached the call (None while it runs)."""
     _ended: asyncio.Future[tuple[str, int]] | None = None
 
     def watch(self, event: str, request: Request, time_ns: int) -> None:
         if event == "token":
             self.token_times.append(time_ns)
+            self.token_walls.append(time.monotonic())
             if not self.live_tokens:
                 return
         elif event in END_EVENTS:
             self.ending = (event, time_ns)
+            self.ended_wall = time.monotonic()
             if self._ended is not None and not self._ended.done():
                 self._ended.set_result(self.ending)
         self.events.put_nowait((event, time_ns))
@@ -78,6 +85,8 @@ class Live:
             raise ValueError("a live simulation plans one step at a time: build it with macro_steps=False")
         self.sim = sim
         self.clock = RealTimeClock(sim.kernel, speed)
+        self.started_wall = time.monotonic()
+        """The wall-clock instant (`time.monotonic`) of virtual time 0, for logs that measure wall time."""
 
     async def run(self) -> None:
         """Run the simulation until `stop`."""

@@ -82,6 +82,8 @@ class Simulation:
         wanted = wants_telemetry(scenario) if telemetry is None else telemetry
         self.telemetry: GpuTelemetry | None = self._telemetry() if wanted else None
         """The DCGM view of the GPUs (None: not sampled)."""
+        self.fault_actions: dict[str, Callable[[], None]] = {}
+        """What each engine-level fault of the catalogue does when it starts, by name (`fire_fault`)."""
         self._schedule_faults()
 
     # -- building ----------------------------------------------------------------------------
@@ -120,7 +122,7 @@ class Simulation:
                 self.timeline.add(self.kernel.now, "fault", name, "xid", device, f"XID {fault.code}")
                 self.xid(device, fault.code)
 
-        self._at_each_start(fault.trigger, fire)
+        self._arm(fault.trigger, name, fire)
 
     def xid(self, device: str, code: int) -> list[str]:
         """An XID error on `device` now (a fault, or the admin API); the engines it killed."""
@@ -136,7 +138,10 @@ class Simulation:
                 if device in telemetry.boards:
                     telemetry.inject(device, fault.field, fault.value, fault.duration, source=name)
 
-        self._at_each_start(fault.trigger, inject)
+        if telemetry is not None:
+            self._arm(fault.trigger, name, inject)
+        else:
+            self._at_each_start(fault.trigger, inject)
 
     def _schedule_hog(self, fault: OutOfMemory, name: str, pid: int) -> None:
         """Another process takes `size` bytes on the scoped GPUs (as much as is free), for `hold` or for good."""
@@ -159,7 +164,18 @@ class Simulation:
                 record_levels(self.pools[device], device, self.timeline, self.kernel.now)
             self.timeline.add(self.kernel.now, "fault", name, "oom_end", ",".join(devices), "")
 
-        self._at_each_start(fault.trigger, take)
+        self._arm(fault.trigger, name, take)
+
+    def _arm(self, trigger: Trigger, name: str, action: Callable[[], None]) -> None:
+        """Schedule a fault by its trigger and keep its action in the catalogue, so that it can also be
+        fired by hand (the TUI, the admin API)."""
+        self.fault_actions[name] = action
+        self._at_each_start(trigger, action)
+
+    def fire_fault(self, name: str) -> None:
+        """Start the catalogue's fault `name` now, whatever its trigger says (its trigger stays armed);
+        raises KeyError for a name that is not an engine-level fault of the scenario."""
+        self.fault_actions[name]()
 
     def _at_each_start(self, trigger: Trigger, action: Callable[[], None]) -> None:
         """Run `action` whenever a time-triggered fault starts: once `at`, or `every` period from
@@ -209,7 +225,7 @@ class Simulation:
                 replica.interrupt()
             self.timeline.add(self.kernel.now, "fault", name, "slowdown_end", ",".join(r.name for r in targets), "")
 
-        self._at_each_start(fault.trigger, begin)
+        self._arm(fault.trigger, name, begin)
 
     # -- arrivals ----------------------------------------------------------------------------
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
+from itertools import islice
 from dataclasses import dataclass
 from typing import IO, Any, Iterator
 
@@ -79,6 +80,8 @@ class Timeline:
         self.events: deque[tuple[Any, ...]] | list[tuple[Any, ...]] = deque(maxlen=max_records) if max_records else []
         self.steps: deque[StepRun] | list[StepRun] = deque(maxlen=max_records) if max_records else []
         self.added_steps = 0
+        self.added_events = 0
+        """Request-level records ever added (a reader of the rolling window counts what it has seen)."""
 
     def add_steps(self, run: StepRun) -> None:
         """Append a run of engine steps."""
@@ -88,11 +91,26 @@ class Timeline:
     def recent_steps(self, seen: int) -> list[StepRun]:
         """The step runs added after the first `seen` ones (those still in the window)."""
         fresh = min(self.added_steps - seen, len(self.steps))
-        return list(self.steps)[len(self.steps) - fresh:] if fresh > 0 else []
+        if fresh <= 0:
+            return []
+        if isinstance(self.steps, list):
+            return self.steps[len(self.steps) - fresh:]
+        return list(islice(reversed(self.steps), fresh))[::-1]
 
     def add(self, time_ns: int, kind: str, *fields: Any) -> None:
         """Append a request-level record; `fields` in the order `RECORD_FIELDS[kind]` names them."""
         self.events.append((time_ns, kind, *fields))
+        self.added_events += 1
+
+    def recent_events(self, seen: int) -> list[tuple[Any, ...]]:
+        """The request-level records added after the first `seen` ones (those still in the window), oldest
+        first; costs what it returns, not the window's length."""
+        fresh = min(self.added_events - seen, len(self.events))
+        if fresh <= 0:
+            return []
+        if isinstance(self.events, list):
+            return self.events[len(self.events) - fresh:]
+        return list(islice(reversed(self.events), fresh))[::-1]
 
     def records(self) -> list[dict[str, Any]]:
         """Every record as a dict, in time order; at one instant, request and model records come before

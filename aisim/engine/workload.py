@@ -73,7 +73,7 @@ def _trace_rows(trace: Trace, base_dir: Path) -> Iterator[tuple[int, int, int]]:
             if trace.limit is not None and index >= trace.limit:
                 break
             try:
-                stamp = _nanoseconds(row[ts_col], unit_ns)
+                stamp = timestamp_ns(row[ts_col], unit_ns)
                 prompt, output = int(row[prompt_col]), int(row[output_col])
             except (KeyError, TypeError, ValueError) as error:
                 raise TraceError(f"{trace.file}: row {index + 1}: {error!r} in {row!r}") from error
@@ -92,7 +92,7 @@ def _json_row(line: str) -> dict[str, object]:
 _EPOCH = datetime.datetime(1970, 1, 1)
 
 
-def _nanoseconds(value: object, unit_ns: int) -> int:
+def timestamp_ns(value: object, unit_ns: int) -> int:
     """A timestamp as exact integer nanoseconds: a number in the trace's unit, or a date-time.
 
     Date-times keep their fraction to the microsecond (the Azure trace writes seven digits).

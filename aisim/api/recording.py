@@ -1,0 +1,80 @@
+"""`aisim serve --record FILE`: the server's request log, in aisim's log format (`aisim.replay.formats`).
+
+What a server log measures, on the wall clock: a request arrives when Tornado starts reading it
+(vLLM's frontend arrival), its tokens when the engine releases them to the handler, its end when
+the engine finishes it. TTFT and ITL are written for streamed answers only (a client sees no
+token times otherwise). KServe inferences add their tensors' names, datatypes and shapes; model
+loads through the repository API their duration; the GPUs' memory is written when the server
+stops. The header's `speed` lets a reader convert wall seconds to the server's simulated seconds
+(the clock is assumed to run at that one speed throughout).
+"""
+
+from __future__ import annotations
+
+import datetime
+import time
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..engine.live import Call
+from ..engine.simulation import Simulation
+from ..replay.formats import load_record, memory_records, request_record
+from ..replay.recorder import LogWriter
+from ..replay.records import LoggedLoad, LoggedRequest, TensorShape
+
+MIB = 2**20
+STATUS = {"finished": "completed", "failed": "failed", "aborted": "aborted"}
+
+
+class Recording:
+    """One server's log file, fed by its handlers."""
+
+    def __init__(self, path: str | Path, scenario: str, speed: float, seed: int, origin_wall: float) -> None:
+        self.origin = origin_wall
+        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+        self.writer = LogWriter(path, scenario=scenario, speed=speed, seed=seed, started=started,
+                                aisim=__version__, clock="wall")
+
+    def _arrival(self, started_wall: float) -> int:
+        return round((started_wall - self.origin) * 1e9)
+
+    def request(self, call: Call, end: str, endpoint: str, elapsed_s: float) -> None:
+        """A generating request ended (`end`: finished, failed or aborted); `elapsed_s` since Tornado
+        started reading it."""
+        now = time.monotonic()
+        started = now - elapsed_s
+        walls = call.token_walls
+        streamed = call.live_tokens
+        error = call.request.error if call.request is not None and end == "failed" else ""
+        logged = LoggedRequest(
+            self._arrival(started), call.arrival.model, call.arrival.prompt, len(call.token_times), endpoint, streamed,
+            STATUS.get(end, end), ttft=walls[0] - started if streamed and walls else None,
+            itl=[b - a for a, b in zip(walls, walls[1:])] if streamed else None,
+            e2e=(call.ended_wall or now) - started, error=error,
+        )
+        self.writer.write(request_record(logged))
+
+    def infer(self, model: str, version: str, batch: int, inputs: list[Any], outputs: list[tuple[Any, list[int], bytes]],
+              elapsed_s: float, error: str = "") -> None:
+        """A KServe inference ended: its tensors as sent and answered (none answered when it failed)."""
+        started = time.monotonic() - elapsed_s
+        logged = LoggedRequest(
+            self._arrival(started), model, max(batch, 1), 0, f"/v2/models/{model}/infer", False,
+            "failed" if error else "completed", e2e=elapsed_s, version=version, batch=batch,
+            inputs=tuple(TensorShape(t.name, t.datatype, tuple(t.shape)) for t in inputs),
+            outputs=None if error else tuple(TensorShape(t.name, t.datatype, tuple(shape)) for t, shape, _ in outputs),
+            error=error,
+        )
+        self.writer.write(request_record(logged))
+
+    def load(self, model: str, version: str, elapsed_s: float, error: str = "") -> None:
+        """A model load through the repository API ended."""
+        started = time.monotonic() - elapsed_s
+        self.writer.write(load_record(LoggedLoad(self._arrival(started), model, version, elapsed_s,
+                                                 "failed" if error else "ok", error)))
+
+    def close(self, sim: Simulation) -> None:
+        """The server stops: write each GPU's memory in use (as DCGM's FB_USED counts it), flush, close."""
+        memory = {gpu: (pool.memory_reserved() + pool.device.outside) / MIB for gpu, pool in sim.pools.items()}
+        self.writer.close(*memory_records(memory))
