@@ -30,9 +30,10 @@ from collections.abc import Callable, Iterable
 from typing import ClassVar
 
 from .device import SimulatedDevice
-from .state import PoolState
+from .oom import OutOfMemoryError, oom_message
+from .state import BinCounter, PoolState, SegmentView, external_fragmentation, ratio
 from .stats import DeviceStats
-from .thresholds import ThresholdEvent, ThresholdWatch
+from .thresholds import LEVELS, ThresholdEvent, ThresholdWatch
 
 
 class Allocation:
@@ -237,6 +238,49 @@ class Allocator(ABC):
         level = 2 if allocated > self._crit_at else 1 if allocated > self._warn_at else 0
         if level != self.watch.level:
             self.watch.update(allocated, self.device.outside, self.ops)
+
+    def _out_of_memory(self, requested: int, size: int, alloc_size: int, stream: int,
+                       allowed: int | None = None) -> OutOfMemoryError:
+        """Count an OOM and build PyTorch's error for a request of `requested` bytes that needed
+        `size` (`alloc_size` from the device); `allowed` is the per-process fraction's limit."""
+        self.stats.num_ooms += 1
+        device_free, total = self.device.mem_get_info()
+        allocated = self.stats.allocated_bytes[0].current
+        reserved = self.stats.reserved_bytes[0].current
+        message = oom_message(alloc_size=alloc_size, device=self.device.index, total=total, device_free=device_free,
+                              allocated=allocated, reserved=reserved, processes=self.device.processes(),
+                              allowed=allowed)
+        return OutOfMemoryError(message, requested=requested, size=size, alloc_size=alloc_size, stream=stream,
+                                device=self.device.index, device_free=device_free, allocated=allocated,
+                                reserved=reserved)
+
+    def _summary(self, segments: tuple[SegmentView, ...], bins: BinCounter, largest: int, cached: int,
+                 reserved: int | None = None) -> PoolState:
+        """The pool's state from its memory map (`reserved`: the pool's own count when None)."""
+        stats = self.stats
+        reserved = stats.reserved_bytes[0].current if reserved is None else reserved
+        allocated = stats.allocated_bytes[0].current
+        outside = self.device.outside
+        return PoolState(
+            allocator=self.kind,
+            device=self.device.index,
+            capacity=self.device.capacity,
+            held_outside=outside,
+            reserved=reserved,
+            allocated=allocated,
+            requested=stats.requested_bytes[0].current,
+            active=stats.active_bytes[0].current,
+            cached=cached,
+            free=self.device.free_bytes(),
+            usage=ratio(allocated + outside, self.device.capacity),
+            level=LEVELS[self.watch.level],
+            fragmentation=ratio(reserved - allocated, reserved),
+            external_fragmentation=external_fragmentation(largest, cached),
+            inactive_split=stats.inactive_split_bytes[0].current,
+            largest_free_block=largest,
+            bins=bins.bins(),
+            segments=segments,
+        )
 
     def _null(self, stream: int) -> Allocation:
         """A zero-byte request: PyTorch hands out a null pointer and counts nothing."""

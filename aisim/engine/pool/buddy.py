@@ -22,18 +22,14 @@ from heapq import heapify, heappop, heappush
 
 from .base import Allocation, Allocator
 from .device import SimulatedDevice
-from .oom import OutOfMemoryError, oom_message
 from .state import (
     BinCounter,
     BlockStateName,
     BlockView,
     PoolState,
     SegmentView,
-    external_fragmentation,
-    ratio,
 )
 from .stats import decrease, increase
-from .thresholds import LEVELS
 
 
 class BuddyAllocator(Allocator):
@@ -150,7 +146,7 @@ class BuddyAllocator(Allocator):
             self.synchronize()
             available = self._mask >> order
         if not available:
-            raise self._out_of_memory(size, need, stream)
+            raise self._out_of_memory(size, need, need, stream)
         have = order + (available & -available).bit_length() - 1
         address = self._pop_lowest(have)
         for k in range(have - 1, order - 1, -1):
@@ -202,32 +198,6 @@ class BuddyAllocator(Allocator):
         """Only waits for pending stream uses: the arena is never returned."""
         self.synchronize()
 
-    def _out_of_memory(self, requested: int, need: int, stream: int) -> OutOfMemoryError:
-        self.stats.num_ooms += 1
-        device_free, total = self.device.mem_get_info()
-        allocated = self.stats.allocated_bytes[0].current
-        reserved = self.stats.reserved_bytes[0].current
-        message = oom_message(
-            alloc_size=need,
-            device=self.device.index,
-            total=total,
-            device_free=device_free,
-            allocated=allocated,
-            reserved=reserved,
-            processes=self.device.processes(),
-        )
-        return OutOfMemoryError(
-            message,
-            requested=requested,
-            size=need,
-            alloc_size=need,
-            stream=stream,
-            device=self.device.index,
-            device_free=device_free,
-            allocated=allocated,
-            reserved=reserved,
-        )
-
     def free_blocks(self) -> list[tuple[int, int]]:
         """Every free block as (address, size), in address order."""
         return sorted((a, 1 << k) for k, free in enumerate(self._free) for a in free)
@@ -253,26 +223,4 @@ class BuddyAllocator(Allocator):
             SegmentView(address, size, "arena", 0, False, tuple(views))
             for (address, size), views in zip(self._tops, per_top, strict=True)
         )
-        stats = self.stats
-        allocated = stats.allocated_bytes[0].current
-        outside = self.device.outside
-        return PoolState(
-            allocator=self.kind,
-            device=self.device.index,
-            capacity=self.device.capacity,
-            held_outside=outside,
-            reserved=self.arena,
-            allocated=allocated,
-            requested=stats.requested_bytes[0].current,
-            active=stats.active_bytes[0].current,
-            cached=cached,
-            free=self.device.free_bytes(),
-            usage=ratio(allocated + outside, self.device.capacity),
-            level=LEVELS[self.watch.level],
-            fragmentation=ratio(self.arena - allocated, self.arena),
-            external_fragmentation=external_fragmentation(largest, cached),
-            inactive_split=stats.inactive_split_bytes[0].current,
-            largest_free_block=largest,
-            bins=bins.bins(),
-            segments=segments,
-        )
+        return self._summary(segments, bins, largest, cached, reserved=self.arena)

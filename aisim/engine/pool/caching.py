@@ -31,7 +31,7 @@ from . import expandable
 from .base import Allocation, Allocator
 from .blocks import Block, BlockPool, try_merge
 from .device import SimulatedDevice
-from .oom import OutOfMemoryError, oom_message
+from .oom import OutOfMemoryError
 from .rounding import (
     LARGE_BUFFER,
     MIN_BLOCK,
@@ -48,11 +48,8 @@ from .state import (
     BlockView,
     PoolState,
     SegmentView,
-    external_fragmentation,
-    ratio,
 )
 from .stats import decrease, increase
-from .thresholds import LEVELS
 
 
 @dataclass(frozen=True)
@@ -418,33 +415,10 @@ class CachingAllocator(Allocator):
                     freeable -= 1
                     self._release_block(block)
 
-    def _out_of_memory(self, requested: int, size: int, alloc_size: int, stream: int) -> OutOfMemoryError:
-        device_free, total = self.device.mem_get_info()
-        self.trace("oom", device_free, size, stream)
-        self.stats.num_ooms += 1
-        allocated = self.stats.allocated_bytes[0].current
-        reserved = self.stats.reserved_bytes[0].current
-        message = oom_message(
-            alloc_size=alloc_size,
-            device=self.device.index,
-            total=total,
-            device_free=device_free,
-            allocated=allocated,
-            reserved=reserved,
-            processes=self.device.processes(),
-            allowed=self._allowed,
-        )
-        return OutOfMemoryError(
-            message,
-            requested=requested,
-            size=size,
-            alloc_size=alloc_size,
-            stream=stream,
-            device=self.device.index,
-            device_free=device_free,
-            allocated=allocated,
-            reserved=reserved,
-        )
+    def _out_of_memory(self, requested: int, size: int, alloc_size: int, stream: int,
+                       allowed: int | None = None) -> OutOfMemoryError:
+        self.trace("oom", self.device.mem_get_info()[0], size, stream)
+        return super()._out_of_memory(requested, size, alloc_size, stream, self._allowed)
 
     # state
 
@@ -481,33 +455,7 @@ class CachingAllocator(Allocator):
                     blocks=tuple(views),
                 )
             )
-        return self._summary(segments, bins, largest, cached)
-
-    def _summary(self, segments: list[SegmentView], bins: BinCounter, largest: int, cached: int) -> PoolState:
-        stats = self.stats
-        reserved = stats.reserved_bytes[0].current
-        allocated = stats.allocated_bytes[0].current
-        outside = self.device.outside
-        return PoolState(
-            allocator=self.kind,
-            device=self.device.index,
-            capacity=self.device.capacity,
-            held_outside=outside,
-            reserved=reserved,
-            allocated=allocated,
-            requested=stats.requested_bytes[0].current,
-            active=stats.active_bytes[0].current,
-            cached=cached,
-            free=self.device.free_bytes(),
-            usage=ratio(allocated + outside, self.device.capacity),
-            level=LEVELS[self.watch.level],
-            fragmentation=ratio(reserved - allocated, reserved),
-            external_fragmentation=external_fragmentation(largest, cached),
-            inactive_split=stats.inactive_split_bytes[0].current,
-            largest_free_block=largest,
-            bins=bins.bins(),
-            segments=tuple(segments),
-        )
+        return self._summary(tuple(segments), bins, largest, cached)
 
 
 def _expandable_size(block: Block) -> int:

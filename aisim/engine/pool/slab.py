@@ -22,18 +22,14 @@ from itertools import count
 
 from .base import Allocation, Allocator
 from .device import PAGE, SimulatedDevice
-from .oom import OutOfMemoryError, oom_message
 from .state import (
     BinCounter,
     BlockStateName,
     BlockView,
     PoolState,
     SegmentView,
-    external_fragmentation,
-    ratio,
 )
 from .stats import decrease, increase
-from .thresholds import LEVELS
 
 NOWHERE, PARTIAL, EMPTY = 0, 1, 2
 DEFAULT_CLASSES = tuple(1 << k for k in range(9, 21))
@@ -199,7 +195,7 @@ class SlabAllocator(Allocator):
             self._release_empty_slabs()
             address = self.device.malloc(nbytes)
         if address is None:
-            raise self._out_of_memory(requested, nbytes, stream)
+            raise self._out_of_memory(requested, nbytes, nbytes, stream)
         stats = self.stats
         increase(stats.segment, 0, 1)
         increase(stats.reserved_bytes, 0, nbytes)
@@ -263,32 +259,6 @@ class SlabAllocator(Allocator):
         for heap in self._empty:
             heap.clear()
 
-    def _out_of_memory(self, requested: int, nbytes: int, stream: int) -> OutOfMemoryError:
-        self.stats.num_ooms += 1
-        device_free, total = self.device.mem_get_info()
-        allocated = self.stats.allocated_bytes[0].current
-        reserved = self.stats.reserved_bytes[0].current
-        message = oom_message(
-            alloc_size=nbytes,
-            device=self.device.index,
-            total=total,
-            device_free=device_free,
-            allocated=allocated,
-            reserved=reserved,
-            processes=self.device.processes(),
-        )
-        return OutOfMemoryError(
-            message,
-            requested=requested,
-            size=nbytes,
-            alloc_size=nbytes,
-            stream=stream,
-            device=self.device.index,
-            device_free=device_free,
-            allocated=allocated,
-            reserved=reserved,
-        )
-
     # state
 
     def state(self) -> PoolState:
@@ -312,30 +282,7 @@ class SlabAllocator(Allocator):
                 bins.add(slab.object_size, False, free)
             bins.add(slab.object_size, True, slab.used)
             segments.append(SegmentView(address, self.slab_size, "slab", 0, False, views))
-        stats = self.stats
-        reserved = stats.reserved_bytes[0].current
-        allocated = stats.allocated_bytes[0].current
-        outside = self.device.outside
-        return PoolState(
-            allocator=self.kind,
-            device=self.device.index,
-            capacity=self.device.capacity,
-            held_outside=outside,
-            reserved=reserved,
-            allocated=allocated,
-            requested=stats.requested_bytes[0].current,
-            active=stats.active_bytes[0].current,
-            cached=cached,
-            free=self.device.free_bytes(),
-            usage=ratio(allocated + outside, self.device.capacity),
-            level=LEVELS[self.watch.level],
-            fragmentation=ratio(reserved - allocated, reserved),
-            external_fragmentation=external_fragmentation(largest, cached),
-            inactive_split=stats.inactive_split_bytes[0].current,
-            largest_free_block=largest,
-            bins=bins.bins(),
-            segments=tuple(segments),
-        )
+        return self._summary(tuple(segments), bins, largest, cached)
 
 
 def _slab_blocks(slab: Slab) -> tuple[BlockView, ...]:
