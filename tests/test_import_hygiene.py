@@ -1,5 +1,6 @@
 """The layers of DESIGN.md: the scenario package imports no engine; the engine no server or UI library; the
-telemetry model neither (the engine builds it, the API renders it)."""
+telemetry model neither (the engine builds it, the API renders it); the API no UI and the TUI no server (the
+feed they share is the engine's). The TUI's board (records folded for the views) imports no UI library."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ FORBIDDEN = {
     "aisim.scenario": ["aisim.engine", "aisim.api", "aisim.tui", "tornado", "textual", "rich"],
     "aisim.engine": ["aisim.api", "aisim.tui", "aisim.cli", "tornado", "textual", "rich"],
     "aisim.api": ["aisim.tui", "textual", "rich"],
+    "aisim.tui": ["aisim.api", "aisim.cli", "tornado"],
     "aisim.telemetry": ["aisim.engine", "aisim.api", "aisim.tui", "aisim.cli", "tornado", "textual", "rich"],
 }
 
@@ -23,3 +25,9 @@ def test_layers_import_only_what_they_may(python: str) -> None:
         )
         run = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
         assert run.stdout.strip() == "", f"{module} imports {run.stdout.strip()}"
+
+
+def test_tui_board_is_headless(python: str) -> None:
+    code = "import sys, aisim.tui.board\nprint(','.join(m for m in ('textual', 'rich', 'tornado') if m in sys.modules))"
+    run = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == "", f"aisim.tui.board imports {run.stdout.strip()}"

@@ -10,6 +10,11 @@ answer is 401 (with `WWW-Authenticate: Bearer`), with a wrong token 403. Bodies 
     DELETE /admin/dcgm/inject?gpu=<gpu>[&field=<field>]                  clear
     POST   /admin/dcgm/clear    {"gpu", "field"?}                        clear (same, with a body)
     POST   /admin/xid           {"gpu", "code"}                          an XID error now
+    GET    /admin/events[?interval=<s>][&count=<n>]                      the TUI's records, as SSE
+
+`/admin/events` is a server-sent event stream: every `interval` seconds (default 0.05) one event whose
+data is a JSON list of the records `aisim.engine.feed.Feed` produces (what `aisim tui --attach` folds);
+the first list starts with a `hello` record. `count` ends the stream after that many events.
 
 `gpu` is the scenario's device id (`gpu0`, `node-3`) or the DCGM index (an integer, as `dcgmi
 --gpuid` takes); `field` a DCGM field name or id; `duration` a duration string (`30s`) or a number
@@ -19,16 +24,20 @@ current instant and leaves a timeline record (`dcgm_inject`, `dcgm_clear`, `xid`
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 from typing import Any
+
+import tornado.iostream
 
 from ..scenario.units import QuantityError, parse_duration
 from ..telemetry.fields import FieldError, coerce, lookup
 from ..telemetry.sampler import GpuTelemetry
 from ..telemetry.xid import Xid
+from ..engine.feed import Feed
 from .errors import ApiError
-from .handlers import BaseHandler
+from .handlers import SSE_HEADERS, BaseHandler
 
 INJECTED = "Successfully injected field info."
 """What `dcgmi test --inject` prints on success."""
@@ -177,8 +186,40 @@ class XidHandler(AdminHandler):
         self.run_guarded(work)
 
 
+class EventsHandler(AdminHandler):
+    """`GET /admin/events`: the live records of the simulation as server-sent events."""
+
+    async def get(self) -> None:
+        try:
+            interval = float(self.get_query_argument("interval", "0.05"))
+            count = int(self.get_query_argument("count", "0"))
+        except ValueError:
+            self.fail(_bad("`interval` must be a number of seconds and `count` an integer."))
+            return
+        if not 0.005 <= interval <= 60:
+            self.fail(_bad("`interval` must be between 0.005 and 60 seconds.", "interval"))
+            return
+        for name, value in SSE_HEADERS.items():
+            self.set_header(name, value)
+        feed = Feed(self.state.sim)
+        sent = 0
+        while not self.gone and (count <= 0 or sent < count):
+            records = feed.poll(self.state.live.now())
+            self.write(b"data: " + json.dumps(records, separators=(",", ":")).encode() + b"\n\n")
+            sent += 1
+            try:
+                await self.flush()
+            except tornado.iostream.StreamClosedError:
+                return
+            if count <= 0 or sent < count:
+                await asyncio.sleep(interval)
+        if not self.gone:
+            self.finish()
+
+
 def routes() -> list[Any]:
     return [
+        (r"/admin/events", EventsHandler),
         (r"/admin/dcgm/inject", InjectHandler),
         (r"/admin/dcgm/clear", ClearHandler),
         (r"/admin/xid", XidHandler),

@@ -229,7 +229,8 @@ class Simulation:
 
     # -- arrivals ----------------------------------------------------------------------------
 
-    def _start_workload(self) -> None:
+    def start_workload(self) -> None:
+        """Let the scenario's workload sources start arriving (what `run` does before its clock starts)."""
         workload = self.scenario.workload
         if workload is None:
             return
@@ -315,7 +316,7 @@ class Simulation:
     def run(self, until: int | None = None, progress: Callable[[int], None] | None = None) -> None:
         """Run the whole scenario on the virtual clock."""
         stop = self.stop_time(until)
-        self._start_workload()
+        self.start_workload()
         VirtualClock(self.kernel).run(stop, progress)
 
     @property
