@@ -6,11 +6,16 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
+from typing import TYPE_CHECKING
 
 from . import __version__
 from .scenario import check_file, render_json, render_text, schema_text
+
+if TYPE_CHECKING:
+    from .scenario import Scenario
+    from .tui.main import Server
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent / "scenarios" / "default.yaml"
 
@@ -89,7 +94,7 @@ def _write_metrics(sim: object, path: str) -> None:
         out.write(text)
 
 
-SERVE_FLAGS = {"--port", "--host", "--delay-ms", "--config", "--seed", "--speed", "-h", "--help"}
+SERVE_FLAGS = {"--port", "--host", "--delay-ms", "--config", "--seed", "--speed", "--record", "-h", "--help"}
 
 
 def split_foreign_flags(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -120,6 +125,7 @@ def split_foreign_flags(argv: list[str]) -> tuple[list[str], list[str]]:
 
 def _serve(args: argparse.Namespace) -> int:
     import asyncio
+    import signal
 
     from pydantic import TypeAdapter, ValidationError
 
@@ -141,15 +147,21 @@ def _serve(args: argparse.Namespace) -> int:
             sys.stderr.write(f"aisim serve: --delay-ms: {args.delay_ms!r} is not a number or a range like 120-350\n")
             return 2
 
+    scenario = checked.scenario
+
     async def main() -> None:
-        state = ServerState(checked.scenario, checked.base_dir, seed=args.seed, network_delay=delay, speed=args.speed)
+        state = ServerState(scenario, checked.base_dir, seed=args.seed, network_delay=delay, speed=args.speed,
+                            record=args.record)
         bound = await serve(state, args.host, args.port)
-        scenario = checked.scenario
         for (host, port), listener in zip(bound, scenario.server.listeners):
             print(f"aisim serving {scenario.metadata.name} at http://{host}:{port} "
                   f"({', '.join(listener.personalities)})", flush=True)
         print(f"models: {', '.join(m.id for m in scenario.models)}", flush=True)
-        await asyncio.Event().wait()
+        stopping = asyncio.Event()
+        for signum in (signal.SIGINT, signal.SIGTERM):  # stop cleanly: the request log gets its last lines
+            asyncio.get_running_loop().add_signal_handler(signum, stopping.set)
+        await stopping.wait()
+        await state.stop()
 
     try:
         asyncio.run(main())
@@ -167,11 +179,10 @@ FIT_MARGIN = 0.15
 def _memory(args: argparse.Namespace) -> int:
     from .engine.memory import plan
     from .render import memory_lines
-    from .scenario import Scenario
     from .scenario.models import EngineLimits, Model
-    from .scenario.presets import GPU_PROFILES, MODEL_FAMILIES
+    from .scenario.presets import GPU_PROFILES, MODEL_FAMILIES, GpuProfile
 
-    cases: list[tuple[str, object, object, object]] = []
+    cases: list[tuple[str, Model, GpuProfile, EngineLimits]] = []
     if args.scenario:
         checked = check_file(args.scenario)
         sys.stderr.write(render_text([p for p in checked.problems if p.severity == "error"]))
@@ -202,14 +213,14 @@ def _memory(args: argparse.Namespace) -> int:
         cases.append((args.model, model, GPU_PROFILES[args.gpu], engine))
     results = []
     for name, model, gpu, engine in cases:
-        result = plan(model, gpu, engine)  # type: ignore[arg-type]
+        result = plan(model, gpu, engine)
         results.append((name, model, gpu, result))
     if args.json:
-        payload = [{"model": name, "gpu": gpu.name, **_plan_dict(result)} for name, _, gpu, result in results]  # type: ignore[attr-defined]
+        payload = [{"model": name, "gpu": gpu.name, **_plan_dict(result)} for name, _, gpu, result in results]
         sys.stdout.write(json.dumps(payload, indent=2) + "\n")
     else:
         for name, model, gpu, result in results:
-            sys.stdout.write(memory_lines(name, model, gpu, result, FIT_MARGIN) + "\n")  # type: ignore[arg-type]
+            sys.stdout.write(memory_lines(name, model, gpu, result, FIT_MARGIN) + "\n")
     return 0 if all(r.kv_tokens >= r.max_model_len * (1 + FIT_MARGIN) for *_, r in results) else 1
 
 
@@ -270,9 +281,78 @@ def _inspect(args: argparse.Namespace) -> int:
     return 0 if report.valid else 1
 
 
+def _tui(args: argparse.Namespace) -> int:
+    from .tui.main import run
+
+    return run(args, _tui_server)
+
+
+def _tui_server(scenario: Scenario, base_dir: Path, args: argparse.Namespace) -> Server:
+    """`aisim tui --serve`: the server's simulation and clock, and how to start serving (returns the URLs)."""
+    from .api.server import ServerState, serve
+
+    state = ServerState(scenario, base_dir, seed=args.seed, speed=args.speed)
+
+    async def start() -> str:
+        bound = await serve(state, args.host, args.port)
+        return ", ".join(f"http://{host}:{port}" for host, port in bound)
+
+    return state.sim, state.live.clock, start
+
+
 def _schema(args: argparse.Namespace) -> int:
     sys.stdout.write(schema_text())
     return 0
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from .replay.commands import replay
+
+    return replay(args)
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    from .replay.commands import calibrate
+
+    return calibrate(args)
+
+
+def _add_replay_commands(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`aisim replay` and `aisim calibrate` (implemented in `aisim.replay.commands`)."""
+    def log_options(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("log", metavar="LOG", help="request log: aisim JSONL (serve --record), Azure trace CSV, "
+                            "or JSONL of timestamp, input_length, output_length")
+        parser.add_argument("--format", choices=("auto", "aisim", "azure", "jsonl"), default="auto", help="log format")
+        parser.add_argument("--timestamp-unit", choices=("s", "ms", "us"), default="s", help="plain JSONL timestamps' unit")
+        parser.add_argument("--count", type=int, metavar="N", help="only the first N requests")
+        parser.add_argument("--model", help="send every request to this model (default: the logged one, else the "
+                            "workload's first)")
+        parser.add_argument("--seed", type=int, help="override the scenario's seed")
+        parser.add_argument("--speed", type=float, default=1.0, help="replay arrivals X times faster (default 1)")
+
+    replay = commands.add_parser("replay", help="replay a request log against a scenario or a live endpoint; report drift")
+    log_options(replay)
+    replay.add_argument("--scenario", metavar="S", help="replay on this scenario's simulation (virtual time)")
+    replay.add_argument("--against", metavar="URL", help="replay against this live endpoint (real time); with "
+                        "--scenario, compare it with the simulation")
+    replay.add_argument("--concurrency", type=int, default=64, help="live: requests in flight at most (default 64)")
+    replay.add_argument("--api-key", help="live: bearer token")
+    replay.add_argument("--threshold", action="append", metavar="[METRIC=]PCT",
+                        help="pass when |p95 drift| is within PCT %% (default 10); per metric like itl=25; repeatable")
+    replay.add_argument("--itl", action="store_true", help="simulation: measure every token even when the log has no latencies")
+    replay.add_argument("--output", metavar="FILE", help="write the replayed requests as an aisim request log")
+    replay.add_argument("--report", metavar="FILE", help="write the drift report as JSON")
+    replay.add_argument("--plot", metavar="FILE.html", help="write recorded vs replayed latency over time (HTML, SVG)")
+    replay.add_argument("--json", action="store_true", help="print the drift report as JSON")
+    replay.set_defaults(handler=_replay)
+
+    calibrate = commands.add_parser("calibrate", help="fit a scenario's cost-model constants to a request log")
+    log_options(calibrate)
+    calibrate.add_argument("--scenario", metavar="S", required=True, help="the scenario to fit")
+    calibrate.add_argument("--output", metavar="FILE", help="updated scenario (default: S.calibrated.yaml beside S)")
+    calibrate.add_argument("--max-evaluations", type=int, default=400, help="replays the search may run (default 400)")
+    calibrate.add_argument("--json", action="store_true", help="print constants and drift as JSON")
+    calibrate.set_defaults(handler=_calibrate)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -308,6 +388,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--delay-ms", metavar="MS", help="network delay added to every request: 200 or 120-350")
     serve.add_argument("--seed", type=int, help="override the scenario's seed")
     serve.add_argument("--speed", type=float, default=1.0, help="virtual seconds per wall second (default 1)")
+    serve.add_argument("--record", metavar="FILE", help="write every request to this JSONL request log (aisim replay reads it)")
     serve.set_defaults(handler=_serve, foreign=[])
 
     memory = commands.add_parser("memory", help="predict weights, activations and KV-cache capacity, as vLLM sizes them")
@@ -344,6 +425,21 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.add_argument("--scenario", action="store_true", help="print only a scenario `models:` block for it")
     inspect.add_argument("--gpu", default="gpu0", metavar="ID", help="GPU id the block places the model on (default gpu0)")
     inspect.set_defaults(handler=_inspect)
+
+    tui = commands.add_parser("tui", help="watch a scenario's simulation live in a terminal UI (or attach to a server)")
+    tui.add_argument("scenario", nargs="?", metavar="SCENARIO", help="scenario file")
+    tui.add_argument("--speed", type=float, default=10.0, help="virtual seconds per wall second (default 10)")
+    tui.add_argument("--paused", action="store_true", help="start paused (space resumes, n steps)")
+    tui.add_argument("--seed", type=int, help="override the scenario's seed")
+    tui.add_argument("--fps", type=float, default=30.0, help="frames per second (default 30)")
+    tui.add_argument("--serve", action="store_true", help="also serve the scenario's APIs while the TUI shows them")
+    tui.add_argument("--port", type=int, help="with --serve: port of the first listener")
+    tui.add_argument("--host", help="with --serve: interface to bind")
+    tui.add_argument("--attach", metavar="URL", help="watch a running `aisim serve` through its /admin/events stream")
+    tui.add_argument("--token", help="with --attach: the server's admin token")
+    tui.set_defaults(handler=_tui)
+
+    _add_replay_commands(commands)
 
     schema = commands.add_parser("schema", help="print the JSON Schema of the scenario language")
     schema.set_defaults(handler=_schema)

@@ -19,29 +19,14 @@ import statistics
 from pathlib import Path
 
 import numpy as np
+from argonne import Row, rows, simulated_latency
 from scipy.optimize import minimize
 
 from aisim.engine import calibration
 from aisim.engine.costmodel import Efficiency
-from argonne import Row, rows, simulated_latency
+from aisim.replay.fitting import decode, encode
 
 STORE = Path(calibration.__file__).with_name("calibrated.json")
-
-
-def decode(x: np.ndarray) -> Efficiency:
-    """Unconstrained search vector -> constants in range (logistic for shares, exp for times)."""
-    return Efficiency(
-        bandwidth=1 / (1 + math.exp(-x[0])),
-        mfu=1 / (1 + math.exp(-x[1])),
-        step_overhead_ns=int(math.exp(x[2]) * 1000),
-        per_request_ns=int(math.exp(x[3]) * 1000),
-    )
-
-
-def encode(e: Efficiency) -> np.ndarray:
-    logit = lambda p: math.log(p / (1 - p))  # noqa: E731
-    return np.array([logit(e.bandwidth), logit(e.mfu), math.log(max(e.step_overhead_ns, 1) / 1000),
-                     math.log(max(e.per_request_ns, 1) / 1000)])
 
 
 def loss(x: np.ndarray, data: list[Row]) -> float:

@@ -23,6 +23,7 @@ import tornado.web
 from ..engine.batcher import QUEUE_FULL, TritonEngine
 from ..engine.deployment import ServedModel
 from ..engine.lifecycle import State
+from ..engine.live import Call
 from ..engine.workload import Arrival
 from ..scenario.models import KServe, Model, Version
 from .kserve_tensors import (
@@ -220,11 +221,13 @@ class ModelHandler(KServeHandler):
         batch = check_inputs(request, model.id, declared.inputs, kserve.max_batch_size)
         outputs = generate_outputs(request, declared.outputs, batch, kserve.max_batch_size > 0, model.id, chosen)
         recording = self.state.recording
+        self.call: Call | None = None
         try:
             await self._serve(served, chosen, request, batch)
         except KServeError as error:
             if recording is not None:
-                recording.infer(model.id, chosen, batch, request.inputs, [], self.request.request_time(), error.message)
+                recording.infer(self.call, model.id, chosen, batch, request.inputs, [], self.request.request_time(),
+                                error.message)
             raise
         payload, header_length = encode_response(model.id, chosen, request, outputs)
         if header_length is not None:
@@ -232,14 +235,14 @@ class ModelHandler(KServeHandler):
             self.set_header(HEADER, str(header_length))
         self.finish(payload)
         if recording is not None:
-            recording.infer(model.id, chosen, batch, request.inputs, outputs, self.request.request_time())
+            recording.infer(self.call, model.id, chosen, batch, request.inputs, outputs, self.request.request_time())
 
     async def _serve(self, served: ServedModel, version: str, request: InferRequest, batch: int) -> None:
         """Run the request through the model's engine and wait for its end."""
         priority = request.parameters.get("priority", 0)
         arrival = Arrival(0, "kserve", served.model.id, max(batch, 1), 0, int(priority) if isinstance(priority, int) else 0,
                           -1, 0, version=version)
-        call = self.state.live.submit(arrival, live_tokens=False)
+        call = self.call = self.state.live.submit(arrival, live_tokens=False)
         end, _ = await call.end()
         if end == "failed":
             reason = call.request.error if call.request is not None else "failed"

@@ -1,8 +1,11 @@
 """`aisim serve --record FILE`: the server's request log, in aisim's log format (`aisim.replay.formats`).
 
-What a server log measures, on the wall clock: a request arrives when Tornado starts reading it
-(vLLM's frontend arrival), its tokens when the engine releases them to the handler, its end when
-the engine finishes it. TTFT and ITL are written for streamed answers only (a client sees no
+What a server log measures, on the wall clock: a request arrives when the handler hands it to the
+engine (the instant the simulated engine stamps as its arrival), its tokens when the engine releases
+them to the handler, its end when the engine finishes it; `frontend` is the time before, from
+Tornado starting to read it (parsing, tokenizing, a network delay). Measuring from the engine's
+arrival is what lets a replay on the same scenario reproduce the log: the simulation models the
+engine, not the HTTP frontend. TTFT and ITL are written for streamed answers only (a client sees no
 token times otherwise). KServe inferences add their tensors' names, datatypes and shapes; model
 loads through the repository API their duration; the GPUs' memory is written when the server
 stops. The header's `speed` lets a reader convert wall seconds to the server's simulated seconds
@@ -12,6 +15,7 @@ stops. The header's `speed` lets a reader convert wall seconds to the server's s
 from __future__ import annotations
 
 import datetime
+import itertools
 import time
 from pathlib import Path
 from typing import Any
@@ -22,8 +26,8 @@ from ..engine.simulation import Simulation
 from ..replay.formats import load_record, memory_records, request_record
 from ..replay.recorder import LogWriter
 from ..replay.records import LoggedLoad, LoggedRequest, TensorShape
+from ..replay.simulate import memory_in_use
 
-MIB = 2**20
 STATUS = {"finished": "completed", "failed": "failed", "aborted": "aborted"}
 
 
@@ -32,7 +36,7 @@ class Recording:
 
     def __init__(self, path: str | Path, scenario: str, speed: float, seed: int, origin_wall: float) -> None:
         self.origin = origin_wall
-        started = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds")
+        started = datetime.datetime.now(datetime.UTC).isoformat(timespec="milliseconds")
         self.writer = LogWriter(path, scenario=scenario, speed=speed, seed=seed, started=started,
                                 aisim=__version__, clock="wall")
 
@@ -43,28 +47,33 @@ class Recording:
         """A generating request ended (`end`: finished, failed or aborted); `elapsed_s` since Tornado
         started reading it."""
         now = time.monotonic()
-        started = now - elapsed_s
+        submitted = call.submitted_wall
         walls = call.token_walls
         streamed = call.live_tokens
         error = call.request.error if call.request is not None and end == "failed" else ""
         logged = LoggedRequest(
-            self._arrival(started), call.arrival.model, call.arrival.prompt, len(call.token_times), endpoint, streamed,
-            STATUS.get(end, end), ttft=walls[0] - started if streamed and walls else None,
-            itl=[b - a for a, b in zip(walls, walls[1:])] if streamed else None,
-            e2e=(call.ended_wall or now) - started, error=error,
+            self._arrival(submitted), call.arrival.model, call.arrival.prompt, call.arrival.output, endpoint, streamed,
+            STATUS.get(end, end), ttft=walls[0] - submitted if streamed and walls else None,
+            itl=[b - a for a, b in itertools.pairwise(walls)] if streamed else None,
+            e2e=(call.ended_wall or now) - submitted, error=error, frontend=submitted - (now - elapsed_s),
+            priority=call.arrival.priority,
         )
         self.writer.write(request_record(logged))
 
-    def infer(self, model: str, version: str, batch: int, inputs: list[Any], outputs: list[tuple[Any, list[int], bytes]],
-              elapsed_s: float, error: str = "") -> None:
-        """A KServe inference ended: its tensors as sent and answered (none answered when it failed)."""
-        started = time.monotonic() - elapsed_s
+    def infer(self, call: Call | None, model: str, version: str, batch: int, inputs: list[Any],
+              outputs: list[tuple[Any, list[int], bytes]], elapsed_s: float, error: str = "") -> None:
+        """A KServe inference ended: its tensors as sent and answered (none answered when it failed);
+        `call` is None when it failed before reaching the engine."""
+        now = time.monotonic()
+        started = now - elapsed_s
+        submitted = call.submitted_wall if call is not None else started
+        ended = call.ended_wall if call is not None and call.ended_wall is not None else now
         logged = LoggedRequest(
-            self._arrival(started), model, max(batch, 1), 0, f"/v2/models/{model}/infer", False,
-            "failed" if error else "completed", e2e=elapsed_s, version=version, batch=batch,
+            self._arrival(submitted), model, max(batch, 1), 0, f"/v2/models/{model}/infer", False,
+            "failed" if error else "completed", e2e=ended - submitted, version=version, batch=batch,
             inputs=tuple(TensorShape(t.name, t.datatype, tuple(t.shape)) for t in inputs),
             outputs=None if error else tuple(TensorShape(t.name, t.datatype, tuple(shape)) for t, shape, _ in outputs),
-            error=error,
+            error=error, frontend=submitted - started, priority=call.arrival.priority if call is not None else 0,
         )
         self.writer.write(request_record(logged))
 
@@ -76,5 +85,4 @@ class Recording:
 
     def close(self, sim: Simulation) -> None:
         """The server stops: write each GPU's memory in use (as DCGM's FB_USED counts it), flush, close."""
-        memory = {gpu: (pool.memory_reserved() + pool.device.outside) / MIB for gpu, pool in sim.pools.items()}
-        self.writer.close(*memory_records(memory))
+        self.writer.close(*memory_records(memory_in_use(sim)))

@@ -5,8 +5,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
+from typing import TypedDict
 
 from ..scenario import Scenario, load_scenario
 from ..scenario.distributions import DurationDistribution
@@ -24,6 +25,15 @@ class ServerUrl(str):
     listeners: list[str]
 
 
+class _Started(TypedDict, total=False):
+    """What the server thread hands back to `running_server`: its state and bound listeners, or the
+    error that stopped it."""
+
+    state: ServerState
+    bound: list[tuple[str, int]]
+    error: BaseException
+
+
 @contextlib.contextmanager
 def running_server(scenario: Scenario | str | Path | None = None, *, seed: int | None = None,
                    network_delay: DurationDistribution | None = None, host: str = "127.0.0.1",
@@ -36,7 +46,7 @@ def running_server(scenario: Scenario | str | Path | None = None, *, seed: int |
     loaded = load_scenario(path or DEFAULT_SCENARIO) if not isinstance(scenario, Scenario) else scenario
     base_dir = (path or DEFAULT_SCENARIO).parent if path or scenario is None else Path(".")
     ready = threading.Event()
-    box: dict[str, object] = {}
+    box: _Started = {}
     loop = asyncio.new_event_loop()
 
     async def start() -> None:
@@ -59,15 +69,15 @@ def running_server(scenario: Scenario | str | Path | None = None, *, seed: int |
     thread.start()
     ready.wait()
     if "error" in box:
-        raise RuntimeError(f"aisim server failed to start: {box['error']}") from box["error"]  # type: ignore[arg-type]
-    bound_host, bound_port = box["bound"][0]  # type: ignore[index]
+        raise RuntimeError(f"aisim server failed to start: {box['error']}") from box["error"]
+    bound_host, bound_port = box["bound"][0]
     url = ServerUrl(f"http://{bound_host}:{bound_port}")
-    url.state = box["state"]  # type: ignore[assignment]
-    url.listeners = [f"http://{h}:{p}" for h, p in box["bound"]]  # type: ignore[attr-defined]
+    url.state = box["state"]
+    url.listeners = [f"http://{h}:{p}" for h, p in box["bound"]]
     try:
         yield url
     finally:
         state = box["state"]
-        asyncio.run_coroutine_threadsafe(state.stop(), loop).result(timeout=10)  # type: ignore[attr-defined]
+        asyncio.run_coroutine_threadsafe(state.stop(), loop).result(timeout=10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)

@@ -16,10 +16,10 @@ from __future__ import annotations
 import dataclasses
 import json
 from importlib import resources
+from typing import TypedDict, cast
 
 from ..scenario.models import CostModel
 from .costmodel import Efficiency
-
 
 
 def _load() -> dict[str, Efficiency]:
@@ -47,6 +47,15 @@ def _mean() -> Efficiency:
 DEFAULT = _mean()
 
 
+class _EfficiencyChanges(TypedDict, total=False):
+    """`Efficiency` fields that a model's `costModel` sets (those it gives), for `dataclasses.replace`."""
+
+    bandwidth: float
+    mfu: float
+    step_overhead_ns: int
+    per_request_ns: int
+
+
 def efficiency(gpu_name: str, overrides: CostModel | None = None) -> tuple[Efficiency, bool]:
     """The constants for a GPU type with a model's `costModel` overrides applied, and whether the
     result rests on data: fitted for this GPU type, or fully given by the scenario."""
@@ -59,5 +68,6 @@ def efficiency(gpu_name: str, overrides: CostModel | None = None) -> tuple[Effic
         "step_overhead_ns": overrides.step_overhead,
         "per_request_ns": overrides.per_request_overhead,
     }
-    given = {k: v for k, v in changes.items() if v is not None}
+    # `changes` less its None values holds exactly the `_EfficiencyChanges` types (mypy cannot narrow a comprehension)
+    given = cast(_EfficiencyChanges, {k: v for k, v in changes.items() if v is not None})
     return dataclasses.replace(base, **given), fitted or len(given) == len(changes)

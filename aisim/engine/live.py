@@ -45,6 +45,8 @@ class Call:
     """The wall-clock instant (`time.monotonic`) each token reached the call: what a server log measures."""
     ended_wall: float | None = None
     """The wall-clock instant the end reached the call (None while it runs)."""
+    submitted_wall: float = 0.0
+    """The wall-clock instant the request was handed to the engine (its arrival on the engine's clock)."""
     _ended: asyncio.Future[tuple[str, int]] | None = None
 
     def watch(self, event: str, request: Request, time_ns: int) -> None:
@@ -102,7 +104,7 @@ class Live:
     def submit(self, arrival: Arrival, live_tokens: bool = True) -> Call:
         """Let a request arrive now; its events come through the returned call (each token as it comes,
         or, with `live_tokens=False`, possibly all at the end, each with its own time)."""
-        call = Call(arrival, live_tokens)
+        call = Call(arrival, live_tokens, submitted_wall=time.monotonic())
 
         def arrive() -> None:
             call.request = self.sim.submit(arrival, call.watch, live_tokens)

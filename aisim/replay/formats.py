@@ -2,18 +2,21 @@
 
 - **aisim** (`aisim serve --record FILE`, `aisim replay --output FILE`): JSON lines, each with a
   `type`. A `header` line (`format: aisim-request-log`, `version`, `scenario`, `speed`, ...), one
-  `request` line per finished request (`arrival` seconds since the server started, `model`,
-  `endpoint`, `stream`, `prompt_tokens`, `output_tokens`, `status`, and when measured `ttft`,
-  `itl` (a list), `e2e` in seconds; KServe requests add `version`, `batch`, `inputs`, `outputs`
-  as `{name, datatype, shape}`), `load` lines for model loads (`arrival`, `model`, `version`,
-  `seconds`, `status`) and `memory` lines (`gpu`, `used_mib`) written at the end. Times are
-  wall-clock as measured; a header `speed` other than 1 scales them back to the server's clock.
+  `request` line per finished request (`arrival`: seconds since the server started at which the
+  engine received it, `model`, `endpoint`, `stream`, `prompt_tokens`, `output_tokens` (asked of the
+  engine), `status`, and when measured `ttft`, `itl` (a list), `e2e` in seconds from that arrival,
+  `frontend`: seconds from the server reading the request to the engine receiving it, and a
+  `priority` other than 0; KServe
+  requests add `version`, `batch`, `inputs`, `outputs` as `{name, datatype, shape}`), `load` lines
+  for model loads (`arrival`, `model`, `version`, `seconds`, `status`) and `memory` lines (`gpu`,
+  `used_mib`) written at the end. Times are wall-clock as measured; a header `speed` other than 1
+  scales them back to the server's clock.
 - **azure** (`TIMESTAMP, ContextTokens, GeneratedTokens`): the Azure LLM inference trace 2023.
 - **jsonl**: one object per line with `timestamp` (seconds, or `timestampUnit`; or a date-time),
   `input_length`, `output_length`, and optionally `model`, `ttft`, `itl`, `e2e` in seconds (the
   Mooncake trace's keys; timestamps in ms there).
 
-Readers sort requests by arrival (stably). Trace arrivals count from the first row.
+Readers sort requests by arrival (stably). Trace arrivals count from the earliest row.
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ def read_log(path: str | Path, fmt: Format = "auto", timestamp_unit: str = "s") 
         log = _read_aisim(path)
     log.requests.sort(key=lambda r: r.arrival_ns)
     log.loads.sort(key=lambda r: r.arrival_ns)
+    if chosen != "aisim" and log.requests and log.requests[0].arrival_ns:  # a trace counts from its earliest row
+        first = log.requests[0].arrival_ns
+        for request in log.requests:
+            request.arrival_ns -= first
     return log
 
 
@@ -127,7 +134,8 @@ def _request(row: dict[str, Any], speed: float) -> LoggedRequest:
         status=str(row.get("status", "completed")), ttft=_scaled(row.get("ttft"), speed),
         itl=None if itl is None else [float(g) * speed for g in itl], e2e=_scaled(row.get("e2e"), speed),
         version=row.get("version"), batch=row.get("batch"), inputs=shapes["inputs"], outputs=shapes["outputs"],
-        error=str(row.get("error", "")),
+        error=str(row.get("error", "")), frontend=_scaled(row.get("frontend"), speed),
+        priority=int(row.get("priority", 0)),
     )
 
 
@@ -189,6 +197,10 @@ def request_record(request: LoggedRequest) -> dict[str, Any]:
         record.update(version=request.version, batch=request.batch,
                       inputs=[t.to_dict() for t in request.inputs or ()],
                       outputs=None if request.outputs is None else [t.to_dict() for t in request.outputs])
+    if request.priority:
+        record["priority"] = request.priority
+    if request.frontend is not None:
+        record["frontend"] = _round(request.frontend)
     if request.error:
         record["error"] = request.error
     return record

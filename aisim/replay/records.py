@@ -39,7 +39,7 @@ class LoggedRequest:
     """One request: when it came, what it asked, and (when measured) how long it took."""
 
     arrival_ns: int
-    """When the request arrived, from the log's origin (server start, or the first trace row)."""
+    """When the request reached the engine, from the log's origin (server start, or the first trace row)."""
     model: str | None
     """The model it named; None for traces that name none."""
     prompt_tokens: int
@@ -49,7 +49,7 @@ class LoggedRequest:
     stream: bool = True
     status: str = COMPLETED
     ttft: float | None = None
-    """Seconds from arrival to the first token."""
+    """Seconds from arrival to the first token (engine side: `frontend` comes before it)."""
     itl: list[float] | None = None
     """Seconds between consecutive tokens."""
     e2e: float | None = None
@@ -61,6 +61,11 @@ class LoggedRequest:
     inputs: tuple[TensorShape, ...] | None = None
     outputs: tuple[TensorShape, ...] | None = None
     error: str = ""
+    priority: int = 0
+    """The request's scheduling priority (vLLM's `priority`; KServe's `priority` parameter)."""
+    frontend: float | None = None
+    """Seconds from the server starting to read the request to handing it to the engine (parsing,
+    tokenizing, network delay): what a client sees on top of `ttft` and `e2e`."""
 
     @property
     def is_kserve(self) -> bool:
