@@ -78,8 +78,8 @@ def report_table(report: dict[str, Any], wall_seconds: float) -> str:
     """The report as a readable table."""
     simulated = report["simulated_seconds"]
     speed = simulated / wall_seconds if wall_seconds else float("inf")
-    lines = [f"scenario {report['scenario']} (seed {report['seed']}): {simulated:,.1f} simulated s in "
-             f"{wall_seconds:.2f} wall s ({speed:,.0f}x real time), {report['events']:,} events", ""]
+    lines = [(f"scenario {report['scenario']} (seed {report['seed']}): {simulated:,.1f} simulated s in "
+             f"{wall_seconds:.2f} wall s ({speed:,.0f}x real time), {report['events']:,} events"), ""]
     for name, section in report["models"].items():
         lines += _section(f"model {name} ({section['mode']})", section) + [""]
     if len(report["models"]) > 1:
@@ -133,23 +133,23 @@ def memory_lines(name: str, model: Any, gpu: Any, plan: Any, margin: float) -> s
     need = plan.max_model_len * (1 + margin)
     fits = plan.kv_tokens >= need
     lines = [
-        f"model {name} ({arch.dtype}, {arch.params / 1e9:.2f}B parameters) on {gpu.name} "
-        f"({plan.capacity / gib:.2f} GiB), tensor parallel {tp}",
+        (f"model {name} ({arch.dtype}, {arch.params / 1e9:.2f}B parameters) on {gpu.name} "
+        f"({plan.capacity / gib:.2f} GiB), tensor parallel {tp}"),
         f"Model loading took {plan.weights / gib:.4f} GiB",
-        f"the current vLLM instance can use total_gpu_memory ({plan.capacity / gib:.2f}GiB) x gpu_memory_utilization "
-        f"({model.engine.gpu_memory_utilization:.2f}) = {plan.requested / gib:.2f}GiB",
-        f"model weights take {plan.weights / gib:.2f}GiB; non_torch_memory takes {plan.non_torch / gib:.2f}GiB; "
+        (f"the current vLLM instance can use total_gpu_memory ({plan.capacity / gib:.2f}GiB) x gpu_memory_utilization "
+        f"({model.engine.gpu_memory_utilization:.2f}) = {plan.requested / gib:.2f}GiB"),
+        (f"model weights take {plan.weights / gib:.2f}GiB; non_torch_memory takes {plan.non_torch / gib:.2f}GiB; "
         f"PyTorch activation peak memory takes {plan.activation_peak / gib:.2f}GiB; the rest of the memory reserved "
-        f"for KV Cache is {plan.kv_available / gib:.2f}GiB.",
+        f"for KV Cache is {plan.kv_available / gib:.2f}GiB."),
         f"Available KV cache memory: {plan.kv_available / gib:.2f} GiB",
     ]
     if plan.has_kv:
         lines += [
-            f"GPU KV cache size: {plan.kv_tokens:,} tokens ({plan.num_blocks:,} blocks of {plan.block_size}, "
-            f"{plan.kv_bytes_per_token:,} bytes per token)",
+            (f"GPU KV cache size: {plan.kv_tokens:,} tokens ({plan.num_blocks:,} blocks of {plan.block_size}, "
+            f"{plan.kv_bytes_per_token:,} bytes per token)"),
             f"Maximum concurrency for {plan.max_model_len:,} tokens per request: {plan.max_concurrency:.2f}x",
-            f"fits: {'yes' if fits else 'NO'} (needs room for one {plan.max_model_len:,}-token request plus "
-            f"{margin:.0%}: {need:,.0f} tokens)",
+            (f"fits: {'yes' if fits else 'NO'} (needs room for one {plan.max_model_len:,}-token request plus "
+            f"{margin:.0%}: {need:,.0f} tokens)"),
         ]
     else:
         lines.append("no KV cache (the model has no attention layers)")

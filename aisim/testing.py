@@ -11,12 +11,17 @@ yields the base URL of the built-in default scenario, served for the whole sessi
 
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
+from contextlib import AbstractContextManager
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
+if TYPE_CHECKING:
+    from .api.runner import ServerUrl
 
-def running_server(*args, **kwargs):  # type: ignore[no-untyped-def]
+
+def running_server(*args: Any, **kwargs: Any) -> AbstractContextManager[ServerUrl]:
     """See `aisim.api.runner.running_server` (imported lazily, so the plugin costs nothing at start-up)."""
     from .api.runner import running_server as start
 

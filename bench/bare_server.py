@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from pathlib import Path
 
 import tornado.web
 
@@ -20,13 +21,11 @@ def make_app(body: bytes, path: str) -> tornado.web.Application:
     return tornado.web.Application([(path, Handler)])
 
 
-async def main(port: int, body_file: str, path: str) -> None:
-    with open(body_file, "rb") as handle:
-        body = handle.read()
+async def main(port: int, body: bytes, path: str) -> None:
     make_app(body, path).listen(port, "127.0.0.1")
     print("ready", flush=True)
     await asyncio.Event().wait()
 
 
 if __name__ == "__main__":
-    asyncio.run(main(int(sys.argv[1]), sys.argv[2], sys.argv[3]))
+    asyncio.run(main(int(sys.argv[1]), Path(sys.argv[2]).read_bytes(), sys.argv[3]))

@@ -21,16 +21,15 @@ Works offline. Needs two packages beyond aisim's (`pip install tiktoken bpe-open
 
 from __future__ import annotations
 
-from typing import Callable
-
 import base64
 import gzip
 import hashlib
 import importlib.metadata
 import importlib.resources
 import json
-import time
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from unittest import mock

@@ -16,7 +16,13 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from aisim.api.vllm_metrics import CONTENT_TYPE, CacheConfig, Probe, SchedulerState, VllmMetrics
+from aisim.api.vllm_metrics import (
+    CONTENT_TYPE,
+    CacheConfig,
+    Probe,
+    SchedulerState,
+    VllmMetrics,
+)
 
 # -- from the reference, §2 -------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ VLLM_LOGGED_TOKENS = 27_943 * 16
 
 
 def _memory(python: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([python, "-m", "aisim", "memory", *args], capture_output=True, text=True, cwd=ROOT)
+    return subprocess.run([python, "-m", "aisim", "memory", *args], capture_output=True, text=True, cwd=ROOT, check=False)
 
 
 def test_llama3_8b_on_h100_is_within_ten_percent_of_what_vllm_logs(python: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import subprocess
@@ -11,7 +12,7 @@ from .conftest import ROOT, SCENARIOS
 
 
 def _aisim(python: str, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([python, "-m", "aisim", *args], capture_output=True, text=True, cwd=ROOT)
+    return subprocess.run([python, "-m", "aisim", *args], capture_output=True, text=True, cwd=ROOT, check=False)
 
 
 def test_run_without_arguments_runs_the_built_in_default_scenario(python: str) -> None:
@@ -36,7 +37,7 @@ def test_json_report_timeline_and_chrome_trace(python: str, tmp_path: Path) -> N
     records = [json.loads(line) for line in timeline.read_text().splitlines()]
     assert {"request_arrived", "request_scheduled", "request_first_token", "request_finished", "step",
             "model_state"} <= {r["type"] for r in records}
-    assert all(a["t_ns"] <= b["t_ns"] for a, b in zip(records, records[1:]))
+    assert all(a["t_ns"] <= b["t_ns"] for a, b in itertools.pairwise(records))
     events = json.loads(trace.read_text())["traceEvents"]
     lanes = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
     assert lanes == {"default / llama3-8b-sim/0"}

@@ -6,7 +6,7 @@ import re
 import subprocess
 import sys
 import time
-from typing import Iterator
+from collections.abc import Iterator
 
 import httpx
 import pytest

@@ -38,7 +38,7 @@ def test_multi_gpu_entries_declare_numbered_devices() -> None:
 
 def test_tensor_parallel_splits_weights_over_gpus() -> None:
     too_big = "gpus:\n  - {id: node, profile: H100-SXM, count: 2}\nmodels:\n  - {id: big, family: llama-3-70b, placement: {gpus: [node]}}\n"
-    [(line, _, path, message)] = errors(too_big)
+    [(_line, _, path, message)] = errors(too_big)
     assert path == "$.models[0].family" and "141.1 GB per GPU at tensorParallel 1" in message
     assert errors(too_big.replace("[node]}", "[node], tensorParallel: 2}")) == []
 

@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from aisim.engine.lifecycle import EDGES, IllegalTransition, Lifecycle, State, incompatibility, load_time_ns
+from aisim.engine.lifecycle import (
+    EDGES,
+    IllegalTransition,
+    Lifecycle,
+    State,
+    incompatibility,
+    load_time_ns,
+)
 from aisim.engine.report import build_report
 from aisim.scenario import load_scenario
 from aisim.scenario.models import Compatibility, Model, Version

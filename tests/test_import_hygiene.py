@@ -11,6 +11,7 @@ FORBIDDEN = {
     "aisim.engine": ["aisim.api", "aisim.tui", "aisim.cli", "tornado", "textual", "rich"],
     "aisim.api": ["aisim.tui", "textual", "rich"],
     "aisim.tui": ["aisim.api", "aisim.cli", "tornado"],
+    "aisim.replay": ["aisim.api", "aisim.tui", "aisim.cli", "tornado", "textual", "rich"],
     "aisim.telemetry": ["aisim.engine", "aisim.api", "aisim.tui", "aisim.cli", "tornado", "textual", "rich"],
 }
 

@@ -7,7 +7,14 @@ import time
 
 import pytest
 
-from aisim.engine.kernel import LATE, NORMAL, URGENT, Kernel, RealTimeClock, VirtualClock
+from aisim.engine.kernel import (
+    LATE,
+    NORMAL,
+    URGENT,
+    Kernel,
+    RealTimeClock,
+    VirtualClock,
+)
 
 
 def test_events_run_in_time_then_priority_then_insertion_order() -> None:

@@ -5,7 +5,11 @@ from __future__ import annotations
 import pytest
 
 from aisim.scenario import check_text, load_scenario, server
-from aisim.scenario.distributions import ConstantDuration, LogNormalCount, UniformDuration
+from aisim.scenario.distributions import (
+    ConstantDuration,
+    LogNormalCount,
+    UniformDuration,
+)
 from aisim.scenario.presets import GPU_PROFILES, MODEL_FAMILIES
 
 from .conftest import SCENARIOS

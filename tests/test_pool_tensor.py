@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from aisim.engine.pool import CachingAllocator, SimulatedDevice, Tensor, TensorState, TensorStateError
+from aisim.engine.pool import (
+    CachingAllocator,
+    SimulatedDevice,
+    Tensor,
+    TensorState,
+    TensorStateError,
+)
 
 from .pool_helpers import GiB, MiB
 

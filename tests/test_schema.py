@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 import subprocess
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from pydantic import Field
 

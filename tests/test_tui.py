@@ -14,13 +14,13 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from aisim.engine.feed import MAP_CELLS, Feed, memory_map
 from aisim.engine.simulation import Simulation
 from aisim.engine.timeline import RECORD_FIELDS
 from aisim.scenario import load_scenario
 from aisim.testing import running_server
 from aisim.tui.app import AisimTui
 from aisim.tui.board import Board
-from aisim.engine.feed import MAP_CELLS, Feed, memory_map
 from aisim.tui.screens import FaultScreen, HelpScreen
 from aisim.tui.source import STEP_NS, AttachSource, LocalSource
 

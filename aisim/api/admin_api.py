@@ -31,11 +31,11 @@ from typing import Any
 
 import tornado.iostream
 
+from ..engine.feed import Feed
 from ..scenario.units import QuantityError, parse_duration
 from ..telemetry.fields import FieldError, coerce, lookup
 from ..telemetry.sampler import GpuTelemetry
 from ..telemetry.xid import Xid
-from ..engine.feed import Feed
 from .errors import ApiError
 from .handlers import SSE_HEADERS, BaseHandler
 

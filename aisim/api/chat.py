@@ -12,7 +12,14 @@ from ..engine.live import Call
 from ..scenario.faults import Disconnect, MalformedChunk, Truncate
 from ..scenario.models import Model
 from .generation import Answer, Ask, answer, request_seed
-from .handlers import FINGERPRINT, GenerationHandler, chat_prompt, last_user, token_logprobs, usage
+from .handlers import (
+    FINGERPRINT,
+    GenerationHandler,
+    chat_prompt,
+    last_user,
+    token_logprobs,
+    usage,
+)
 from .protocol import ChatRequest
 
 
@@ -48,7 +55,7 @@ class ChatHandler(GenerationHandler):
         if not await self.settle(calls, [a.finish_reason for a in answers], body.token_cap, body.n):
             return
         if isinstance(fault, Disconnect):
-            self.request.connection.close()
+            self.close_connection()
             return
         choices = []
         for index, a in enumerate(answers):
@@ -133,7 +140,7 @@ class ChatHandler(GenerationHandler):
             return False
         broken[0] = True
         if isinstance(fault, Disconnect):
-            self.request.connection.close()
+            self.close_connection()
             self.on_connection_close()
         else:
             self.finish()

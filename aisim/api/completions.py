@@ -46,7 +46,7 @@ class CompletionHandler(GenerationHandler):
 
     async def complete(self) -> None:
         state = self.state
-        body, model, fault = await self.begin(CompletionRequest)
+        body, model, _fault = await self.begin(CompletionRequest)
         prompts = self.prompts(body)
         prompt_tokens = max(tokens for _, tokens in prompts)
         budget = self.admit(model, prompt_tokens, body.max_tokens)
@@ -130,7 +130,7 @@ class EmbeddingHandler(GenerationHandler):
 
     async def embed(self) -> None:
         state = self.state
-        body, model, fault = await self.begin(EmbeddingRequest)
+        body, model, _fault = await self.begin(EmbeddingRequest)
         task = model.resolved().task if not model.mock else "embed"
         if task != "embed":
             raise errors.invalid(f"The model `{body.model}` does not support the Embeddings API.", "model")

@@ -17,7 +17,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..scenario.faults import API_ERRORS, ApiError as ApiErrorFault, Disconnect, MalformedChunk, Timeout, Trigger, Truncate
+from ..scenario.faults import (
+    API_ERRORS,
+    Disconnect,
+    MalformedChunk,
+    Timeout,
+    Trigger,
+    Truncate,
+)
+from ..scenario.faults import ApiError as ApiErrorFault
 
 ApiFault = ApiErrorFault | Timeout | Disconnect | Truncate | MalformedChunk
 API_FAULTS = (ApiErrorFault, Timeout, Disconnect, Truncate, MalformedChunk)

@@ -17,6 +17,7 @@ from typing import Any
 
 import tornado.iostream
 import tornado.web
+from tornado.http1connection import HTTP1Connection
 
 from ..engine.live import Call
 from ..engine.workload import Arrival
@@ -65,6 +66,13 @@ class BaseHandler(tornado.web.RequestHandler):
         for name, value in error.headers.items():
             self.set_header(name, value)
         self.finish(json.dumps(error.body()))
+
+    def close_connection(self) -> None:
+        """Drop the client's connection (as a crashed or hung server would)."""
+        connection = self.request.connection
+        # tornado's HTTPServer hands every request its HTTP1Connection (the base interface has no close)
+        assert isinstance(connection, HTTP1Connection)
+        connection.close()
 
     def on_connection_close(self) -> None:
         self.gone = True
@@ -135,7 +143,7 @@ class GenerationHandler(BaseHandler):
             raise errors.named(fault.error, model.id, fault.status, fault.message, fault.retry_after)
         if isinstance(fault, Timeout):
             await asyncio.sleep(fault.duration / 1e9)
-            self.request.connection.close()
+            self.close_connection()
             raise asyncio.CancelledError
 
     def admit(self, model: Model, prompt_tokens: int, cap: int | None) -> int:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING
 from ..engine.batcher import TritonEngine
 from ..engine.live import Call
 from ..engine.replica import Replica, StepReport
+from ..engine.served import Engine
 from .vllm_metrics import CONTENT_TYPE, CacheConfig, SchedulerState, VllmMetrics
 
 if TYPE_CHECKING:
@@ -24,7 +26,7 @@ class MetricsFeed:
 
     def __init__(self, state: ServerState) -> None:
         self.metrics = VllmMetrics()
-        self.engines: dict[str, list[object]] = {}
+        self.engines: dict[str, list[Engine]] = {}
         self._pending: list[Callable[[], None]] = []
         """Finished requests not yet observed: prometheus_client's histograms cost tens of
         microseconds per request, so observations are applied in bulk, at the latest on a scrape."""
@@ -39,7 +41,7 @@ class MetricsFeed:
             engines = list(served.engines)
             self.engines[model.id] = engines
             self.metrics.add_model(model.id, max_model_len=state.max_model_len(model), cache=caches[: max(len(engines), 1)],
-                                   probe=lambda engines=engines: self._states(engines))
+                                   probe=partial(self._states, engines))
             for index, engine in enumerate(engines):
                 if isinstance(engine, Replica):
                     engine.on_step = lambda replica, report, name=model.id, index=index: self._step(name, index, report)
@@ -84,7 +86,7 @@ class MetricsFeed:
             prefill=None if first is None or scheduled is None else (first - scheduled) / NS,
             decode=None if first is None or scheduled is None else (last - first) / NS,  # type: ignore[operator]
             ttft=None if first is None else (first - request.arrival) / NS,
-            inter_token=[(b - a) / NS for a, b in zip(token_times, token_times[1:])], n=n))
+            inter_token=[(b - a) / NS for a, b in itertools.pairwise(token_times)], n=n))
         if len(self._pending) >= PENDING_LIMIT:
             self.flush()
 

@@ -115,11 +115,13 @@ class ChatRequest(_Sampling):
                 raise ValueError(f"response_format.type|Invalid value: '{kind}'. Supported values are: 'text', "
                                  "'json_object', and 'json_schema'.")
             spec = self.response_format.get("json_schema")
-            if kind == "json_schema" and not isinstance(spec, dict):
-                raise ValueError("response_format.json_schema|Missing required parameter: 'response_format.json_schema'.")
-            if kind == "json_schema" and not isinstance(spec.get("schema", {}), (dict, bool)):
-                raise ValueError("response_format.json_schema.schema|Invalid type for "
-                                 "'response_format.json_schema.schema': expected an object.")
+            if kind == "json_schema":
+                if not isinstance(spec, dict):
+                    raise ValueError("response_format.json_schema|Missing required parameter: "
+                                     "'response_format.json_schema'.")
+                if not isinstance(spec.get("schema", {}), (dict, bool)):
+                    raise ValueError("response_format.json_schema.schema|Invalid type for "
+                                     "'response_format.json_schema.schema': expected an object.")
         return self
 
     @property
@@ -214,7 +216,7 @@ def _explain(error: ValidationError, data: dict[str, Any]) -> ApiError:
     if kind in ("too_short", "too_long"):
         return invalid(f"Invalid '{param}': {first['msg'].lower()}.", param, "array_too_short" if kind == "too_short"
                        else "array_above_max_length")
-    if kind.endswith("_type") or kind.endswith("_parsing") or kind == "literal_error" or kind.startswith("model_"):
+    if kind.endswith(("_type", "_parsing")) or kind == "literal_error" or kind.startswith("model_"):
         expected = _TYPE_WORDS.get(kind.split("_")[0], "a valid value")
         return invalid(f"Invalid type for '{param}': expected {expected}, but got {_json_type(value)} instead.",
                        param, "invalid_type")

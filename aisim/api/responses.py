@@ -37,7 +37,7 @@ class ResponsesHandler(GenerationHandler):
 
     async def respond(self) -> None:
         state = self.state
-        body, model, fault = await self.begin(ResponseRequest)
+        body, model, _fault = await self.begin(ResponseRequest)
         messages = self.messages(body)
         prompt_tokens = state.tokenizer.chat_prompt_tokens([m.model_dump(exclude_none=True) for m in messages])
         budget = self.admit(model, prompt_tokens, body.max_output_tokens)

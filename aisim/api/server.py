@@ -19,9 +19,9 @@ import tornado.httpserver
 import tornado.netutil
 import tornado.web
 
+from ..engine.deployment import ServedModel
 from ..engine.live import Live
 from ..engine.sampling import Draws
-from ..engine.deployment import ServedModel
 from ..engine.simulation import Simulation
 from ..scenario import Scenario
 from ..scenario.distributions import DurationDistribution

@@ -83,10 +83,10 @@ def _observe_many(histogram: Histogram, values: Iterable[float]) -> None:
     gaps = list(values)
     if not gaps:
         return
-    bounds = histogram._upper_bounds  # noqa: SLF001 - see the docstring
+    bounds = histogram._upper_bounds
     for index, count in collections.Counter(bisect.bisect_left(bounds, v) for v in gaps).items():
-        histogram._buckets[index].inc(count)  # noqa: SLF001
-    histogram._sum.inc(sum(gaps))  # noqa: SLF001
+        histogram._buckets[index].inc(count)
+    histogram._sum.inc(sum(gaps))
 
 
 @dataclass(frozen=True, slots=True)

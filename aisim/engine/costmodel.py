@@ -98,14 +98,14 @@ class CostModel:
         `context_tokens`: prior tokens whose KV the step reads; `pairs`: causal query-key pairs.
         """
         host, gpu = self._parts_s(requests, new_tokens, context_tokens, pairs)
-        return int(round((host + gpu) * self.factor * 1e9))
+        return round((host + gpu) * self.factor * 1e9)
 
     def step_parts(self, requests: int, new_tokens: int, context_tokens: int, pairs: float) -> tuple[int, int]:
         """The step's (host ns, GPU ns): scheduling, input preparation, launches and sampling on the
         CPU, then the kernels and all-reduces on the GPU. They add up to `step_ns`."""
         host, gpu = self._parts_s(requests, new_tokens, context_tokens, pairs)
-        total = int(round((host + gpu) * self.factor * 1e9))
-        gpu_ns = min(total, int(round(gpu * self.factor * 1e9)))
+        total = round((host + gpu) * self.factor * 1e9)
+        gpu_ns = min(total, round(gpu * self.factor * 1e9))
         return total - gpu_ns, gpu_ns
 
     def execution_parts(self, batch: int) -> tuple[int, int]:
@@ -113,7 +113,7 @@ class CostModel:
         and the forward pass, without an LLM engine's per-step scheduling and sampling."""
         launch = self._graph_launch_s if batch <= GRAPH_MAX_TOKENS else self._eager_launch_s
         _, gpu = self._parts_s(1, batch, 0, 0.0)
-        return int(round(launch * self.factor * 1e9)), int(round(gpu * self.factor * 1e9))
+        return round(launch * self.factor * 1e9), round(gpu * self.factor * 1e9)
 
     def _parts_s(self, requests: int, new_tokens: int, context_tokens: int, pairs: float) -> tuple[float, float]:
         memory = self._weights_s(new_tokens) + (context_tokens + new_tokens) * self._kv_s

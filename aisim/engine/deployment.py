@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import numpy as np
 
@@ -118,7 +119,7 @@ class ServedModel:
             self.lifecycle.move(first, State.READY, 0, reason)
         if model.lifecycle is not None:
             for action in model.lifecycle.schedule:
-                self.host.kernel.at(action.at, lambda a=action: self._act(a.action, a.version), URGENT)
+                self.host.kernel.at(action.at, partial(self._act, action.action, action.version), URGENT)
 
     @property
     def mock(self) -> bool:

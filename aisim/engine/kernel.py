@@ -21,7 +21,8 @@ import asyncio
 import heapq
 import itertools
 import time
-from typing import Callable, NewType
+from collections.abc import Callable
+from typing import NewType
 
 Priority = NewType("Priority", int)
 URGENT = Priority(0)
@@ -113,8 +114,7 @@ class Kernel:
 
     def advance(self, time_ns: int) -> None:
         """Move the clock forward to `time_ns` with no event (the end of a run, real time passing)."""
-        if time_ns > self.now:
-            self.now = time_ns
+        self.now = max(self.now, time_ns)
 
 
 class VirtualClock:
@@ -250,5 +250,5 @@ class RealTimeClock:
             timeout = None if next_time is None or self.paused else (next_time - self.virtual_now()) / 1e9 / self.speed
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass

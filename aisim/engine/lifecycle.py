@@ -17,9 +17,9 @@ library initialisation; `model-runtimes.md` §3.6 reports several seconds for a 
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Callable
 
 import numpy as np
 

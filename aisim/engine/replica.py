@@ -270,7 +270,11 @@ class Replica:
             self._finish_step()
 
         shares = self.meter.kernel_shares(batch, int(gpu_ns * self.slowdown)) if self.meter else (0.0, 0.0)
-        started = self.kernel.after(host, lambda: GraphRun(placement.devices, ops, self.name, done, shares))
+
+        def launch() -> None:
+            GraphRun(placement.devices, ops, self.name, done, shares)
+
+        started = self.kernel.after(host, launch)
         return started
 
     def _step_stream(self, batch: list[tuple[Request, int]]) -> str:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, Literal
+from typing import Any, Literal
 
 Outcome = Literal["completed", "failed", "aborted", ""]
 Watcher = Callable[[str, "Request", int], None]

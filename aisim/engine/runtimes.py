@@ -83,11 +83,11 @@ def load_log(model: Model, plan: MemoryPlan, seconds: float) -> list[str]:
         return [f"Model loading took {plan.weights / GIB:.4f} GiB and {seconds:.6f} seconds"]
     return [
         f"Model loading took {plan.weights / GIB:.4f} GiB and {seconds:.6f} seconds",
-        f"the current vLLM instance can use total_gpu_memory ({plan.capacity / GIB:.2f}GiB) x gpu_memory_utilization "
-        f"({model.engine.gpu_memory_utilization:.2f}) = {plan.requested / GIB:.2f}GiB",
-        f"model weights take {plan.weights / GIB:.2f}GiB; non_torch_memory takes {plan.non_torch / GIB:.2f}GiB; "
+        (f"the current vLLM instance can use total_gpu_memory ({plan.capacity / GIB:.2f}GiB) x gpu_memory_utilization "
+        f"({model.engine.gpu_memory_utilization:.2f}) = {plan.requested / GIB:.2f}GiB"),
+        (f"model weights take {plan.weights / GIB:.2f}GiB; non_torch_memory takes {plan.non_torch / GIB:.2f}GiB; "
         f"PyTorch activation peak memory takes {plan.activation_peak / GIB:.2f}GiB; the rest of the memory reserved "
-        f"for KV Cache is {plan.kv_available / GIB:.2f}GiB.",
+        f"for KV Cache is {plan.kv_available / GIB:.2f}GiB."),
         f"# cuda blocks: {plan.num_blocks}, # CPU blocks: 0",
         f"GPU KV cache size: {plan.kv_tokens:,} tokens",
         f"Maximum concurrency for {plan.max_model_len:,} tokens per request: {plan.max_concurrency:.2f}x",

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import itertools
 from collections import deque
-from typing import Callable, Protocol
+from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
@@ -132,7 +133,7 @@ class MockEngine:
             request.generated = len(times) - 1
             self._token(request)
             if len(times) > 1:
-                self.stats.itl_values.append([b - a for a, b in zip(times, times[1:])])
+                self.stats.itl_values.append([b - a for a, b in itertools.pairwise(times)])
                 self.stats.itl_weights.append([1] * (len(times) - 1))
             if self.timeline.per_token:
                 for index, t in enumerate(times):

@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from itertools import islice
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import IO, Any, Iterator
+from itertools import islice
+from typing import IO, Any
 
 import numpy as np
 

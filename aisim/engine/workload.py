@@ -11,14 +11,23 @@ from __future__ import annotations
 import csv
 import datetime
 import json
-from decimal import Decimal, InvalidOperation
-from dataclasses import dataclass
-from pathlib import Path
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from decimal import Decimal, InvalidOperation
+from pathlib import Path
+from typing import SupportsInt
 
 import numpy as np
 
-from ..scenario.workload import ClosedBatch, ConstantRate, Gamma, Poisson, PriorityClass, Source, Trace
+from ..scenario.workload import (
+    ClosedBatch,
+    ConstantRate,
+    Gamma,
+    Poisson,
+    PriorityClass,
+    Source,
+    Trace,
+)
 from .sampling import sample
 
 CHUNK = 1024
@@ -74,11 +83,19 @@ def _trace_rows(trace: Trace, base_dir: Path) -> Iterator[tuple[int, int, int]]:
                 break
             try:
                 stamp = timestamp_ns(row[ts_col], unit_ns)
-                prompt, output = int(row[prompt_col]), int(row[output_col])
+                prompt, output = _count(row[prompt_col]), _count(row[output_col])
             except (KeyError, TypeError, ValueError) as error:
                 raise TraceError(f"{trace.file}: row {index + 1}: {error!r} in {row!r}") from error
             first = stamp if first is None else first
             yield stamp - first, prompt, output
+
+
+def _count(value: object) -> int:
+    """A token count from a trace cell, as `int()` reads it: a CSV string or a JSON number or string;
+    TypeError (with `int()`'s own message) for any other JSON value (null, a list, an object)."""
+    if isinstance(value, (str, SupportsInt)):
+        return int(value)
+    raise TypeError(f"int() argument must be a string, a bytes-like object or a real number, not {type(value).__name__!r}")
 
 
 def _json_row(line: str) -> dict[str, object]:
@@ -105,7 +122,7 @@ def timestamp_ns(value: object, unit_ns: int) -> int:
     head, dot, fraction = text.partition(".")
     parsed = datetime.datetime.fromisoformat(head + (dot + fraction[:6] if dot else ""))
     if parsed.tzinfo is not None:
-        parsed = parsed.astimezone(datetime.timezone.utc).replace(tzinfo=None)
+        parsed = parsed.astimezone(datetime.UTC).replace(tzinfo=None)
     delta = parsed - _EPOCH
     return (delta.days * 86_400 + delta.seconds) * NS + delta.microseconds * 1_000
 

@@ -196,7 +196,9 @@ def _check_models(parts: Parts, devices: dict[str, Gpu], base_dir: Path, report:
         versions = [v.version for v in model.versions]
         _unique(((["models", i, "versions", j, "version"], v) for j, v in enumerate(versions)), "version", report)
         if model.lifecycle is not None:
-            refs = [(["models", i, "lifecycle", "initialVersion"], model.lifecycle.initial_version)]
+            refs: list[tuple[list[PathPart], str | None]] = [
+                (["models", i, "lifecycle", "initialVersion"], model.lifecycle.initial_version)
+            ]
             refs += [(["models", i, "lifecycle", "schedule", j, "version"], a.version) for j, a in enumerate(model.lifecycle.schedule)]
             for path, version in refs:
                 if version is not None and version not in versions:

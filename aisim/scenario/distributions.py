@@ -8,8 +8,9 @@ token counts `128` is a constant and `100-2000` a uniform range. The engine samp
 
 from __future__ import annotations
 
+import itertools
 import re
-from typing import Annotated, Any, Generic, Literal, TypeVar, Union
+from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BeforeValidator, ConfigDict, Field, WithJsonSchema, model_validator
 
@@ -82,7 +83,7 @@ class Empirical(_Named, Generic[V]):
     def _monotone(self) -> Empirical[V]:
         points = sorted((float(k[1:]), v) for k, v in self.percentiles.items())
         values = [v for _, v in points]
-        if any(b < a for a, b in zip(values, values[1:])):  # type: ignore[operator]
+        if any(b < a for a, b in itertools.pairwise(values)):  # type: ignore[operator]
             raise ValueError("percentile values must not decrease as the percentile grows")
         return self
 
@@ -158,11 +159,11 @@ class EmpiricalCount(Empirical[TokenCount]):
 
 
 _DurationShape = Annotated[
-    Union[ConstantDuration, UniformDuration, NormalDuration, LogNormalDuration, EmpiricalDuration],
+    ConstantDuration | UniformDuration | NormalDuration | LogNormalDuration | EmpiricalDuration,
     Field(discriminator="kind"),
 ]
 _CountShape = Annotated[
-    Union[ConstantCount, UniformCount, NormalCount, LogNormalCount, EmpiricalCount],
+    ConstantCount | UniformCount | NormalCount | LogNormalCount | EmpiricalCount,
     Field(discriminator="kind"),
 ]
 
@@ -183,7 +184,7 @@ DurationDistribution = Annotated[
     _DurationShape,
     BeforeValidator(
         _expand_duration,
-        json_schema_input_type=Union[Annotated[str, WithJsonSchema(DURATION_SHORTHAND)], _DurationShape],
+        json_schema_input_type=Annotated[str, WithJsonSchema(DURATION_SHORTHAND)] | _DurationShape,
     ),
 ]
 """A distribution of durations; `200ms` and `120-350ms` are shorthands."""
@@ -191,7 +192,7 @@ CountDistribution = Annotated[
     _CountShape,
     BeforeValidator(
         _expand_count,
-        json_schema_input_type=Union[Annotated[int | str, WithJsonSchema(COUNT_SHORTHAND)], _CountShape],
+        json_schema_input_type=Annotated[int | str, WithJsonSchema(COUNT_SHORTHAND)] | _CountShape,
     ),
 ]
 """A distribution of token counts; `128` and `100-2000` are shorthands."""

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import Annotated, ClassVar, Literal, Union
+from typing import (
+    TYPE_CHECKING,
+    Annotated,
+    ClassVar,
+    Literal,
+    TypeAlias,
+    TypedDict,
+    cast,
+)
 
 from pydantic import Field, model_validator
 
@@ -15,7 +23,12 @@ from .units import Bandwidth, ByteSize, Duration, FlopRate, Power
 Identifier = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.:/-]*$", max_length=128)]
 """A name other parts of the scenario refer to."""
 
-GpuProfileName = Literal[tuple(GPU_PROFILES)]  # type: ignore[valid-type]
+if TYPE_CHECKING:
+    GpuProfileName: TypeAlias = str
+else:
+    GpuProfileName = Literal[tuple(GPU_PROFILES)]
+"""A built-in profile's name: a Literal of `GPU_PROFILES`' keys, built at import time (so the schema
+lists them); a type checker cannot evaluate it and sees a plain str."""
 
 
 
@@ -107,7 +120,7 @@ class SlabPool(_PoolCommon):
     """Size of one slab (default 2MiB)."""
 
 
-MemoryPool = Annotated[Union[CachingPool, BuddyPool, SlabPool], Field(discriminator="allocator")]
+MemoryPool = Annotated[CachingPool | BuddyPool | SlabPool, Field(discriminator="allocator")]
 
 
 class Stream(Spec):
@@ -128,6 +141,24 @@ class Preemption(Spec):
     """Delay injected on each preemption (default 10us)."""
     max_per_second: int | None = Field(None, ge=1)
     """Cap on preemptions per second on this GPU; unlimited when absent."""
+
+
+class _ProfileChanges(TypedDict, total=False):
+    """`GpuProfile` fields that a `Hardware` entry sets (those it gives), for `dataclasses.replace`."""
+
+    memory: int
+    capacity: int
+    memory_bandwidth: int
+    fp16_flops: int
+    fp8_flops: int
+    pcie_generation: int
+    interconnect_bandwidth: int
+    tdp_mw: int
+    sms: int
+    compute_capability: str
+    launch_latency_ns: int
+    greatest_stream_priority: int
+    capacity_source: str
 
 
 def _default_streams() -> list[Stream]:
@@ -184,7 +215,8 @@ class Gpu(Spec):
             "launch_latency_ns": hw.launch_latency,
             "greatest_stream_priority": hw.greatest_stream_priority,
         }
-        given = {k: v for k, v in changes.items() if v is not None}
+        # `changes` less its None values holds exactly the `_ProfileChanges` types (mypy cannot narrow a comprehension)
+        given = cast(_ProfileChanges, {k: v for k, v in changes.items() if v is not None})
         if base is None:
             memory = given["memory"]
             base = GpuProfile(

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Annotated, ClassVar, Literal, Union
+from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, TypeAlias
 
 from pydantic import Field, PrivateAttr, model_validator
 
@@ -15,7 +15,12 @@ from .units import Bandwidth, ByteSize, Count, Duration
 
 ModelName = Annotated[str, Field(pattern=r"^[^\s]+$", min_length=1, max_length=256)]
 """A model id as clients send it; slashes allowed (`meta-llama/Meta-Llama-3-8B`)."""
-FamilyName = Literal[tuple(MODEL_FAMILIES)]  # type: ignore[valid-type]
+if TYPE_CHECKING:
+    FamilyName: TypeAlias = str
+else:
+    FamilyName = Literal[tuple(MODEL_FAMILIES)]
+"""A built-in family's name: a Literal of `MODEL_FAMILIES`' keys, built at import time (so the schema
+lists them); a type checker cannot evaluate it and sees a plain str."""
 Runtime = Literal["vllm", "tensorrt", "onnxruntime", "python"]
 
 
@@ -170,7 +175,7 @@ class DatasetContent(_ContentCommon):
 
 
 Content = Annotated[
-    Union[TemplateContent, EchoContent, LoremContent, FixedContent, DatasetContent],
+    TemplateContent | EchoContent | LoremContent | FixedContent | DatasetContent,
     Field(discriminator="kind"),
 ]
 

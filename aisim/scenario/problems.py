@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Iterable, Literal, Sequence
+from typing import Literal
 
 Severity = Literal["error", "warning"]
 PathPart = str | int

@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError
@@ -31,7 +32,7 @@ TAG = "tag:yaml.org,2002:"
 try:
     from _ruamel_yaml import CParser
 
-    class _Composer(CParser, VersionedResolver):  # type: ignore[misc, valid-type]
+    class _Composer(CParser, VersionedResolver):
         """libyaml's parser with ruamel's YAML 1.2 resolver; composes nodes only."""
 
         def __init__(self, stream: io.StringIO) -> None:

@@ -13,9 +13,10 @@ also pass the integer in its storage unit, so `Duration` accepts `5_000_000` as 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any
 
 from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 import difflib
 import functools
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as SchemaError
@@ -32,7 +33,7 @@ def schema_problems(source: Source) -> tuple[list[Problem], list[list[PathPart]]
     covered: list[list[PathPart]] = []
     for error in _validator().iter_errors(source.data):
         problems.extend(_explain(source, error))
-        covered.append(source.locate(list(error.absolute_path))[1])  # type: ignore[arg-type]
+        covered.append(source.locate(list(error.absolute_path))[1])
     return problems, covered
 
 
@@ -64,10 +65,11 @@ def _type_mismatch(errors: list[SchemaError], parent: SchemaError) -> bool:
 def _explain(source: Source, error: SchemaError) -> list[Problem]:
     problems = []
     for leaf in _leaves(error):
-        parts: list[PathPart] = list(leaf.absolute_path)  # type: ignore[arg-type]
+        parts: list[PathPart] = list(leaf.absolute_path)
         if leaf.validator == "additionalProperties" and isinstance(leaf.instance, dict):
-            known = list(leaf.schema.get("properties", {}))
-            for key in _unexpected(leaf):
+            schema = _schema(leaf)
+            known = list(schema.get("properties", {}))
+            for key in _unexpected(leaf.instance, schema):
                 hint = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
                 text = f"unknown key {key!r}" + (f"; did you mean {hint[0]!r}?" if hint else _allowed(known))
                 problems.append(source.problem([*parts, key], text, "additionalProperties", at_key=True))
@@ -86,13 +88,19 @@ def _missing_key(error: SchemaError) -> str:
     return next((k for k in missing if repr(k) in error.message), missing[0] if missing else "?")
 
 
-def _unexpected(error: SchemaError) -> list[str]:
-    schema = error.schema
+def _schema(error: SchemaError) -> Mapping[str, Any]:
+    """The schema object holding the keyword that failed: only a boolean schema (`false`) fails
+    without a keyword, so every error explained by its keyword comes from an object."""
+    assert isinstance(error.schema, Mapping)
+    return error.schema
+
+
+def _unexpected(instance: dict[str, Any], schema: Mapping[str, Any]) -> list[str]:
     properties = schema.get("properties", {})
     patterns = schema.get("patternProperties", {})
     return [
         key
-        for key in error.instance
+        for key in instance
         if key not in properties and not any(re.search(p, key) for p in patterns)
     ]
 
@@ -103,7 +111,6 @@ def _allowed(known: list[str]) -> str:
 
 def _message(error: SchemaError) -> str:
     value = error.instance
-    schema = error.schema
     match error.validator:
         case "enum":
             options = ", ".join(repr(v) for v in error.validator_value)  # type: ignore[union-attr]
@@ -115,11 +122,11 @@ def _message(error: SchemaError) -> str:
         case "type":
             return f"{_short(value)} is not {_article(error.validator_value)}"
         case "pattern":
-            expected = schema.get("x-aisim-expected")
+            expected = _schema(error).get("x-aisim-expected")
             return f"{_short(value)} is not {expected}" if expected else f"{_short(value)} does not match {error.validator_value!r}"
         case "minimum" | "maximum" | "exclusiveMinimum" | "exclusiveMaximum":
             words = {"minimum": ">=", "maximum": "<=", "exclusiveMinimum": ">", "exclusiveMaximum": "<"}
-            return f"{value!r} must be {words[error.validator]} {error.validator_value}"  # type: ignore[index]
+            return f"{value!r} must be {words[error.validator]} {error.validator_value}"
         case "minItems":
             return f"needs at least {error.validator_value} item(s)"
         case "maxItems":
@@ -131,7 +138,7 @@ def _message(error: SchemaError) -> str:
         case "minProperties":
             return f"needs at least {error.validator_value} entries"
         case "anyOf" | "oneOf":
-            expected = schema.get("x-aisim-expected")
+            expected = _schema(error).get("x-aisim-expected")
             return f"{_short(value)} is not {expected}" if expected else f"{_short(value)} is not a valid value here"
     return error.message
 
@@ -151,7 +158,7 @@ def _article(types: Any) -> str:
     names = {"object": "a mapping", "array": "a list", "string": "a string", "integer": "an integer",
              "number": "a number", "boolean": "true or false", "null": "null"}
     if isinstance(types, list):
-        return " or ".join(names.get(t, t) for t in types)
+        return " or ".join(names.get(t, str(t)) for t in types)
     return names.get(types, str(types))
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, ClassVar, Literal, Union
+from typing import Annotated, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -99,7 +99,7 @@ class Trace(Spec):
         return "jsonl" if self.file.endswith((".jsonl", ".json")) else "csv"
 
 
-Arrival = Annotated[Union[Poisson, Gamma, ConstantRate, ClosedBatch, Trace], Field(discriminator="kind")]
+Arrival = Annotated[Poisson | Gamma | ConstantRate | ClosedBatch | Trace, Field(discriminator="kind")]
 
 
 class SharedPrefix(Spec):
