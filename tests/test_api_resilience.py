@@ -183,6 +183,22 @@ def test_truncation_and_malformed_chunks_break_the_stream_as_configured() -> Non
                 pass
 
 
+def test_a_timeout_fault_holds_the_request_then_drops_the_connection(caplog: pytest.LogCaptureFixture) -> None:
+    with running_server(FAULTS) as base:
+        from aisim.scenario.faults import Timeout, Trigger
+
+        base.state.faults.by_name["hang"] = Timeout(kind="timeout", duration=300_000_000, trigger=Trigger(probability=1.0))
+        started = time.monotonic()
+        with pytest.raises(httpx.RemoteProtocolError):  # the server closed the connection without answering
+            httpx.post(f"{base}/v1/chat/completions", json={"model": "quick", "messages": USER},
+                       headers={"Authorization": "Bearer sk-team-a", "x-aisim-fault": "hang"}, timeout=30)
+        assert time.monotonic() - started >= 0.3
+        answered = httpx.post(f"{base}/v1/chat/completions", json={"model": "quick", "messages": USER},
+                              headers={"Authorization": "Bearer sk-team-a"}, timeout=30)
+        assert answered.status_code in (200, 429, 503)  # the server goes on (other faults of the file may fire)
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], "a dropped connection is not a server error"
+
+
 def test_the_pytest_fixture_serves_the_default_scenario(aisim_server: str) -> None:
     ids = {m["id"] for m in httpx.get(f"{aisim_server}/v1/models").json()["data"]}
     assert {"gpt-4-turbo-mock", "llama3-8b-sim"} <= ids

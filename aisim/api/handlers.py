@@ -35,6 +35,10 @@ SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Contro
 FINGERPRINT = "fp_aisim"
 
 
+class ConnectionDropped(Exception):
+    """A fault closed the client's connection; the request ends here, without an answer."""
+
+
 class BaseHandler(tornado.web.RequestHandler):
     """Shared plumbing: request ids, JSON bodies, OpenAI error bodies, auth, disconnects."""
 
@@ -117,6 +121,8 @@ class BaseHandler(tornado.web.RequestHandler):
         except ApiError as error:
             if not self._headers_written:
                 self.fail(error)
+        except ConnectionDropped:
+            pass  # a fault dropped the connection on purpose: nothing to answer, nothing to log
 
 
 class GenerationHandler(BaseHandler):
@@ -144,7 +150,7 @@ class GenerationHandler(BaseHandler):
         if isinstance(fault, Timeout):
             await asyncio.sleep(fault.duration / 1e9)
             self.close_connection()
-            raise asyncio.CancelledError
+            raise ConnectionDropped
 
     def admit(self, model: Model, prompt_tokens: int, cap: int | None) -> int:
         """Rate limits and the context window; returns the completion budget."""
