@@ -101,6 +101,29 @@ def test_real_time_clock_never_runs_an_event_early_and_accepts_injected_work() -
     assert elapsed >= 0.06
 
 
+def test_events_closer_than_the_early_window_do_not_pull_each_other_ahead() -> None:
+    """Events 0.1 ms apart over 40 ms: each runs at most EARLY_S before its time on the wall clock (a
+    horizon measured from the last event run would let the whole run go at once)."""
+    from aisim.engine.kernel import EARLY_S
+
+    async def scenario() -> list[float]:
+        kernel = Kernel()
+        clock = RealTimeClock(kernel, speed=1.0)
+        started = time.monotonic()
+        early: list[float] = []
+        for k in range(1, 401):
+            kernel.at(k * 100_000, lambda k=k: early.append(k * 1e-4 - (time.monotonic() - started)))
+        runner = asyncio.create_task(clock.run())
+        while len(early) < 400:
+            await asyncio.sleep(0.002)
+        clock.stop()
+        await runner
+        return early
+
+    early = asyncio.run(scenario())
+    assert max(early) <= EARLY_S + 0.0002  # slowness makes events late, never early
+
+
 def test_speed_factor_compresses_wall_time() -> None:
     async def scenario() -> float:
         kernel = Kernel()

@@ -171,15 +171,20 @@ class RealTimeClock:
         """Whether virtual time stands still (a watcher paused it); events due by then still run."""
 
     def virtual_now(self) -> int:
-        """The virtual time that corresponds to this wall-clock instant."""
+        """The virtual time that corresponds to this wall-clock instant (never behind the last event run)."""
+        return max(self.kernel.now, self._wall_virtual())
+
+    def _wall_virtual(self) -> int:
+        """Virtual time from the wall clock alone. The events due are those up to this plus `EARLY_S`: measured
+        from the last event run instead, each event run early would move the horizon on, and events a little
+        apart would all run at once, far ahead of their time."""
         if self.paused:
-            return max(self.kernel.now, self._start_virtual)
-        elapsed = time.monotonic() - self._start_wall
-        return max(self.kernel.now, self._start_virtual + int(elapsed * self.speed * 1e9))
+            return self._start_virtual
+        return self._start_virtual + int((time.monotonic() - self._start_wall) * self.speed * 1e9)
 
     def _rebase(self) -> None:
         """Start counting from this instant, so that a change of speed or a pause leaves virtual time where it is."""
-        self._start_virtual = self.virtual_now()
+        self._start_virtual = self._wall_virtual()
         self._start_wall = time.monotonic()
 
     def set_speed(self, speed: float) -> None:
@@ -227,12 +232,13 @@ class RealTimeClock:
         while True:
             next_time = kernel.peek()
             watch = kernel.next_observation()
+            horizon = self._wall_virtual() + self._early
             if watch is not None and (next_time is None or watch < next_time):
-                if watch > self.virtual_now():
+                if watch > horizon:
                     return watch
                 kernel.observe_before(watch + 1)
                 continue
-            if next_time is None or next_time > self.virtual_now() + self._early:
+            if next_time is None or next_time > horizon:
                 return next_time
             kernel.step()
 
@@ -247,8 +253,13 @@ class RealTimeClock:
             next_time = self._run_due()
             self._wake.clear()
             self._sleeping_until = next_time
-            timeout = None if next_time is None or self.paused else (next_time - self.virtual_now()) / 1e9 / self.speed
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout)
-            except TimeoutError:
-                pass
+            if next_time is None or self.paused:
+                await self._wake.wait()
+                continue
+            # A timer that sets the wake event (cheaper than `wait_for`, which wraps each wait in a task), set
+            # for the start of the event's early window: the selector rounds its timeout up to the next
+            # millisecond, so a timer set for the event's own time would make it up to a millisecond late.
+            alarm = asyncio.get_running_loop().call_later(
+                max(next_time - self._early - self._wall_virtual(), 0) / 1e9 / self.speed, self._wake.set)
+            await self._wake.wait()
+            alarm.cancel()
