@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any
 
 import tornado.web
@@ -25,17 +26,19 @@ from ..engine.deployment import ServedModel
 from ..engine.lifecycle import State
 from ..engine.live import Call
 from ..engine.workload import Arrival
-from ..scenario.models import KServe, Model, Version
+from ..scenario.models import KServe, Model, Tensor, Version
 from .kserve_tensors import (
     HEADER,
     InferRequest,
     KServeError,
+    Signature,
     check_inputs,
     decompress,
     encode_response,
     generate_outputs,
     parse_request,
 )
+from .recording import Recording
 from .server import ServerState
 from .triton_config import model_config, platform_of
 
@@ -80,7 +83,9 @@ class KServeHandler(tornado.web.RequestHandler):
         self.finish()
 
     def served(self, name: str) -> ServedModel:
-        model = self.state.scenario.model_named(name)
+        names: dict[str, Model] = self.settings.get("kserve_model_names") or self.settings.setdefault(
+            "kserve_model_names", {n: m for m in reversed(self.state.scenario.models) for n in m.names})
+        model = names.get(name)  # `scenario.model_named`, indexed once: the first model with the name wins
         if model is None:
             raise KServeError(400, f"Request for unknown model: '{name}' is not found")
         return self.state.served(model)
@@ -89,6 +94,10 @@ class KServeHandler(tornado.web.RequestHandler):
         """The version a request goes to: the named one if READY, else the serving one (§8.2)."""
         name = served.model.id
         lives = served.lifecycle.lives
+        active = served.lifecycle.active
+        if version is None and active in lives and TRITON_STATES.get(lives[active].state) == "READY" \
+                and active in served.routers:
+            return active  # what the general case below answers when the serving version is ready
         if version is not None:
             if version not in lives:
                 raise KServeError(404, f"Request for unknown model: '{name}' version {version} is not found")
@@ -112,6 +121,23 @@ class KServeHandler(tornado.web.RequestHandler):
             work()
         except KServeError as error:
             self.fail(error)
+
+    def signature(self, model: Model, version: str) -> Signature:
+        """A version's declared tensors, indexed on its first request: the scenario's models do not change
+        while the server runs (kept per application, keyed by the model object)."""
+        signatures: dict[tuple[int, str], tuple[Model, Signature]] = self.settings.setdefault("kserve_signatures", {})
+        known = signatures.get((id(model), version))
+        if known is not None:
+            return known[1]
+        declared = version_of(model, version)
+        signature = Signature.of(declared.inputs, declared.outputs, (model.kserve or KServe()).max_batch_size)
+        signatures[(id(model), version)] = (model, signature)  # holding the model keeps its id its own
+        return signature
+
+    def _header(self, name: str) -> str | None:
+        """A request header, or None: `headers.get` without the KeyError it raises and catches when absent."""
+        values = self.request.headers.get_list(name)
+        return ",".join(values) if values else None
 
     def json_body(self) -> Any:
         """The request body as JSON (an empty body is `{}`); a malformed one is Triton's 500."""
@@ -196,8 +222,14 @@ class ModelHandler(KServeHandler):
                 "outputs": [{"name": t.name, "datatype": t.datatype, "shape": t.shape} for t in outputs],
             }))
 
-    async def post(self, name: str, version: str | None, action: str | None) -> None:
-        await self.run(lambda: self._infer(name, version))
+    def post(self, name: str, version: str | None, action: str | None = None) -> Awaitable[None] | None:
+        """`.../infer` (its route captures no action). A fast model has answered by the time the request is
+        submitted: the answer then goes out at once, with no coroutines to run; otherwise this returns the wait."""
+        try:  # `run`, inlined: this is the busiest route
+            return self._infer(name, version)
+        except KServeError as error:
+            self.fail(error)
+            return None
 
     def _tensors(self, served: ServedModel, version: str | None) -> tuple[list[Any], list[Any]]:
         chosen = version_of(served.model, version or served.lifecycle.active)
@@ -210,48 +242,65 @@ class ModelHandler(KServeHandler):
             if served.model.placement else []
         return [[devices.index(d) for d in (group.gpus or placed) if d in devices] for group in kserve.instance_groups]
 
-    async def _infer(self, name: str, version: str | None) -> None:
+    def _infer(self, name: str, version: str | None) -> Awaitable[None] | None:
         served = self.served(name)
         chosen = self.ready_version(served, version)
         model = served.model
-        kserve = model.kserve or KServe()
-        body = decompress(self.request.body, self.request.headers.get("Content-Encoding"))
-        request = parse_request(body, self.request.headers.get(HEADER), model.id)
-        declared = version_of(model, chosen)
-        batch = check_inputs(request, model.id, declared.inputs, kserve.max_batch_size)
-        outputs = generate_outputs(request, declared.outputs, batch, kserve.max_batch_size > 0, model.id, chosen)
-        recording = self.state.recording
+        body = decompress(self.request.body, self._header("Content-Encoding"))
+        request = parse_request(body, self._header(HEADER), model.id)
+        signature = self.signature(model, chosen)
+        batch = check_inputs(request, model.id, signature)
+        outputs = generate_outputs(request, signature, batch, model.id, chosen)
+        answer = _Answer(model.id, chosen, request, batch, outputs, self.state.recording)
+        priority = request.parameters.get("priority", 0)
+        arrival = Arrival(0, "kserve", model.id, max(batch, 1), 0, int(priority) if isinstance(priority, int) else 0,
+                          -1, 0, version=chosen)
         self.call: Call | None = None
+        call = self.call = self.state.live.submit(arrival, live_tokens=False)
+        if call.ending is not None:
+            self._answer(call, call.ending, answer)
+            return None
+        return self._answer_at_end(call, answer)
+
+    async def _answer_at_end(self, call: Call, answer: _Answer) -> None:
         try:
-            await self._serve(served, chosen, request, batch)
+            self._answer(call, await call.end(), answer)
         except KServeError as error:
+            self.fail(error)
+
+    def _answer(self, call: Call, ending: tuple[str, int], answer: _Answer) -> None:
+        """The response to a request the engine has ended: its outputs, or the engine's error."""
+        request, recording = answer.request, answer.recording
+        if ending[0] == "failed":
+            reason = call.request.error if call.request is not None else "failed"
+            error = KServeError(503, f"{request.label}{QUEUE_FULL}") if reason == QUEUE_FULL else KServeError(500, reason)
             if recording is not None:
-                recording.infer(self.call, model.id, chosen, batch, request.inputs, [], self.request.request_time(),
-                                error.message)
-            raise
-        payload, header_length = encode_response(model.id, chosen, request, outputs)
+                recording.infer(call, answer.model, answer.version, answer.batch, request.inputs, [],
+                                self.request.request_time(), error.message)
+            raise error
+        payload, header_length = encode_response(answer.model, answer.version, request, answer.outputs)
         if header_length is not None:
             self.set_header("Content-Type", "application/octet-stream")
             self.set_header(HEADER, str(header_length))
         self.finish(payload)
         if recording is not None:
-            recording.infer(self.call, model.id, chosen, batch, request.inputs, outputs, self.request.request_time())
-
-    async def _serve(self, served: ServedModel, version: str, request: InferRequest, batch: int) -> None:
-        """Run the request through the model's engine and wait for its end."""
-        priority = request.parameters.get("priority", 0)
-        arrival = Arrival(0, "kserve", served.model.id, max(batch, 1), 0, int(priority) if isinstance(priority, int) else 0,
-                          -1, 0, version=version)
-        call = self.call = self.state.live.submit(arrival, live_tokens=False)
-        end, _ = await call.end()
-        if end == "failed":
-            reason = call.request.error if call.request is not None else "failed"
-            if reason == QUEUE_FULL:
-                raise KServeError(503, f"{request.label}{QUEUE_FULL}")
-            raise KServeError(500, reason)
+            recording.infer(call, answer.model, answer.version, answer.batch, request.inputs, answer.outputs,
+                            self.request.request_time())
 
     def on_connection_close(self) -> None:
         pass
+
+
+@dataclass(slots=True)
+class _Answer:
+    """What the response to an inference request needs once the engine has ended it."""
+
+    model: str
+    version: str
+    request: InferRequest
+    batch: int
+    outputs: list[tuple[Tensor, list[int], bytes]]
+    recording: Recording | None
 
 
 class ModelStatsHandler(KServeHandler):
@@ -420,7 +469,7 @@ def routes() -> list[Any]:
     get, post, both = ("GET",), ("POST",), ("GET", "POST")
     model = r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"
     return [
-        (model + r"/(infer)", ModelHandler, {"methods": post}),  # first: the busiest route (no literal route ends so)
+        (model + r"/infer", ModelHandler, {"methods": post}),  # first: the busiest route (no literal route ends so)
         (r"/v2/health/live", LiveHandler, {"methods": get}),
         (r"/v2/health/ready", ReadyHandler, {"methods": get}),
         (r"/v2", ServerMetadataHandler, {"methods": get}),

@@ -30,6 +30,21 @@ NUMPY_TYPES: dict[str, str] = {
 ITEMSIZE = {name: np.dtype(code).itemsize for name, code in NUMPY_TYPES.items()} | {"BF16": 2}
 BINARY_ONLY = ("FP16", "BF16")
 HEADER = "Inference-Header-Content-Length"
+STRUCT_CODES: dict[str, str] = {
+    "BOOL": "?", "UINT8": "B", "UINT16": "H", "UINT32": "I", "UINT64": "Q", "INT8": "b", "INT16": "h",
+    "INT32": "i", "INT64": "q", "FP32": "f", "FP64": "d",
+}
+"""KServe datatype -> `struct` code (little-endian with "<"): for tiny tensors `struct` is faster than numpy's
+per-call overhead, and makes the same bytes."""
+SMALL_OUTPUT = 64
+"""Outputs of up to this many elements are generated without numpy (faster there; the same bytes)."""
+INT_RANGES = {name: min(np.iinfo(np.dtype(code)).max, 1000) for name, code in NUMPY_TYPES.items()
+              if np.dtype(code).kind in "iu"}
+"""Integer outputs are in [0, this) (`_values`)."""
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+"""`json.dumps(..., separators=(",", ":"))`."""
+_string = json.encoder.encode_basestring_ascii
+"""A string as JSON (`ensure_ascii`, as `json.dumps` writes it)."""
 
 
 class KServeError(Exception):
@@ -115,13 +130,13 @@ def _read_input(item: Any, binary: bytes, offset: int, has_header: bool, model: 
     if not isinstance(item, dict):
         raise KServeError(500, "Unable to parse 'inputs': attempt to access JSON non-object as object")
     name, datatype, shape = item.get("name"), item.get("datatype"), item.get("shape")
-    for key, value in (("name", name), ("datatype", datatype)):
-        if not isinstance(value, str):
-            raise KServeError(500, f"Unable to parse '{key}': attempt to access JSON non-string as string")
-    assert isinstance(name, str) and isinstance(datatype, str)
+    if not isinstance(name, str):
+        raise KServeError(500, "Unable to parse 'name': attempt to access JSON non-string as string")
+    if not isinstance(datatype, str):
+        raise KServeError(500, "Unable to parse 'datatype': attempt to access JSON non-string as string")
     if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) for d in shape):
         raise KServeError(500, "Unable to parse 'shape': attempt to access JSON non-array as array")
-    if any(d < 0 for d in shape):
+    if shape and min(shape) < 0:
         raise KServeError(500, "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer")
     parameters = item.get("parameters") or {}
     size = parameters.get("binary_data_size") if isinstance(parameters, dict) else None
@@ -174,15 +189,30 @@ def byte_size(datatype: str, shape: list[int]) -> int | None:
     return math.prod(shape) * ITEMSIZE[datatype]
 
 
-def check_inputs(request: InferRequest, model: str, declared: list[Tensor], max_batch_size: int) -> int:
+@dataclass(frozen=True)
+class Signature:
+    """A model version's declared tensors as each request uses them, indexed once per version."""
+
+    inputs: list[Tensor]
+    outputs: list[Tensor]
+    max_batch_size: int
+    by_name: dict[str, Tensor]
+    """The inputs by name."""
+
+    @classmethod
+    def of(cls, inputs: list[Tensor], outputs: list[Tensor], max_batch_size: int) -> Signature:
+        return cls(inputs, outputs, max_batch_size, {t.name: t for t in inputs})
+
+
+def check_inputs(request: InferRequest, model: str, signature: Signature) -> int:
     """Triton's request validation (§8.2), in its order; returns the batch size."""
-    expected = {t.name: t for t in declared}
+    expected, declared, max_batch_size = signature.by_name, signature.inputs, signature.max_batch_size
     for tensor in request.inputs:
         if tensor.name not in expected:
             raise KServeError(400, f"unexpected inference input '{tensor.name}' for model '{model}'")
-    given = [t.name for t in request.inputs]
-    missing = [t.name for t in declared if t.name not in given]
-    if missing:
+    if len({t.name for t in request.inputs}) != len(expected):  # every name given is declared: one is missing
+        given = [t.name for t in request.inputs]
+        missing = [t.name for t in declared if t.name not in given]
         raise KServeError(400, f"{request.label}expected {len(declared)} inputs but got {len(given)} inputs for model "
                                f"'{model}'. Got input(s) {_names(given)}, but missing required input(s) "
                                f"{_names(missing)}. Please provide all required input(s).")
@@ -223,35 +253,42 @@ def _names(names: list[str]) -> str:
     return "[" + ", ".join(f"'{n}'" for n in names) + "]"
 
 
-def generate_outputs(request: InferRequest, declared: list[Tensor], batch: int, batched: bool,
-                     model: str, version: str) -> list[tuple[Tensor, list[int], bytes]]:
+def generate_outputs(request: InferRequest, signature: Signature, batch: int, model: str,
+                     version: str) -> list[tuple[Tensor, list[int], bytes]]:
     """Each requested output (all when none is named): its shape and deterministic bytes.
 
     The bytes come from SHAKE-128 over the model, the version and every input's name and bytes:
     the same request always gets the same answer, a different one another answer.
     """
-    wanted = [o.get("name") for o in request.outputs if isinstance(o, dict)]
-    chosen = [t for t in declared if not wanted or t.name in wanted]
-    unknown = [n for n in wanted if n not in {t.name for t in declared}]
-    if unknown:
-        raise KServeError(400, f"{request.label}unexpected inference output '{unknown[0]}' for model '{model}'")
+    declared = signature.outputs
+    batched = signature.max_batch_size > 0
+    chosen = declared
+    if request.outputs:
+        wanted = [o.get("name") for o in request.outputs if isinstance(o, dict)]
+        chosen = [t for t in declared if not wanted or t.name in wanted]
+        unknown = [n for n in wanted if n not in {t.name for t in declared}]
+        if unknown:
+            raise KServeError(400, f"{request.label}unexpected inference output '{unknown[0]}' for model '{model}'")
     seed = hashlib.sha256(f"{model}/{version}".encode())
     for given in request.inputs:
         seed.update(given.name.encode())
         seed.update(given.data)
+    digest = seed.digest()
     produced = []
     for index, tensor in enumerate(chosen):
         dims = [max(d, 1) for d in tensor.shape]
         if batched and dims:
             dims[0] = batch
         count = math.prod(dims)
-        stream = hashlib.shake_128(seed.digest() + index.to_bytes(4, "little"))
+        stream = hashlib.shake_128(digest + index.to_bytes(4, "little"))
         produced.append((tensor, dims, _values(tensor.datatype, count, stream)))
     return produced
 
 
 def _values(datatype: str, count: int, stream: Any) -> bytes:
     """`count` values of a datatype from a SHAKE stream: floats in [0, 1), integers in [0, 1000), words."""
+    if count <= SMALL_OUTPUT and (datatype in STRUCT_CODES or datatype == "BYTES"):
+        return _small_values(datatype, count, stream.digest(4 * count))
     raw = np.frombuffer(stream.digest(4 * count), dtype="<u4")
     if datatype == "BYTES":
         return b"".join(struct.pack("<I", len(s)) + s for s in (f"out{int(v) % 1000}".encode() for v in raw))
@@ -266,6 +303,21 @@ def _values(datatype: str, count: int, stream: Any) -> bytes:
     return (raw % min(np.iinfo(dtype).max, 1000)).astype(dtype).tobytes()
 
 
+def _small_values(datatype: str, count: int, digest: bytes) -> bytes:
+    """`_values` in plain Python: the same arithmetic (u32 / 2**32 is exact in a double, float32 rounds as
+    numpy's cast does), so the same bytes."""
+    raw = struct.unpack(f"<{count}I", digest)
+    if datatype == "BYTES":
+        return b"".join(struct.pack("<I", len(s)) + s for s in (f"out{v % 1000}".encode() for v in raw))
+    if datatype == "BOOL":
+        return bytes(v & 1 for v in raw)
+    code = STRUCT_CODES[datatype]
+    if code in "fd":
+        return struct.pack(f"<{count}{code}", *[v / 2**32 for v in raw])
+    modulus = INT_RANGES[datatype]
+    return struct.pack(f"<{count}{code}", *[v % modulus for v in raw])
+
+
 def json_values(datatype: str, data: bytes) -> list[Any]:
     """A tensor's bytes as the flat JSON list Triton sends."""
     if datatype == "BYTES":
@@ -275,29 +327,44 @@ def json_values(datatype: str, data: bytes) -> list[Any]:
             values.append(data[offset + 4:offset + 4 + length].decode("utf-8", "replace"))
             offset += 4 + length
         return values
+    code = STRUCT_CODES.get(datatype)
+    if code is not None:
+        return list(struct.unpack(f"<{len(data) // ITEMSIZE[datatype]}{code}", data))
     return np.frombuffer(data, dtype=NUMPY_TYPES[datatype]).tolist()
 
 
 def encode_response(model: str, version: str, request: InferRequest,
                     outputs: list[tuple[Tensor, list[int], bytes]]) -> tuple[bytes, int | None]:
-    """The response body, and the JSON part's length when binary outputs follow (§9)."""
+    """The response body, and the JSON part's length when binary outputs follow (§9).
+
+    The JSON is written piece by piece, exactly as `json.dumps(..., separators=(",", ":"))` writes the
+    document `{"id"?, "model_name", "model_version", "outputs": [...]}`: for a small answer, building the
+    dictionaries and the encoder costs more than the writing."""
     default_binary = bool(request.parameters.get("binary_data_output", False))
-    asked = {o.get("name"): o.get("parameters") or {} for o in request.outputs if isinstance(o, dict)}
-    document: dict[str, Any] = {}
-    if request.id:
-        document["id"] = request.id
-    document["model_name"] = model
-    document["model_version"] = version
-    entries, blobs = [], []
-    for tensor, shape, data in outputs:
-        entry: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": shape}
+    asked = {o.get("name"): o.get("parameters") or {} for o in request.outputs if isinstance(o, dict)} \
+        if request.outputs else {}
+    parts = ['{"id":', _string(request.id), ","] if request.id else ["{"]
+    parts += ['"model_name":', _string(model), ',"model_version":', _string(version), ',"outputs":[']
+    blobs = []
+    for index, (tensor, shape, data) in enumerate(outputs):
+        parts += [',{"name":' if index else '{"name":', _string(tensor.name), ',"datatype":', _string(tensor.datatype),
+                  ',"shape":[', ",".join(map(int.__repr__, shape)), "]"]
         binary = asked.get(tensor.name, {}).get("binary_data", default_binary) or tensor.datatype in BINARY_ONLY
         if binary:
-            entry["parameters"] = {"binary_data_size": len(data)}
+            parts += [',"parameters":{"binary_data_size":', str(len(data)), "}}"]
             blobs.append(data)
         else:
-            entry["data"] = json_values(tensor.datatype, data)
-        entries.append(entry)
-    document["outputs"] = entries
-    header = json.dumps(document, separators=(",", ":")).encode()
+            parts += [',"data":', _json_list(tensor.datatype, json_values(tensor.datatype, data)), "}"]
+    parts.append("]}")
+    header = "".join(parts).encode()
     return (header + b"".join(blobs), len(header)) if blobs else (header, None)
+
+
+def _json_list(datatype: str, values: list[Any]) -> str:
+    """`values` as compact JSON: numbers joined directly when their repr is their JSON (finite floats, ints),
+    anything else (booleans, strings, NaN and infinities) through the encoder."""
+    if datatype in ("FP32", "FP64") and all(map(math.isfinite, values)):
+        return "[" + ",".join(map(float.__repr__, values)) + "]"
+    if datatype in INT_RANGES:
+        return "[" + ",".join(map(int.__repr__, values)) + "]"
+    return _COMPACT.encode(values)

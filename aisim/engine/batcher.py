@@ -69,6 +69,44 @@ class _Instance:
     device: GpuDevice
     stream: str
     busy: bool = False
+    priority: int = 0
+    """Its stream's priority on the device (looked up once)."""
+
+
+class _Execution:
+    """One batch on one instance: input copy, forward pass, output copy, each step's end time recorded.
+    Its bound methods are the completion callbacks (no closures per execution)."""
+
+    __slots__ = ("batch", "copied_in", "engine", "inferred", "instance", "size", "started", "work")
+
+    def __init__(self, engine: TritonEngine, instance: _Instance, batch: list[Request], size: int, work: int,
+                 started: int) -> None:
+        self.engine = engine
+        self.instance = instance
+        self.batch = batch
+        self.size = size
+        self.work = work
+        """The forward pass's launch + GPU ns."""
+        self.started = started
+        self.copied_in = -1
+        self.inferred = -1
+
+    def infer(self, _: object) -> None:
+        """The inputs are on the GPU: launch the forward pass on the instance's stream."""
+        engine, instance = self.engine, self.instance
+        self.copied_in = engine.kernel.now
+        instance.device.compute.submit(Job("infer", engine.name, instance.stream, instance.priority, self.work,
+                                           self.output))
+
+    def output(self, _: object) -> None:
+        """The forward pass is done: copy the outputs back."""
+        engine, instance = self.engine, self.instance
+        self.inferred = engine.kernel.now
+        copy_out = copy_ns(self.size * engine.output_bytes, instance.device.host_link)
+        instance.device.d2h.submit(Copy("output", engine.name, instance.stream, copy_out, self.done))
+
+    def done(self, _: object) -> None:
+        self.engine._executed(self)
 
 
 class TritonEngine:
@@ -87,6 +125,8 @@ class TritonEngine:
         self.instances = [_Instance(device, f"{name}.instance{i}")
                           for group, group_devices in zip(kserve.instance_groups, devices.values())
                           for device in group_devices for i in range(group.count)]
+        for instance in self.instances:
+            instance.priority = instance.device.priority(instance.stream)
         self.memory = memory
         self.queue: deque[Request] = deque()
         self.running = 0
@@ -96,6 +136,8 @@ class TritonEngine:
         self.on_crash: Callable[[TritonEngine, str], None] | None = None
         self.dead = ""
         self._wake: EventHandle | None = None
+        self._parts: dict[int, int] = {}
+        """Batch size -> an execution's launch + GPU ns (the cost model is fixed for the engine's life)."""
 
     @property
     def outstanding(self) -> int:
@@ -136,8 +178,10 @@ class TritonEngine:
 
     def _dispatch(self) -> None:
         while self.queue:
-            instance = next((i for i in self.instances if not i.busy), None)
-            if instance is None:
+            for instance in self.instances:
+                if not instance.busy:
+                    break
+            else:
                 return
             batch = self._form()
             if not batch:
@@ -185,7 +229,9 @@ class TritonEngine:
 
     def _execute(self, instance: _Instance, batch: list[Request]) -> None:
         now = self.kernel.now
-        size = sum(r.prompt for r in batch)
+        size = 0
+        for request in batch:
+            size += request.prompt
         if not self._acquire(size):
             return
         instance.busy = True
@@ -193,34 +239,32 @@ class TritonEngine:
         for request in batch:
             request.scheduled_at = now
             self.timeline.add(now, "request_scheduled", request.id, self.name)
-        launch, gpu = self.cost.execution_parts(size)
-        device, stream, link = instance.device, instance.stream, instance.device.host_link
-        spans = [now]
+        work = self._parts.get(size)
+        if work is None:
+            launch, gpu = self.cost.execution_parts(size)
+            work = self._parts[size] = launch + gpu
+        execution = _Execution(self, instance, batch, size, work, now)
+        instance.device.h2d.submit(Copy("input", self.name, instance.stream,
+                                        copy_ns(size * self.input_bytes, instance.device.host_link), execution.infer))
 
-        def output(_: object) -> None:
-            spans.append(self.kernel.now)
-            copy_out = copy_ns(size * self.output_bytes, link)
-            device.d2h.submit(Copy("output", self.name, stream, copy_out, lambda _: self._executed(instance, batch, size, spans)))
-
-        def infer(_: object) -> None:
-            spans.append(self.kernel.now)
-            device.compute.submit(Job("infer", self.name, stream, device.priority(stream), launch + gpu, output))
-
-        device.h2d.submit(Copy("input", self.name, stream, copy_ns(size * self.input_bytes, link), infer))
-
-    def _executed(self, instance: _Instance, batch: list[Request], size: int, spans: list[int]) -> None:
+    def _executed(self, execution: _Execution) -> None:
         now = self.kernel.now
+        instance, batch, size = execution.instance, execution.batch, execution.size
         if self.memory is not None and not self.dead:
             self.memory.release()
         instance.busy = False
         self.running -= len(batch)
-        started, copied_in, inferred = spans[0], spans[1], spans[2]
+        started, copied_in, inferred = execution.started, execution.copied_in, execution.inferred
+        compute_input, compute_infer, compute_output = copied_in - started, inferred - copied_in, now - inferred
         stats = self.triton
         stats.execution_count += 1
         stats.inference_count += size
-        per_size = stats.batches.setdefault(size, (Duration(), Duration(), Duration()))
-        for part, ns in zip(per_size, (copied_in - started, inferred - copied_in, now - inferred)):
-            part.add(ns)
+        per_size = stats.batches.get(size)
+        if per_size is None:
+            per_size = stats.batches[size] = (Duration(), Duration(), Duration())
+        per_size[0].add(compute_input)
+        per_size[1].add(compute_infer)
+        per_size[2].add(compute_output)
         self.stats.steps += 1
         self.stats.busy_ns += now - started
         for request in batch:
@@ -232,15 +276,15 @@ class TritonEngine:
                 continue
             stats.success.add(now - request.arrival)
             stats.queue.add(started - request.arrival)
-            stats.compute_input.add(copied_in - started)
-            stats.compute_infer.add(inferred - copied_in)
-            stats.compute_output.add(now - inferred)
+            stats.compute_input.add(compute_input)
+            stats.compute_infer.add(compute_infer)
+            stats.compute_output.add(compute_output)
             stats.last_inference_ns = now
             request.computed = request.prompt
             request.conclude("completed", now, self.timeline)
             if self.on_finish is not None:
                 self.on_finish(request)
-        if not self.dead:
+        if not self.dead and self.queue:
             self._dispatch()
 
     def _acquire(self, size: int) -> bool:

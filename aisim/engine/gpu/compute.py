@@ -220,16 +220,21 @@ class ComputeEngine:
             self._next = None
         if not self.active:
             return
-        first = min(job.remaining for job in self.active)
-        delay = max(0, math.ceil(first * len(self.active) - 1e-6))
+        active = self.active
+        first = active[0].remaining if len(active) == 1 else min(job.remaining for job in active)
+        delay = max(0, math.ceil(first * len(active) - 1e-6))
         self._next = self.kernel.at(self._updated + delay, self._complete)
 
     def _complete(self) -> None:
         now = self.kernel.now
         self._advance(now)
         self._next = None
-        done = [job for job in self.active if job.remaining <= 1e-6 * len(self.active)]
-        self.active = [job for job in self.active if job not in done]
+        limit = 1e-6 * len(self.active)
+        done: list[Job] = []
+        left: list[Job] = []
+        for job in self.active:
+            (done if job.remaining <= limit else left).append(job)
+        self.active = left
         if not self.active:
             if self.switching is not None:  # the kernels being drained finished first
                 self.switching.cancel()
@@ -240,5 +245,8 @@ class ComputeEngine:
         self._plan()
         for job in done:
             self.timeline.add(now, "kernel", self.device, job.stream, job.owner, job.name, job.started, job.work)
-            self.streams.setdefault(job.stream, StreamStats()).add(job, now)
+            stream = self.streams.get(job.stream)
+            if stream is None:
+                stream = self.streams[job.stream] = StreamStats()
+            stream.add(job, now)
             job.on_done(job)

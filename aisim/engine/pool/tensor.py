@@ -47,7 +47,8 @@ class Tensor:
 
     def computed(self) -> Tensor:
         """Its producing kernel has run on the tensor's stream."""
-        self._expect(TensorState.CREATED, "computed")
+        if self.state is not TensorState.CREATED:
+            self._expect(TensorState.CREATED, "computed")  # raises
         self.state = TensorState.COMPUTED
         return self
 
