@@ -8,18 +8,10 @@ client's interpreter lock does not add to the server's timer jitter.
 from __future__ import annotations
 
 import asyncio
-import re
-import subprocess
-import sys
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
-import numpy as np
 import pytest
-from openai import AsyncOpenAI
 
 from aisim.replay.drift import compare
 from aisim.replay.formats import read_log
@@ -27,6 +19,7 @@ from aisim.replay.live import LiveReplay
 from aisim.replay.records import TensorShape
 from aisim.replay.simulate import SimulationReplay
 from aisim.scenario import check_file
+from aisim.testing import recording_server, stream_chat_load
 
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT = ROOT / "aisim" / "scenarios" / "default.yaml"
@@ -34,48 +27,13 @@ AZURE_CONV = ROOT / "scenarios" / "azure-conv.yaml"
 AZURE_CSV = ROOT / "scenarios" / "data" / "azure-llm-2023-conv.csv"
 
 
-@contextmanager
-def serving(scenario: Path, record: Path) -> Iterator[str]:
-    """`aisim serve SCENARIO --record FILE --port 0` in a subprocess; stopped with SIGTERM (which closes the log)."""
-    process = subprocess.Popen([sys.executable, "-m", "aisim", "serve", str(scenario), "--record", str(record),
-                                "--port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert process.stdout is not None
-        found = re.search(r"at (http://\S+)", process.stdout.readline())
-        assert found, process.stderr.read() if process.stderr else "no output"
-        yield found.group(1)
-    finally:
-        process.terminate()
-        assert process.wait(timeout=30) == 0
-
-
-async def _chat_workload(url: str, models: list[str], requests: int, rate: float, seed: int) -> None:
-    """Streamed chat completions at seeded Poisson arrivals, alternating between the models."""
-    rng = np.random.default_rng(seed)
-    arrivals = np.cumsum(rng.exponential(1 / rate, requests))
-    caps, words = rng.integers(8, 48, requests), rng.integers(20, 400, requests)
-    client = AsyncOpenAI(base_url=url + "/v1", api_key="test", max_retries=0)
-    start = time.monotonic()
-
-    async def one(i: int) -> None:
-        await asyncio.sleep(max(0.0, start + arrivals[i] - time.monotonic()))
-        stream = await client.chat.completions.create(
-            model=models[i % len(models)], messages=[{"role": "user", "content": "lorem ipsum " * int(words[i])}],
-            max_tokens=int(caps[i]), stream=True)
-        async for _ in stream:
-            pass
-
-    await asyncio.gather(*(one(i) for i in range(requests)))
-    await client.close()
-
-
 def test_round_trip_serve_record_then_replay_headless(tmp_path: Path) -> None:
     """What the server measured on the wall clock, the simulation reproduces at the logged arrivals."""
     checked = check_file(DEFAULT)
     assert checked.scenario is not None
     record = tmp_path / "served.jsonl"
-    with serving(DEFAULT, record) as url:
-        asyncio.run(_chat_workload(url, [m.id for m in checked.scenario.models], 30, 8.0, seed=11))
+    with recording_server(DEFAULT, record) as url:
+        asyncio.run(stream_chat_load(url, [m.id for m in checked.scenario.models], 30, 8.0, seed=11))
     recorded = read_log(record)
     assert len(recorded) == 30 and recorded.statuses()["completed"] == 30
     assert all(r.frontend is not None and r.frontend > 0 and r.itl for r in recorded.requests)
@@ -97,7 +55,7 @@ def test_azure_trace_against_a_live_server_and_the_simulation(tmp_path: Path) ->
     assert checked.scenario is not None
     trace = read_log(AZURE_CSV).head(25)
     record = tmp_path / "server.jsonl"
-    with serving(AZURE_CONV, record) as url:
+    with recording_server(AZURE_CONV, record) as url:
         live = LiveReplay(url, speed=2.0, concurrency=32).run(trace)
     assert live.statuses()["completed"] == 25 and live.meta["late"] == 0
     seen = read_log(record)
@@ -125,7 +83,7 @@ def test_kserve_inferences_and_loads_are_recorded_and_replayed(tmp_path: Path) -
     shapes and a simulated one the same load time."""
     triton = ROOT / "scenarios" / "triton.yaml"
     record = tmp_path / "kserve.jsonl"
-    with serving(triton, record) as url, httpx.Client(base_url=url) as client:
+    with recording_server(triton, record) as url, httpx.Client(base_url=url) as client:
         for batch in (1, 2, 4):
             tensor = {"name": "input", "datatype": "FP32", "shape": [batch, 3, 224, 224], "data": [0.0] * (batch * 150528)}
             assert client.post("/v2/models/resnet50/infer", json={"inputs": [tensor]}).status_code == 200
@@ -134,7 +92,7 @@ def test_kserve_inferences_and_loads_are_recorded_and_replayed(tmp_path: Path) -
     assert [r.outputs for r in recorded.requests] == [(TensorShape("output", "FP32", (b, 1000)),) for b in (1, 2, 4)]
     assert [r.batch for r in recorded.requests] == [1, 2, 4] and recorded.memory_mib
     assert len(recorded.loads) == 1 and recorded.loads[0].seconds is not None
-    with serving(triton, tmp_path / "again.jsonl") as url:
+    with recording_server(triton, tmp_path / "again.jsonl") as url:
         live = LiveReplay(url).run(recorded)
     live_report = compare(recorded, live)
     assert (live_report.shape_checked, live_report.shape_mismatches) == (3, 0)
