@@ -1,6 +1,6 @@
 """Many concurrent streams: 500 clients at 50 tokens/s each against `aisim serve`.
 
-The server (one core) runs a mock model with a 20 ms inter-token time; 500 clients (Node.js fetch
+The server (one core) runs a mock model with a 20 ms inter-token time; 500 clients (Node.js node:http
 by default, or Python httpx, on the other core) stream 200 tokens each and stamp every content
 chunk on arrival. It prints how far the emitted gaps stray from the simulated 20 ms (p50, p99, max), the
 aggregate tokens per second against the 25,000 asked for, and the server's peak RSS.
@@ -66,7 +66,7 @@ def main() -> None:
     parser.add_argument("--streams", type=int, default=500)
     parser.add_argument("--tokens", type=int, default=200)
     parser.add_argument("--client", choices=("python", "node"), default="node",
-                        help="the load: httpx in Python, or Node.js fetch (faster; bench/stream_client.mjs)")
+                        help="the load: httpx in Python, or Node.js node:http (faster; bench/stream_client.mjs)")
     args = parser.parse_args()
     port = free_port()
     server = subprocess.Popen(["taskset", "-c", "0", sys.executable, "-m", "aisim", "serve",

@@ -121,6 +121,25 @@ def test_a_client_that_disconnects_mid_stream_frees_its_kv_blocks() -> None:
         assert [(e[3], e[4] < 3000) for e in finished] == [("aborted", True)]  # outcome, tokens generated
 
 
+def test_a_stream_truncated_during_an_engine_step_frees_its_blocks_and_the_engine_goes_on() -> None:
+    """A streamed token is written on the engine's turn, so a truncation fault aborts its request from
+    inside a simulated vLLM step (the kernel runs that abort after the step: tests/test_kernel.py): the
+    request's KV blocks are freed and the engine serves the next request whole."""
+    from aisim.scenario.faults import Trigger, Truncate
+
+    with running_server(TEST_SCENARIOS / "serve" / "fast-mock.yaml") as base:
+        base.state.faults.by_name["trunc"] = Truncate(kind="truncate", after_tokens=5, trigger=Trigger(probability=1.0))
+        body = {"model": "llama", "messages": USER, "max_tokens": 400, "ignore_eos": True, "stream": True}
+        cut = httpx.post(f"{base}/v1/chat/completions", headers={"x-aisim-fault": "trunc"}, json=body, timeout=30)
+        assert cut.status_code == 200 and "[DONE]" not in cut.text and cut.text.count('"content"') >= 5
+        whole = httpx.post(f"{base}/v1/chat/completions", json={**body, "max_tokens": 20}, timeout=30)
+        assert whole.text.rstrip().endswith("data: [DONE]") and whole.text.count('"content":"') == 1 + 20  # role chunk
+        after = _metrics(base)
+        assert _value(after, "vllm:request_success_total", model_name="llama", finished_reason="abort") == 1
+        assert _value(after, "vllm:num_requests_running", model_name="llama") == 0
+        assert _value(after, "vllm:kv_cache_usage_perc", model_name="llama") == 0
+
+
 def test_rate_limits_answer_429_with_openai_headers() -> None:
     with running_server(TEST_SCENARIOS / "serve" / "ratelimit.yaml") as base:
         def ask(key: str) -> httpx.Response:

@@ -124,6 +124,25 @@ def test_events_closer_than_the_early_window_do_not_pull_each_other_ahead() -> N
     assert max(early) <= EARLY_S + 0.0002  # slowness makes events late, never early
 
 
+def test_work_injected_from_inside_an_event_runs_after_it_not_inside_it() -> None:
+    """A stream's listener runs on the engine's turn and may abort its request (`inject`): that work must
+    wait for the event under way to end, or an engine would be re-entered halfway through a step."""
+    async def scenario() -> list[str]:
+        kernel = Kernel()
+        clock = RealTimeClock(kernel, speed=1.0)
+        order: list[str] = []
+
+        def step() -> None:
+            order.append("step begins")
+            clock.inject(lambda: order.append("injected"))
+            order.append("step ends")
+
+        clock.inject(step)
+        return order
+
+    assert asyncio.run(scenario()) == ["step begins", "step ends", "injected"]
+
+
 def test_speed_factor_compresses_wall_time() -> None:
     async def scenario() -> float:
         kernel = Kernel()

@@ -6,6 +6,7 @@ import asyncio
 import json
 import secrets
 import time
+from collections.abc import Callable
 from typing import Any
 
 from ..engine.live import Call
@@ -90,53 +91,64 @@ class ChatHandler(GenerationHandler):
         templates = [(opening[:cut].replace('"index":0', f'"index":{i}', 1), opening[cut + 2:]) for i in range(len(answers))]
         emitted = [0] * len(answers)
         broken = [False]
+        loop = asyncio.get_running_loop()
+        ended: list[asyncio.Future[None]] = [loop.create_future() for _ in calls]
 
-        async def one(index: int, call: Call, a: Answer) -> None:
-            end = "aborted"
-            try:
-                async for event, _ in call.stream():
-                    if event != "token":
-                        end = event
-                        if event == "failed" and not broken[0]:
-                            await self.send("data: " + json.dumps(self.engine_error(call).body()) + "\n\n")
-                        continue
+        def listener(index: int, call: Call, a: Answer) -> Callable[[str, int], None]:
+            """What choice `index` writes for each of its call's events, on the engine's turn."""
+            def on_event(event: str, _: int) -> None:
+                if event == "token":
                     if broken[0]:
-                        continue
+                        return
                     if not emitted[index]:
                         first = {"role": "assistant", "content": None if a.tool_calls else "", "refusal": None}
-                        await self.send(chunk([{"index": index, "delta": first, "logprobs": None, "finish_reason": None}]))
+                        self.push(chunk([{"index": index, "delta": first, "logprobs": None, "finish_reason": None}]))
                     position = emitted[index]
                     emitted[index] += 1
-                    if await self._fault_in_stream(fault, sum(emitted), broken):
-                        continue
+                    if self._fault_in_stream(fault, sum(emitted), broken):
+                        return
                     if a.tool_calls or body.logprobs:
-                        await self.send(chunk([self._delta(index, a, position, body)]))
+                        self.push(chunk([self._delta(index, a, position, body)]))
                     else:
                         before, after = templates[index]
-                        piece = a.pieces[position] if position < len(a.pieces) else ""
-                        await self.send(before + json.dumps(piece) + after)
-            finally:
-                self.observe(call, end, a.finish_reason, body.token_cap, call.token_times,
+                        self.push(before + json.dumps(a.pieces[position] if position < len(a.pieces) else "") + after)
+                    return
+                if event == "failed" and not broken[0]:  # the end: finished, failed or aborted
+                    self.push("data: " + json.dumps(self.engine_error(call).body()) + "\n\n")
+                self.observe(call, event, a.finish_reason, body.token_cap, call.token_times,
                              body.n if index == len(calls) - 1 else None)
-            if end == "finished" and not broken[0]:
-                await self.send(chunk([{"index": index, "delta": {}, "logprobs": None, "finish_reason": a.finish_reason}]))
+                if event == "finished" and not broken[0]:
+                    self.push(chunk([{"index": index, "delta": {}, "logprobs": None, "finish_reason": a.finish_reason}]))
+                ended[index].set_result(None)
 
-        await asyncio.gather(*(one(i, c, a) for i, (c, a) in enumerate(zip(calls, answers))))
+            def guarded(event: str, time_ns: int) -> None:  # a mistake here ends this request, not the engine's run
+                try:
+                    on_event(event, time_ns)
+                except Exception as error:  # noqa: BLE001 (re-raised by the handler awaiting `ended`)
+                    if not ended[index].done():
+                        ended[index].set_exception(error)
+
+            return guarded
+
+        for index, (call, a) in enumerate(zip(calls, answers)):
+            call.listen(listener(index, call, a))
+        for done in ended:
+            await done
         if broken[0] or self.gone:
             return
         if body.include_usage:
-            await self.send(chunk([], usage=usage(prompt_tokens, sum(emitted))))
-        await self.send("data: [DONE]\n\n")
+            self.push(chunk([], usage=usage(prompt_tokens, sum(emitted))))
+        self.push("data: [DONE]\n\n")
         self.finish()
 
-    async def _fault_in_stream(self, fault: Any, tokens_sent: int, broken: list[bool]) -> bool:
+    def _fault_in_stream(self, fault: Any, tokens_sent: int, broken: list[bool]) -> bool:
         """Mid-stream faults: disconnect, truncation or a malformed chunk after `afterTokens` tokens."""
         if not isinstance(fault, (Disconnect, Truncate, MalformedChunk)) or tokens_sent <= fault.after_tokens:
             return False
         if isinstance(fault, MalformedChunk):
             if not self.malformed_sent:
                 self.malformed_sent = True
-                await self.send('data: {"id": "malformed", "choices": [{"delta": {"content": \n\n')
+                self.push('data: {"id": "malformed", "choices": [{"delta": {"content": \n\n')
             return False
         broken[0] = True
         if isinstance(fault, Disconnect):

@@ -208,6 +208,16 @@ class GenerationHandler(BaseHandler):
         reason = call.request.error if call.request is not None else "the request could not be served"
         return ApiError(500, reason, "InternalServerError")
 
+    def push(self, chunk: str) -> bool:
+        """Write one piece of a stream and send it now, without waiting for the socket to take it (an
+        engine callback must not wait on a client; Tornado buffers what a slow client has not read);
+        False once the client is gone."""
+        if self.gone:
+            return False
+        self.write(chunk)
+        self.flush()  # a closed stream answers with a failed future, not an exception
+        return True
+
     async def send(self, chunk: str) -> bool:
         """Write and flush one piece of a stream; False once the client is gone."""
         if self.gone:

@@ -169,6 +169,8 @@ class RealTimeClock:
         """Virtual time the clock task sleeps until (None: until woken)."""
         self.paused = False
         """Whether virtual time stands still (a watcher paused it); events due by then still run."""
+        self._running = False
+        """Whether events are being run (an `inject` from inside one only schedules)."""
 
     def virtual_now(self) -> int:
         """The virtual time that corresponds to this wall-clock instant (never behind the last event run)."""
@@ -218,7 +220,11 @@ class RealTimeClock:
 
     def inject(self, handler: Handler, priority: Priority = NORMAL) -> EventHandle:
         """Schedule work at the current instant from outside the kernel (a request arriving), and run
-        every event already due at once, rather than on the clock task's next turn."""
+        every event already due at once, rather than on the clock task's next turn. Called from an
+        event's own callback (a stream's listener aborting its request), it only schedules: the run
+        under way picks the work up, and events never run inside one another."""
+        if self._running:
+            return self.kernel.at(self.kernel.now, handler, priority)
         self.kernel.advance(self.virtual_now())
         handle = self.kernel.at(self.kernel.now, handler, priority)
         next_time = self._run_due()
@@ -229,18 +235,22 @@ class RealTimeClock:
     def _run_due(self) -> int | None:
         """Run the events whose time has come; the time of the next one, or None."""
         kernel = self.kernel
-        while True:
-            next_time = kernel.peek()
-            watch = kernel.next_observation()
-            horizon = self._wall_virtual() + self._early
-            if watch is not None and (next_time is None or watch < next_time):
-                if watch > horizon:
-                    return watch
-                kernel.observe_before(watch + 1)
-                continue
-            if next_time is None or next_time > horizon:
-                return next_time
-            kernel.step()
+        self._running = True
+        try:
+            while True:
+                next_time = kernel.peek()
+                watch = kernel.next_observation()
+                horizon = self._wall_virtual() + self._early
+                if watch is not None and (next_time is None or watch < next_time):
+                    if watch > horizon:
+                        return watch
+                    kernel.observe_before(watch + 1)
+                    continue
+                if next_time is None or next_time > horizon:
+                    return next_time
+                kernel.step()
+        finally:
+            self._running = False
 
     def stop(self) -> None:
         """Make `run` return."""

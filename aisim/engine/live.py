@@ -52,6 +52,9 @@ class Call:
     _ended: asyncio.Future[tuple[str, int]] | None = None
     _waiter: asyncio.Future[None] | None = None
     """The reader's wait for the next event (None while it is not waiting)."""
+    _listener: Callable[[str, int], None] | None = None
+    """Called with each event on the engine's turn, instead of the queue (see `listen`)."""
+    _delivering: bool = False
 
     def watch(self, event: str, request: Request, time_ns: int) -> None:
         if event == "token":
@@ -65,9 +68,31 @@ class Call:
             if self._ended is not None and not self._ended.done():
                 self._ended.set_result(self.ending)
         self.events.append((event, time_ns))
+        if self._listener is not None:
+            self._deliver()
+            return
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def listen(self, listener: Callable[[str, int], None]) -> None:
+        """Hand every event to `listener` as it happens, on the engine's turn (the events so far first),
+        instead of queueing it for `stream`: a streamed token then goes out with no hop through the
+        event loop, which halves a token's CPU time. The listener must not block; an event that
+        arrives while it runs (it aborted the request, say) is handed over after it returns."""
+        self._listener = listener
+        self._deliver()
+
+    def _deliver(self) -> None:
+        if self._delivering or self._listener is None:
+            return
+        self._delivering = True
+        try:
+            while self.events:
+                event, time_ns = self.events.popleft()
+                self._listener(event, time_ns)
+        finally:
+            self._delivering = False
 
     async def end(self) -> tuple[str, int]:
         """Wait for the request's end: ("finished" | "failed" | "aborted", time)."""

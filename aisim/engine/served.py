@@ -106,17 +106,34 @@ class MockEngine:
             spread = max((total or 0) - ttft, 0)
             gaps = [spread // max(request.output - 1, 1)] * (request.output - 1)
         times = list(itertools.accumulate(gaps, initial=now + ttft))  # plain lists: requests are many, tokens few
-        handles = [self.kernel.at(times[0], lambda: self._first_token(request))]
-        if request.watcher is not None and request.live_tokens:
-            handles += [self.kernel.at(t, lambda: self._token(request)) for t in times[1:-1]]
-        handles.append(self.kernel.at(times[-1], lambda: self._finish(request, times)))
+        handles = [self.kernel.at(times[0], lambda: self._first_token(request, times))]
+        if request.watcher is None or not request.live_tokens:
+            handles.append(self.kernel.at(times[-1], lambda: self._finish(request, times)))
         self.running[request.id] = handles
 
-    def _first_token(self, request: Request) -> None:
+    def _first_token(self, request: Request, times: list[int]) -> None:
         request.first_token_at = self.kernel.now
         self.timeline.add(self.kernel.now, "request_first_token", request.id)
-        if request.output > 1 and request.live_tokens:
-            self._token(request)
+        if request.watcher is not None and request.live_tokens:
+            if request.output > 1:
+                self._token(request)
+            self._follow(request, times, 1)
+
+    def _follow(self, request: Request, times: list[int], index: int) -> None:
+        """Schedule a streamed request's token `index` (its last one ends it). One event at a time, each
+        scheduling the next: a stream's start then costs one event, not one per token (500 streams
+        arriving at once used to hold the loop for tens of milliseconds), and the heap stays small."""
+        handles = self.running.get(request.id)
+        if handles is None:  # its client went away on the token just sent
+            return
+        if index >= len(times) - 1:
+            handles[0] = self.kernel.at(times[-1], lambda: self._finish(request, times))
+        else:
+            handles[0] = self.kernel.at(times[index], lambda: self._streamed(request, times, index))
+
+    def _streamed(self, request: Request, times: list[int], index: int) -> None:
+        self._token(request)
+        self._follow(request, times, index + 1)
 
     def _token(self, request: Request) -> None:
         request.generated += 1
