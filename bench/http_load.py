@@ -35,7 +35,7 @@ def wrk(url: str, body: object, seconds: int, connections: int) -> float:
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
                      f"wrk.body = {json.dumps(json.dumps(body))}\n")
-    out = subprocess.run(["wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", script.name, url],
+    out = subprocess.run(["taskset", "-c", "1", "wrk", "-t1", f"-c{connections}", f"-d{seconds}s", "-s", script.name, url],
                          capture_output=True, text=True, check=True).stdout
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     if errors:

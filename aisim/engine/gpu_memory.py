@@ -75,6 +75,8 @@ class ReplicaMemory:
     """The running step's activations."""
     non_torch: int = 0
     """Bytes the replica holds outside the pool on each GPU (CUDA context growth, cuBLAS, NCCL)."""
+    _eager: dict[tuple[int, int], list[tuple[str, int]]] = field(default_factory=dict, repr=False)
+    """(tokens, requests) -> the step's tensors (`_eager_tensors`)."""
 
     def load(self, plan: MemoryPlan) -> None:
         """What the runtime's start-up puts in each pool; raises `OutOfMemoryError`.
@@ -123,14 +125,24 @@ class ReplicaMemory:
         """The activations a step of `tokens` tokens for `requests` requests allocates (see the module docstring)."""
         if self.runtime == "tensorrt":
             return  # the execution context already holds its maximum
+        shape = (tokens, requests)
+        eager = self._eager.get(shape)
+        if eager is None:  # a step's shapes repeat: size them once
+            eager = self._eager[shape] = self._eager_tensors(tokens, requests)
+        step = self.step
+        for _, pool in self.pools:
+            for tag, size in eager:
+                step.append(Tensor(pool, size, tag))
+
+    def _eager_tensors(self, tokens: int, requests: int) -> list[tuple[str, int]]:
+        """(tag, bytes) of what a step allocates: outside CUDA graphs, vLLM's forward pass; under them, only
+        the logits; ONNX Runtime's arena hands out one region per run."""
         eager = activation_tensors(self.arch, tokens, requests, self.tensor_parallel)
         if self.runtime == "vllm" and self.cuda_graphs and tokens <= GRAPH_MAX_TOKENS:
             eager = [t for t in eager if t[0] == "logits"]
-        elif self.runtime != "vllm":  # ONNX Runtime's arena hands out one region per run
+        elif self.runtime != "vllm":
             eager = [("run", sum(size for _, size in eager))]
-        for _, pool in self.pools:
-            for name, size in eager:
-                self.step.append(Tensor(pool, size, f"activation:{name}"))
+        return [(f"activation:{name}", size) for name, size in eager]
 
     def release(self) -> None:
         """The step has ended: its activations are computed and dropped."""

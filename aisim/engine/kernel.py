@@ -236,19 +236,23 @@ class RealTimeClock:
         """Run the events whose time has come; the time of the next one, or None."""
         kernel = self.kernel
         self._running = True
+        horizon = self._wall_virtual() + self._early
         try:
             while True:
                 next_time = kernel.peek()
-                watch = kernel.next_observation()
-                horizon = self._wall_virtual() + self._early
-                if watch is not None and (next_time is None or watch < next_time):
-                    if watch > horizon:
-                        return watch
-                    kernel.observe_before(watch + 1)
-                    continue
-                if next_time is None or next_time > horizon:
-                    return next_time
-                kernel.step()
+                watch = kernel.next_observation() if kernel._observers else None
+                observing = watch is not None and (next_time is None or watch < next_time)
+                upcoming = watch if observing else next_time
+                if upcoming is None:
+                    return None
+                if upcoming > horizon:  # not due when the run began; the wall clock may have moved on since
+                    horizon = self._wall_virtual() + self._early
+                    if upcoming > horizon:
+                        return upcoming
+                if observing:
+                    kernel.observe_before(upcoming + 1)
+                else:
+                    kernel.step()
         finally:
             self._running = False
 

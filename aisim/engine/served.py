@@ -174,8 +174,8 @@ class Router:
 
     def submit(self, request: Request) -> None:
         """To the live replica with the fewest outstanding requests (a dead one only if all are)."""
-        target = self.replicas[min(range(len(self.replicas)),
-                                   key=lambda i: (bool(getattr(self.replicas[i], "dead", "")), self.replicas[i].outstanding, i))]
+        replicas = self.replicas
+        target = replicas[0] if len(replicas) == 1 else replicas[min(
+            range(len(replicas)), key=lambda i: (bool(getattr(replicas[i], "dead", "")), replicas[i].outstanding, i))]
         request.engine = target
         target.submit(request)
-
