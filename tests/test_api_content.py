@@ -660,3 +660,37 @@ def test_generated_schemas_get_valid_values(schema: dict[str, Any], seed: int) -
     errors = [e.message for e in _validator(schema).iter_errors(value)]
     assert not errors, f"{json.dumps(schema)} -> {json.dumps(value)}: {errors}"
     assert value == value_for_schema(schema, np.random.default_rng(seed))
+
+
+@pytest.mark.parametrize("content", [{"kind": "fixed", "text": "A fixed answer.", "tokens": 9},
+                                     {"kind": "echo"}, {"kind": "lorem"},
+                                     {"kind": "template", "template": "seed {{seed}} for {{model}}"}])
+@pytest.mark.parametrize("extra", [{}, {"logprobs": True}, {"response_format": {"type": "json_object"}},
+                                   {"tools": [{"name": "f", "parameters": {"type": "object", "properties":
+                                                                           {"x": {"type": "integer"}}}}],
+                                    "tool_choice": "auto"}])
+def test_answers_are_the_same_whether_the_generator_is_built_eagerly_or_on_its_first_draw(
+        content: dict[str, Any], extra: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
+    """`answer` builds a choice's generator only when something is drawn, and draws no seed for a text that
+    does not use one: the answers must be those of a generator built up front that always draws it."""
+    from aisim.api import generation
+    from aisim.api.tokenizer import default_tokenizer
+
+    source = ContentSource(CONTENT.validate_python(content), Path("."))
+    tokenizer = default_tokenizer()
+
+    def answers() -> list[generation.Answer]:
+        return [generation.answer(generation.Ask("user: hi there", "hi there", "user", "m", 40, seed=seed, **extra),
+                                  index, source, source.tokens, tokenizer) for seed in (1, 2**40) for index in (0, 1)]
+
+    lazy = answers()
+    built = generation._Draws.rng.fget  # type: ignore[attr-defined]
+
+    def eager_init(self: generation._Draws, seed: int, index: int) -> None:
+        self._key = [seed, index]
+        self._rng = None
+        built(self)
+
+    monkeypatch.setattr(generation._Draws, "__init__", eager_init)
+    monkeypatch.setattr(ContentSource, "uses_seed", True)
+    assert answers() == lazy

@@ -193,6 +193,11 @@ class ContentSource:
         self.dataset = load_dataset(base_dir / content.file) if isinstance(content, DatasetContent) else None
 
     @property
+    def uses_seed(self) -> bool:
+        """Whether the text depends on the request's seed (echo and fixed texts do not)."""
+        return not isinstance(self.content, (EchoContent, FixedContent))
+
+    @property
     def tokens(self) -> CountDistribution | None:
         """Response length in tokens when a request sets no max_tokens (None: the server's default)."""
         return self.content.tokens

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from ..engine.sampling import sample
-from ..scenario.distributions import UniformCount
+from ..scenario.distributions import ConstantCount, UniformCount
 from .content import ContentSource
 from .schema_values import json_object_value, value_for_schema
 from .tokenizer import Tokenizer
@@ -89,16 +89,35 @@ def request_seed(seed: int | None, prompt: str, fallback: int) -> int:
     return (int.from_bytes(digest[:8], "little") ^ (base & 0xFFFFFFFFFFFFFFFF)) & 0x7FFFFFFFFFFFFFFF
 
 
+class _Draws:
+    """A choice's random generator, built on its first draw: most answers to a fixed text of a fixed
+    length draw nothing, and building the generator costs more than the rest of the answer. The
+    draws come in the same order either way, so the answers are the same."""
+
+    __slots__ = ("_key", "_rng")
+
+    def __init__(self, seed: int, index: int) -> None:
+        self._key = [seed, index]
+        self._rng: np.random.Generator | None = None
+
+    @property
+    def rng(self) -> np.random.Generator:
+        if self._rng is None:
+            self._rng = np.random.default_rng(self._key)
+        return self._rng
+
+
 def answer(ask: Ask, index: int, content: ContentSource, length: Any, tokenizer: Tokenizer) -> Answer:
     """The answer of choice `index` (choices differ by their index, like sampled completions)."""
-    rng = np.random.default_rng([ask.seed, index])
-    call = _tool_call(ask, rng, tokenizer)
+    draws = _Draws(ask.seed, index)
+    call = _tool_call(ask, draws.rng, tokenizer) if ask.tools and ask.tool_choice != "none" else None
     if call is not None:
         forced = isinstance(ask.tool_choice, dict)
-        return Answer([], "stop" if forced else "tool_calls", [call], _logprobs(ask, rng, len(call.pieces)))
-    natural = int(sample(length or DEFAULT_LENGTH, rng, 1)[0])
+        return Answer([], "stop" if forced else "tool_calls", [call], _logprobs(ask, draws, len(call.pieces)))
+    dist = length or DEFAULT_LENGTH
+    natural = max(round(dist.value), 0) if isinstance(dist, ConstantCount) else int(sample(dist, draws.rng, 1)[0])
     target = ask.cap if ask.ignore_eos and ask.cap else max(natural, 1)
-    text = _text(ask, rng, content, target) or "."
+    text = _text(ask, draws, content, target) or "."
     finish = "stop"
     if ask.ignore_eos and ask.cap:
         base = text
@@ -114,18 +133,20 @@ def answer(ask: Ask, index: int, content: ContentSource, length: Any, tokenizer:
         finish = "length"
     if not pieces:
         pieces = [""]
-    return Answer(pieces, finish, [], _logprobs(ask, rng, len(pieces)))
+    return Answer(pieces, finish, [], _logprobs(ask, draws, len(pieces)))
 
 
-def _text(ask: Ask, rng: np.random.Generator, content: ContentSource, words: int) -> str:
+def _text(ask: Ask, draws: _Draws, content: ContentSource, words: int) -> str:
     kind = (ask.response_format or {}).get("type")
     if kind == "json_object":
-        return json.dumps(json_object_value(rng))
+        return json.dumps(json_object_value(draws.rng))
     if kind == "json_schema":
         schema = (ask.response_format or {}).get("json_schema", {}).get("schema") or {}
-        return json.dumps(value_for_schema(schema, rng))
-    return content.text(prompt=ask.prompt, last_user_message=ask.last_user_message, model=ask.model,
-                        seed=int(rng.integers(2**62)), words=words)
+        return json.dumps(value_for_schema(schema, draws.rng))
+    # the content's seed is drawn when the content uses it, or when log-probabilities are drawn after it
+    seed = int(draws.rng.integers(2**62)) if content.uses_seed or ask.logprobs else 0
+    return content.text(prompt=ask.prompt, last_user_message=ask.last_user_message, model=ask.model, seed=seed,
+                        words=words)
 
 
 def _apply_stops(text: str, stops: list[str]) -> tuple[str, bool]:
@@ -136,8 +157,6 @@ def _apply_stops(text: str, stops: list[str]) -> tuple[str, bool]:
 
 
 def _tool_call(ask: Ask, rng: np.random.Generator, tokenizer: Tokenizer) -> ToolCall | None:
-    if not ask.tools or ask.tool_choice == "none":
-        return None
     if isinstance(ask.tool_choice, dict):
         wanted = (ask.tool_choice.get("function") or {}).get("name") or ask.tool_choice.get("name")
         tool = next(t for t in ask.tools if t["name"] == wanted)
@@ -151,8 +170,8 @@ def _tool_call(ask: Ask, rng: np.random.Generator, tokenizer: Tokenizer) -> Tool
     return ToolCall(call_id, tool["name"], arguments, tokenizer.pieces(arguments))
 
 
-def _logprobs(ask: Ask, rng: np.random.Generator, count: int) -> list[float]:
+def _logprobs(ask: Ask, draws: _Draws, count: int) -> list[float]:
     """A log-probability per token: mostly confident (near 0), now and then not."""
     if not ask.logprobs:
         return []
-    return [round(float(v), 6) for v in -np.abs(rng.normal(0, 0.6, count)) ** 2]
+    return [round(float(v), 6) for v in -np.abs(draws.rng.normal(0, 0.6, count)) ** 2]
