@@ -686,9 +686,8 @@ def test_answers_are_the_same_whether_the_generator_is_built_eagerly_or_on_its_f
     lazy = answers()
     built = generation._Draws.rng.fget  # type: ignore[attr-defined]
 
-    def eager_init(self: generation._Draws, seed: int, index: int) -> None:
-        self._key = [seed, index]
-        self._rng = None
+    def eager_init(self: generation._Draws, ask: generation.Ask, index: int) -> None:
+        self._ask, self._index, self._rng = ask, index, None
         built(self)
 
     monkeypatch.setattr(generation._Draws, "__init__", eager_init)

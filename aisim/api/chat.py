@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 import time
 from collections.abc import Callable
 from typing import Any
@@ -12,7 +11,7 @@ from typing import Any
 from ..engine.live import Call
 from ..scenario.faults import Disconnect, MalformedChunk, Truncate
 from ..scenario.models import Model
-from .generation import Answer, Ask, answer, request_seed
+from .generation import Answer, Ask, answer
 from .handlers import (
     FINGERPRINT,
     GenerationHandler,
@@ -42,13 +41,12 @@ class ChatHandler(GenerationHandler):
         budget = self.admit(model, prompt_tokens, body.token_cap)
         prompt = chat_prompt(body.messages)
         ask = Ask(prompt, last_user(body.messages), body.messages[-1].role, model.id, min(body.token_cap or budget, budget),
-                  body.stops, request_seed(body.seed, prompt, state.next_seed()),
-                  bool((body.model_extra or {}).get("ignore_eos")), body.response_format, tools,
-                  body.tool_choice if tools else None, body.logprobs)
+                  body.stops, body.seed, bool((body.model_extra or {}).get("ignore_eos")), body.response_format, tools,
+                  body.tool_choice if tools else None, body.logprobs, state.next_seed())
         answers = [answer(ask, i, state.contents[model.id], model.content.tokens, state.tokenizer) for i in range(body.n)]
         await self.network()
         calls = self.submit(model, prompt_tokens, answers, body.priority, body.stream)
-        completion_id = "chatcmpl-" + secrets.token_hex(12)
+        completion_id = "chatcmpl-" + state.new_id(12)
         created = int(time.time())
         if body.stream:
             await self.stream(body, model, calls, answers, completion_id, created, prompt_tokens, fault)

@@ -6,7 +6,6 @@ import asyncio
 import base64
 import hashlib
 import json
-import secrets
 import time
 from typing import Any
 
@@ -15,7 +14,7 @@ import numpy as np
 from ..engine.live import Call
 from ..engine.workload import Arrival
 from . import errors
-from .generation import Answer, Ask, answer, request_seed
+from .generation import Answer, Ask, answer
 from .handlers import FINGERPRINT, GenerationHandler, token_logprobs, usage
 from .protocol import CompletionRequest, EmbeddingRequest
 
@@ -52,14 +51,14 @@ class CompletionHandler(GenerationHandler):
         budget = self.admit(model, prompt_tokens, body.max_tokens)
         answers: list[Answer] = []
         for text, _ in prompts:
-            ask = Ask(text, text, "user", model.id, min(body.max_tokens or budget, budget), body.stops,
-                      request_seed(body.seed, text, state.next_seed()), bool((body.model_extra or {}).get("ignore_eos")),
-                      logprobs=body.logprobs is not None)
+            ask = Ask(text, text, "user", model.id, min(body.max_tokens or budget, budget), body.stops, body.seed,
+                      bool((body.model_extra or {}).get("ignore_eos")), logprobs=body.logprobs is not None,
+                      fallback_seed=state.next_seed())
             answers += [answer(ask, i, state.contents[model.id], model.content.tokens, state.tokenizer) for i in range(body.n)]
         await self.network()
         self.calls = [state.live.submit(Arrival(0, "api", model.id, prompts[i // body.n][1], a.tokens, body.priority, -1, 0),
                                         body.stream) for i, a in enumerate(answers)]
-        completion_id = "cmpl-" + secrets.token_hex(12)
+        completion_id = "cmpl-" + state.new_id(12)
         created = int(time.time())
         head = {"id": completion_id, "object": "text_completion", "created": created, "model": body.model,
                 "system_fingerprint": FINGERPRINT}

@@ -20,6 +20,7 @@ own seeded generator picks one.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from dataclasses import dataclass, field
@@ -73,13 +74,21 @@ class Ask:
     model: str
     cap: int | None
     stops: list[str] = field(default_factory=list)
-    seed: int = 0
+    seed: int | None = None
+    """The request's `seed` (None: the server's `fallback_seed` stands in)."""
     ignore_eos: bool = False
     response_format: dict[str, Any] | None = None
     tools: list[dict[str, Any]] = field(default_factory=list)
     """Function definitions: {name, description, parameters}."""
     tool_choice: str | dict[str, Any] | None = None
     logprobs: bool = False
+    fallback_seed: int = 0
+
+    @functools.cached_property
+    def mixed_seed(self) -> int:
+        """The seed of the answer's draws (`request_seed`), computed on the first draw: a prompt's digest
+        costs more than an answer that draws nothing."""
+        return request_seed(self.seed, self.prompt, self.fallback_seed)
 
 
 def request_seed(seed: int | None, prompt: str, fallback: int) -> int:
@@ -94,22 +103,23 @@ class _Draws:
     length draw nothing, and building the generator costs more than the rest of the answer. The
     draws come in the same order either way, so the answers are the same."""
 
-    __slots__ = ("_key", "_rng")
+    __slots__ = ("_ask", "_index", "_rng")
 
-    def __init__(self, seed: int, index: int) -> None:
-        self._key = [seed, index]
+    def __init__(self, ask: Ask, index: int) -> None:
+        self._ask = ask
+        self._index = index
         self._rng: np.random.Generator | None = None
 
     @property
     def rng(self) -> np.random.Generator:
         if self._rng is None:
-            self._rng = np.random.default_rng(self._key)
+            self._rng = np.random.default_rng([self._ask.mixed_seed, self._index])
         return self._rng
 
 
 def answer(ask: Ask, index: int, content: ContentSource, length: Any, tokenizer: Tokenizer) -> Answer:
     """The answer of choice `index` (choices differ by their index, like sampled completions)."""
-    draws = _Draws(ask.seed, index)
+    draws = _Draws(ask, index)
     call = _tool_call(ask, draws.rng, tokenizer) if ask.tools and ask.tool_choice != "none" else None
     if call is not None:
         forced = isinstance(ask.tool_choice, dict)

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import secrets
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -53,7 +52,7 @@ class BaseHandler(tornado.web.RequestHandler):
 
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", "application/json")
-        self.set_header("x-request-id", "req_" + secrets.token_hex(16))
+        self.set_header("x-request-id", "req_" + self.settings["state"].new_id(16))  # before initialize()
         self.set_header("openai-version", "2020-10-01")
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
@@ -140,8 +139,11 @@ class GenerationHandler(BaseHandler):
         return body, model, fault
 
     def fault_for(self, model: Model) -> Any:
-        context = Context(tuple(model.names), self.endpoint, self.api_key_name, self.state.live.now())
-        return self.state.faults.pick(context, self.request.headers.get("x-aisim-fault"))
+        override = self.request.headers.get("x-aisim-fault")
+        faults = self.state.faults
+        if not override and not faults.states:
+            return None
+        return faults.pick(Context(tuple(model.names), self.endpoint, self.api_key_name, self.state.live.now()), override)
 
     async def meet(self, fault: Any, model: Model) -> None:
         """Faults that act before the answer: an API error, or a hang then a closed connection."""

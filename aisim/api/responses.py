@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import secrets
 import time
 from typing import Any
 
-from .generation import Answer, Ask, answer, request_seed
+from .generation import Answer, Ask, answer
 from .handlers import GenerationHandler, chat_prompt, last_user
 from .protocol import Message, ResponseRequest
 
@@ -50,14 +49,14 @@ class ResponsesHandler(GenerationHandler):
         tool_choice: Any = body.tool_choice
         if isinstance(tool_choice, dict) and tool_choice.get("name"):
             tool_choice = {"function": {"name": tool_choice["name"]}}
-        ask = Ask(prompt, last_user(messages), messages[-1].role, model.id,
-                  min(body.max_output_tokens or budget, budget), [], request_seed(body.seed, prompt, state.next_seed()),
-                  False, response_format, tools, tool_choice if tools else None)
+        ask = Ask(prompt, last_user(messages), messages[-1].role, model.id, min(body.max_output_tokens or budget, budget),
+                  [], body.seed, False, response_format, tools, tool_choice if tools else None,
+                  fallback_seed=state.next_seed())
         result = answer(ask, 0, state.contents[model.id], model.content.tokens, state.tokenizer)
         await self.network()
         [call] = self.submit(model, prompt_tokens, [result], 0, body.stream)
-        response_id = "resp_" + secrets.token_hex(12)
-        item_id = ("fc_" if result.tool_calls else "msg_") + secrets.token_hex(12)
+        response_id = "resp_" + state.new_id(12)
+        item_id = ("fc_" if result.tool_calls else "msg_") + state.new_id(12)
         skeleton = self._response(body, response_id, "in_progress", [], None)
         if not body.stream:
             if not await self.settle([call], [result.finish_reason], body.max_output_tokens):

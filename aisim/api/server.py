@@ -9,6 +9,7 @@ starts all the scenario's listeners in the running event loop.
 from __future__ import annotations
 
 import asyncio
+import random
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -75,9 +76,11 @@ class ServerState:
         scenario = self.scenario
         self.sim = Simulation(scenario, self.base_dir, seed=self.seed, macro_steps=False, retain=False)
         self.live = Live(self.sim, self.speed)
-        server_seq = np.random.SeedSequence([self.sim.seed, 1]).spawn(3)
-        fault_rng, self._delay_rng, self._seed_rng = (np.random.default_rng(s) for s in server_seq)
+        server_seq = np.random.SeedSequence([self.sim.seed, 1]).spawn(4)
+        fault_rng, self._delay_rng, self._seed_rng = (np.random.default_rng(s) for s in server_seq[:3])
         self._seeds: list[int] = []
+        self._context_lengths: dict[str, int] = {}
+        self._ids = random.Random(int(server_seq[3].generate_state(1)[0]))
         self.tokenizer = default_tokenizer()
         self.contents = {m.id: ContentSource(m.content, self.base_dir) for m in scenario.models}
         self.faults = FaultBook(list(scenario.faults), fault_rng)
@@ -129,7 +132,10 @@ class ServerState:
         served = self.served(model)
         if served.plans:
             return served.plans[0].max_model_len
-        return model.engine.max_model_len or model.resolved().max_position or 32768
+        fixed = self._context_lengths.get(model.id)
+        if fixed is None:  # asked on every request; pydantic's private attributes are slow to read
+            fixed = self._context_lengths[model.id] = model.engine.max_model_len or model.resolved().max_position or 32768
+        return fixed
 
     def epoch_ms(self, sim_ns: int) -> int:
         """A simulated instant as milliseconds since the epoch (the server started at virtual time 0)."""
@@ -138,6 +144,11 @@ class ServerState:
     def delay_s(self) -> float:
         """One draw of the network delay, in seconds (0 without one)."""
         return self._delays.next() / 1e9 if self._delays is not None else 0.0
+
+    def new_id(self, nbytes: int) -> str:
+        """`nbytes` random bytes in hex, for response and request ids: from the server's seed, so a seeded
+        server names its answers the same way each run (and no system call per id, as `secrets` makes)."""
+        return f"{self._ids.getrandbits(8 * nbytes):0{2 * nbytes}x}"
 
     def next_seed(self) -> int:
         """A seed for a request that did not give one (a deterministic sequence per server, drawn in chunks)."""
