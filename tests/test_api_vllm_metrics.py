@@ -384,3 +384,26 @@ def test_many_gaps_at_once_count_exactly_as_one_by_one() -> None:
     samples = [[(s.name, s.labels, s.value) for s in m.collect()[0].samples if not s.name.endswith("_created")]
                for m in (one, many)]
     assert samples[0] == samples[1]
+
+
+def test_requests_recorded_in_bulk_count_as_recorded_one_by_one() -> None:
+    """The server applies finished requests in bulk (`record_finished_many`); every bucket and count must
+    be what one call per request writes, and each sum the same up to rounding."""
+    from aisim.api.vllm_metrics import Finished
+
+    batch = [Finished("stop", 300, 5, 64, 2.2, 0.4, 0.7, 0.8, 1.3, (0.2, 0.2, 0.3, 0.1)),
+             Finished("length", 12, 1, None, 0.05, 0.001, 0.02, 0.0, 0.021, (), n=None),
+             Finished("abort", 40, 0, 16, 9.0, None),  # aborted while queued: no phase, no token
+             Finished("stop", 7, 3, 0, 0.3, 0.0, 0.1, 0.2, 0.1, (0.1, 0.1), n=2, max_generation_tokens=4)]
+    one_by_one, bulk = one_model(), one_model()
+    for request in batch:
+        one_by_one.record_finished("llama", **request._asdict())
+    bulk.record_finished_many("llama", 0, batch)
+    expected, got = parse(one_by_one), parse(bulk)
+    assert expected.keys() == got.keys()
+    for name, family in expected.items():
+        want = [(s.name, s.labels, s.value) for s in family.samples]
+        have = [(s.name, s.labels, s.value) for s in got[name].samples]
+        assert [w[:2] for w in want] == [h[:2] for h in have], name
+        assert [w[2] for w in want] == pytest.approx([h[2] for h in have], rel=1e-12), name
+    assert sum(value(expected["vllm:request_success"], "_total", finished_reason=r) for r in ("stop", "length", "abort")) == 4

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import collections
 import itertools
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
@@ -11,7 +12,13 @@ from ..engine.batcher import TritonEngine
 from ..engine.live import Call
 from ..engine.replica import Replica, StepReport
 from ..engine.served import Engine
-from .vllm_metrics import CONTENT_TYPE, CacheConfig, SchedulerState, VllmMetrics
+from .vllm_metrics import (
+    CONTENT_TYPE,
+    CacheConfig,
+    Finished,
+    SchedulerState,
+    VllmMetrics,
+)
 
 if TYPE_CHECKING:
     from .server import ServerState
@@ -27,9 +34,10 @@ class MetricsFeed:
     def __init__(self, state: ServerState) -> None:
         self.metrics = VllmMetrics()
         self.engines: dict[str, list[Engine]] = {}
-        self._pending: list[Callable[[], None]] = []
-        """Finished requests not yet observed: prometheus_client's histograms cost tens of
-        microseconds per request, so observations are applied in bulk, at the latest on a scrape."""
+        self._pending: collections.defaultdict[tuple[str, int], list[Finished]] = collections.defaultdict(list)
+        """Finished requests not yet observed, per (model, engine): prometheus_client's histograms cost
+        tens of microseconds per request one by one, so they are applied in bulk, at the latest on a scrape."""
+        self._count = 0
         for served in state.sim.served_models:
             model = served.model
             caches = [CacheConfig(block_size=p.block_size, num_gpu_blocks=p.num_blocks if p.has_kv else None,
@@ -72,29 +80,29 @@ class MetricsFeed:
         if request is None:
             return
         engines = self.engines.get(request.model, [])
-        engine = engines.index(request.engine) if request.engine in engines else 0
+        engine = engines.index(request.engine) if len(engines) > 1 and request.engine in engines else 0
         end = request.finished_at if request.finished_at >= 0 else (token_times[-1] if token_times else request.arrival)
         scheduled = request.scheduled_at if request.scheduled_at >= 0 else None
         first = token_times[0] if token_times else None
         last = token_times[-1] if token_times else None
-        self._pending.append(partial(
-            self.metrics.record_finished,
-            request.model, engine=engine, finished_reason=finish_reason,  # type: ignore[arg-type]
-            prompt_tokens=request.prompt, generation_tokens=len(token_times), max_tokens=max_tokens,
-            e2e=(end - request.arrival) / NS,
-            queue=None if scheduled is None else (scheduled - request.arrival) / NS,
-            prefill=None if first is None or scheduled is None else (first - scheduled) / NS,
-            decode=None if first is None or scheduled is None else (last - first) / NS,  # type: ignore[operator]
-            ttft=None if first is None else (first - request.arrival) / NS,
-            inter_token=[(b - a) / NS for a, b in itertools.pairwise(token_times)], n=n))
-        if len(self._pending) >= PENDING_LIMIT:
+        ran = first is not None and scheduled is not None
+        self._pending[(request.model, engine)].append(Finished(
+            finish_reason, request.prompt, len(token_times), max_tokens,  # type: ignore[arg-type]
+            (end - request.arrival) / NS,
+            None if scheduled is None else (scheduled - request.arrival) / NS,
+            (first - scheduled) / NS if ran else None,  # type: ignore[operator]
+            (last - first) / NS if ran else None,  # type: ignore[operator]
+            None if first is None else (first - request.arrival) / NS,
+            [(b - a) / NS for a, b in itertools.pairwise(token_times)], n))
+        self._count += 1
+        if self._count >= PENDING_LIMIT:
             self.flush()
 
     def flush(self) -> None:
         """Apply every observation still pending."""
-        pending, self._pending = self._pending, []
-        for observe in pending:
-            observe()
+        pending, self._pending, self._count = self._pending, collections.defaultdict(list), 0
+        for (model, engine), requests in pending.items():
+            self.metrics.record_finished_many(model, engine, requests)
 
     def scrape(self) -> tuple[bytes, str]:
         """The text exposition and its content type (vLLM's, Prometheus text 0.0.4)."""
