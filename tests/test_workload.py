@@ -83,3 +83,13 @@ def test_duration_and_request_caps_stop_the_workload() -> None:
     sim = Simulation(capped)
     sim.run()
     assert 150 < len(sim.requests) < 250 and max(r.arrival for r in sim.requests) <= 2_000_000_000
+
+
+def test_taking_many_draws_at_once_gives_what_one_at_a_time_gives() -> None:
+    from aisim.engine.sampling import Draws
+    from aisim.scenario.distributions import UniformCount
+
+    dist = UniformCount(kind="uniform", min=0, max=10**6)
+    bulk, single = Draws(dist, np.random.default_rng(1), chunk=16), Draws(dist, np.random.default_rng(1), chunk=16)
+    for count in (0, 3, 5, 1, 7, 16, 2, 0, 9, 4, 16, 16, 1):  # within a chunk, to its end, across a refill
+        assert bulk.take(count) == [single.next() for _ in range(count)], count

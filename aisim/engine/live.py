@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -56,7 +56,16 @@ class Call:
     """Called with each event on the engine's turn, instead of the queue (see `listen`)."""
     _delivering: bool = False
 
-    def watch(self, event: str, request: Request, time_ns: int) -> None:
+    def tokens(self, request: Request, times: Sequence[int]) -> None:
+        """Tokens handed over together (a call that is not streamed learns of them at its end)."""
+        if self.live_tokens:
+            for time_ns in times:
+                self("token", request, time_ns)
+            return
+        self.token_times.extend(times)
+        self.token_walls.extend([time.monotonic()] * len(times))
+
+    def __call__(self, event: str, request: Request, time_ns: int) -> None:
         if event == "token":
             self.token_times.append(time_ns)
             self.token_walls.append(time.monotonic())
@@ -144,7 +153,7 @@ class Live:
         call = Call(arrival, live_tokens, submitted_wall=time.monotonic())
 
         def arrive() -> None:
-            call.request = self.sim.submit(arrival, call.watch, live_tokens)
+            call.request = self.sim.submit(arrival, call, live_tokens)
 
         self.clock.inject(arrive)
         return call

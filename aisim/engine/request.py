@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 Outcome = Literal["completed", "failed", "aborted", ""]
-Watcher = Callable[[str, "Request", int], None]
-"""Called with "token", "finished", "failed" or "aborted", the request and the event's time (ns)."""
+
+
+class Watcher(Protocol):
+    """Who waits on a request (a server's handler): told of each event as it happens."""
+
+    def __call__(self, event: str, request: Request, time_ns: int) -> None:
+        """"token", "finished", "failed" or "aborted", the request and the event's time (ns)."""
+
+    def tokens(self, request: Request, times: Sequence[int]) -> None:
+        """Several tokens at once, with their times (a request watched only at its end)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -76,3 +84,8 @@ class Request:
         """Tell the watcher, if any, what happened at `time_ns`."""
         if self.watcher is not None:
             self.watcher(event, self, time_ns)
+
+    def notify_tokens(self, times: Sequence[int]) -> None:
+        """Tell the watcher, if any, of tokens that came at `times`, all at once."""
+        if self.watcher is not None:
+            self.watcher.tokens(self, times)

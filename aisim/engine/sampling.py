@@ -50,6 +50,11 @@ class Draws:
         """`count` values at once (in one numpy call when it is large)."""
         if count > self.chunk:
             return sample(self.dist, self.rng, count).tolist()
+        values = self._values
+        if len(values) >= count:  # what `next` would give `count` times, in one slice
+            taken = values[:-count - 1:-1]
+            del values[len(values) - count:]
+            return taken
         return [self.next() for _ in range(count)]
 
 

@@ -145,8 +145,7 @@ class MockEngine:
         the end of the request."""
         if times:
             if not request.live_tokens:
-                for t in times[:-1]:
-                    request.notify("token", t)
+                request.notify_tokens(times[:-1])
             request.generated = len(times) - 1
             self._token(request)
             if len(times) > 1:
