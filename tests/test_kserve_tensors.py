@@ -132,3 +132,31 @@ def test_non_finite_floats_are_written_as_json_dumps_writes_them() -> None:
     values = [0.5, float("nan"), float("inf"), -float("inf"), -0.0, 1e-300]
     assert kt._json_list("FP64", values) == json.dumps(values, separators=(",", ":"))
     assert kt._json_list("BOOL", [True, False]) == "[true,false]"
+
+
+NUMERIC = [t for t in kt.NUMPY_TYPES if t not in ("BOOL", "FP16")]
+JSON_INPUTS: list[Any] = [[0.5] * 16, [1, 2, 3], [1.5, -2.25, 3e38, 1e-45], [True, False, 7], [-1, 0, 1],
+                          [300, 70000, 2**31, 2**63], [1e39], ["1.5", "2"], [[1.0, 2.0], [3.0, 4.0]], [None, 1.0],
+                          [float("nan"), float("inf")], list(range(64)), [0.1 * k for k in range(65)]]
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast")  # numpy reads 1e39 as an FP32 inf
+@pytest.mark.parametrize("datatype", NUMERIC)
+@pytest.mark.parametrize("data", JSON_INPUTS, ids=range(len(JSON_INPUTS)))
+def test_small_json_inputs_pack_to_numpys_bytes_or_fail_as_numpy_does(datatype: str, data: list[Any]) -> None:
+    """Small flat inputs are packed with `struct`; the bytes (or the error) must be numpy's."""
+    shape = [len(data), len(data[0])] if isinstance(data[0], list) else [len(data)]
+
+    def read(small_input: int) -> bytes | str:
+        original = kt.SMALL_INPUT
+        kt.SMALL_INPUT = small_input
+        try:
+            return kt._json_data("x", datatype, shape, data)
+        except kt.KServeError as error:
+            return f"{error.status} {error.message}"
+        except Exception as error:  # noqa: BLE001 (numpy's own error: the struct path must raise the same)
+            return type(error).__name__
+        finally:
+            kt.SMALL_INPUT = original
+
+    assert read(kt.SMALL_INPUT) == read(0)

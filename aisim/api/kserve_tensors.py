@@ -38,6 +38,8 @@ STRUCT_CODES: dict[str, str] = {
 per-call overhead, and makes the same bytes."""
 SMALL_OUTPUT = 64
 """Outputs of up to this many elements are generated without numpy (faster there; the same bytes)."""
+SMALL_INPUT = 64
+"""Flat JSON inputs of up to this many numbers are packed without numpy (faster there; the same bytes)."""
 INT_RANGES = {name: min(np.iinfo(np.dtype(code)).max, 1000) for name, code in NUMPY_TYPES.items()
               if np.dtype(code).kind in "iu"}
 """Integer outputs are in [0, this) (`_values`)."""
@@ -165,6 +167,12 @@ def _json_data(name: str, datatype: str, shape: list[int], data: Any) -> bytes:
         return b"".join(struct.pack("<I", len(p)) + p for p in pieces)
     if datatype not in NUMPY_TYPES:
         raise KServeError(400, f"invalid datatype for input {name}")
+    code = STRUCT_CODES[datatype] if datatype != "BOOL" else None
+    if code is not None and isinstance(data, list) and len(data) == count <= SMALL_INPUT:
+        try:
+            return struct.pack(f"<{count}{code}", *data)
+        except (struct.error, TypeError, OverflowError):
+            pass  # nested rows, strings, values out of range: numpy reads them (or words the error)
     try:
         values = np.asarray(data if data is not None else [], dtype=NUMPY_TYPES[datatype])
     except (TypeError, ValueError):  # ragged nesting or values of another type
