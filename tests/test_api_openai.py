@@ -240,3 +240,15 @@ def test_health_version_tokenize_detokenize_and_lora(url: str) -> None:
     assert again.status_code == 400
     assert httpx.post(f"{url}/v1/unload_lora_adapter", json={"lora_name": "sql"}).status_code == 200
     assert httpx.post(f"{url}/v1/unload_lora_adapter", json={"lora_name": "sql"}).status_code == 404
+
+
+@pytest.mark.parametrize("content", ["Hello.", 'quotes " and \\ and %d %s %%', "ünïcödé 字 \n\t", ""])
+def test_a_plain_chat_completion_is_written_as_json_dumps_writes_it(content: str) -> None:
+    """The common non-streamed answer is filled into a template; its bytes must be those of encoding the
+    completion's dictionary."""
+    from aisim.api import chat
+
+    message = {"role": "assistant", "content": content, "refusal": None, "annotations": []}
+    expected = json.dumps(chat._completion("chatcmpl-1%d", 1700000000, 'm "x" %s', [chat._choice(0, message, None, "length")],
+                                           31, 7))
+    assert chat._plain_completion("chatcmpl-1%d", 1700000000, 'm "x" %s', content, "length", 31, 7) == expected

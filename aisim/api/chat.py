@@ -56,20 +56,22 @@ class ChatHandler(GenerationHandler):
         if isinstance(fault, Disconnect):
             self.close_connection()
             return
-        choices = []
-        for index, a in enumerate(answers):
-            message: dict[str, Any] = {"role": "assistant", "content": None if a.tool_calls else a.text,
-                                       "refusal": None, "annotations": []}
-            if a.tool_calls:
-                message["tool_calls"] = [{"id": c.id, "type": "function",
-                                          "function": {"name": c.name, "arguments": c.arguments}} for c in a.tool_calls]
-            logprobs = ({"content": token_logprobs(a, 0, len(a.pieces), body.top_logprobs or 0), "refusal": None}
-                        if body.logprobs else None)
-            choices.append({"index": index, "message": message, "logprobs": logprobs, "finish_reason": a.finish_reason})
-        payload = {"id": completion_id, "object": "chat.completion", "created": created, "model": body.model,
-                   "choices": choices, "usage": usage(prompt_tokens, sum(a.tokens for a in answers)),
-                   "system_fingerprint": FINGERPRINT, "service_tier": "default"}
-        text = json.dumps(payload)
+        completion_tokens = sum(a.tokens for a in answers)
+        if len(answers) == 1 and not answers[0].tool_calls and not body.logprobs:
+            text = _plain_completion(completion_id, created, body.model, answers[0].text, answers[0].finish_reason,
+                                     prompt_tokens, completion_tokens)
+        else:
+            choices = []
+            for index, a in enumerate(answers):
+                message: dict[str, Any] = {"role": "assistant", "content": None if a.tool_calls else a.text,
+                                           "refusal": None, "annotations": []}
+                if a.tool_calls:
+                    message["tool_calls"] = [{"id": c.id, "type": "function", "function": {
+                        "name": c.name, "arguments": c.arguments}} for c in a.tool_calls]
+                logprobs = ({"content": token_logprobs(a, 0, len(a.pieces), body.top_logprobs or 0), "refusal": None}
+                            if body.logprobs else None)
+                choices.append(_choice(index, message, logprobs, a.finish_reason))
+            text = json.dumps(_completion(completion_id, created, body.model, choices, prompt_tokens, completion_tokens))
         if isinstance(fault, (Truncate, MalformedChunk)):
             text = text[: len(text) // 2]
         self.finish(text)
@@ -173,3 +175,42 @@ class ChatHandler(GenerationHandler):
             if body.logprobs:
                 logprobs = {"content": token_logprobs(a, position, position + 1, body.top_logprobs or 0), "refusal": None}
         return {"index": index, "delta": delta, "logprobs": logprobs, "finish_reason": None}
+
+
+def _choice(index: int, message: dict[str, Any], logprobs: dict[str, Any] | None, finish_reason: str) -> dict[str, Any]:
+    return {"index": index, "message": message, "logprobs": logprobs, "finish_reason": finish_reason}
+
+
+def _completion(completion_id: str, created: int, model: str, choices: list[dict[str, Any]], prompt_tokens: int,
+                completion_tokens: int) -> dict[str, Any]:
+    """A non-streamed chat completion (`chat.completion`)."""
+    return {"id": completion_id, "object": "chat.completion", "created": created, "model": model, "choices": choices,
+            "usage": usage(prompt_tokens, completion_tokens), "system_fingerprint": FINGERPRINT, "service_tier": "default"}
+
+
+def _plain_template() -> str:
+    """`json.dumps` of a one-choice completion with plain content, as a %-template of its values: the common
+    answer is written in one step instead of encoding a dozen nested dictionaries. Made from `_completion`
+    itself (with markers where the values go), so that the two always agree."""
+    strings = {"id": "\ue000id", "model": "\ue000model", "content": "\ue000content", "finish": "\ue000finish"}
+    numbers = {"created": -1001, "prompt": -1002, "completion": -1003, "total": -2005}
+    message: dict[str, Any] = {"role": "assistant", "content": strings["content"], "refusal": None, "annotations": []}
+    text = json.dumps(_completion(strings["id"], numbers["created"], strings["model"],
+                                  [_choice(0, message, None, strings["finish"])], numbers["prompt"], numbers["completion"]))
+    text = text.replace("%", "%%")
+    for name, string in strings.items():
+        text = text.replace(json.dumps(string), f"%({name})s")
+    for name, number in numbers.items():
+        text = text.replace(str(number), f"%({name})d")
+    return text
+
+
+_PLAIN = _plain_template()
+
+
+def _plain_completion(completion_id: str, created: int, model: str, content: str, finish_reason: str,
+                      prompt_tokens: int, completion_tokens: int) -> str:
+    """`json.dumps` of the `_completion` of one choice with plain content (no tool calls, no log-probabilities)."""
+    return _PLAIN % {"id": json.dumps(completion_id), "created": created, "model": json.dumps(model),
+                     "content": json.dumps(content), "finish": json.dumps(finish_reason), "prompt": prompt_tokens,
+                     "completion": completion_tokens, "total": prompt_tokens + completion_tokens}
