@@ -135,7 +135,8 @@ class GenerationHandler(BaseHandler):
         body = parse(kind, self.json_body())
         model = self.find_model(body.model)  # type: ignore[attr-defined]
         fault = self.fault_for(model)
-        await self.meet(fault, model)
+        if fault is not None:
+            await self.meet(fault, model)
         return body, model, fault
 
     def fault_for(self, model: Model) -> Any:
@@ -192,8 +193,9 @@ class GenerationHandler(BaseHandler):
     async def settle(self, calls: list[Call], reasons: list[str], max_tokens: int | None, n: int = 1) -> bool:
         """Wait for every call, observe them, and raise the engine's error if one failed; False if the
         client went away."""
-        if len(calls) == 1:
-            results = [await self.outcome(calls[0])]  # no task to schedule for the common case
+        if len(calls) == 1:  # no task to schedule for the common case, nor a wait if the engine is done
+            call = calls[0]
+            results = [(call.ending[0], call.token_times) if call.ending is not None else await self.outcome(call)]
         else:
             results = list(await asyncio.gather(*(self.outcome(c) for c in calls)))
         for index, (call, (end, times)) in enumerate(zip(calls, results)):
