@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import time
-from collections.abc import Callable
 from typing import Any
 
 from ..engine.live import Call
@@ -91,49 +89,33 @@ class ChatHandler(GenerationHandler):
         templates = [(opening[:cut].replace('"index":0', f'"index":{i}', 1), opening[cut + 2:]) for i in range(len(answers))]
         emitted = [0] * len(answers)
         broken = [False]
-        loop = asyncio.get_running_loop()
-        ended: list[asyncio.Future[None]] = [loop.create_future() for _ in calls]
 
-        def listener(index: int, call: Call, a: Answer) -> Callable[[str, int], None]:
-            """What choice `index` writes for each of its call's events, on the engine's turn."""
-            def on_event(event: str, _: int) -> None:
-                if event == "token":
-                    if broken[0]:
-                        return
-                    if not emitted[index]:
-                        first = {"role": "assistant", "content": None if a.tool_calls else "", "refusal": None}
-                        self.push(chunk([{"index": index, "delta": first, "logprobs": None, "finish_reason": None}]))
-                    position = emitted[index]
-                    emitted[index] += 1
-                    if self._fault_in_stream(fault, sum(emitted), broken):
-                        return
-                    if a.tool_calls or body.logprobs:
-                        self.push(chunk([self._delta(index, a, position, body)]))
-                    else:
-                        before, after = templates[index]
-                        self.push(before + json.dumps(a.pieces[position] if position < len(a.pieces) else "") + after)
+        def on_event(index: int, event: str) -> None:
+            call, a = calls[index], answers[index]
+            if event == "token":
+                if broken[0]:
                     return
-                if event == "failed" and not broken[0]:  # the end: finished, failed or aborted
-                    self.push("data: " + json.dumps(self.engine_error(call).body()) + "\n\n")
-                self.observe(call, event, a.finish_reason, body.token_cap, call.token_times,
-                             body.n if index == len(calls) - 1 else None)
-                if event == "finished" and not broken[0]:
-                    self.push(chunk([{"index": index, "delta": {}, "logprobs": None, "finish_reason": a.finish_reason}]))
-                ended[index].set_result(None)
+                if not emitted[index]:
+                    first = {"role": "assistant", "content": None if a.tool_calls else "", "refusal": None}
+                    self.push(chunk([{"index": index, "delta": first, "logprobs": None, "finish_reason": None}]))
+                position = emitted[index]
+                emitted[index] += 1
+                if self._fault_in_stream(fault, sum(emitted), broken):
+                    return
+                if a.tool_calls or body.logprobs:
+                    self.push(chunk([self._delta(index, a, position, body)]))
+                else:
+                    before, after = templates[index]
+                    self.push(before + json.dumps(a.pieces[position] if position < len(a.pieces) else "") + after)
+                return
+            if event == "failed" and not broken[0]:  # the end: finished, failed or aborted
+                self.push("data: " + json.dumps(self.engine_error(call).body()) + "\n\n")
+            self.observe(call, event, a.finish_reason, body.token_cap, call.token_times,
+                         body.n if index == len(calls) - 1 else None)
+            if event == "finished" and not broken[0]:
+                self.push(chunk([{"index": index, "delta": {}, "logprobs": None, "finish_reason": a.finish_reason}]))
 
-            def guarded(event: str, time_ns: int) -> None:  # a mistake here ends this request, not the engine's run
-                try:
-                    on_event(event, time_ns)
-                except Exception as error:  # noqa: BLE001 (re-raised by the handler awaiting `ended`)
-                    if not ended[index].done():
-                        ended[index].set_exception(error)
-
-            return guarded
-
-        for index, (call, a) in enumerate(zip(calls, answers)):
-            call.listen(listener(index, call, a))
-        for done in ended:
-            await done
+        await self.follow(calls, on_event)
         if broken[0] or self.gone:
             return
         if body.include_usage:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import hashlib
 import json
@@ -11,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.live import Call
 from ..engine.workload import Arrival
 from . import errors
 from .generation import Answer, Ask, answer
@@ -70,32 +68,30 @@ class CompletionHandler(GenerationHandler):
             def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
                 return "data: " + json.dumps({**head, "choices": choices, **extra}, separators=(",", ":")) + "\n\n"
 
-            async def one(index: int, call: Call, a: Answer) -> None:
-                end = "aborted"
-                async for event, _ in call.stream():
-                    if event != "token":
-                        end = event
-                    if event == "failed":
-                        await self.send("data: " + json.dumps(self.engine_error(call).body()) + "\n\n")
-                    if event == "token":
-                        position = emitted[index]
-                        emitted[index] += 1
-                        text = a.pieces[position] if position < len(a.pieces) else ""
-                        if position == 0 and body.echo:
-                            text = prompts[index // body.n][0] + text
-                        logprobs = self._logprobs(a, position, position + 1, body.logprobs) if body.logprobs is not None else None
-                        await self.send(chunk([{"text": text, "index": index, "logprobs": logprobs, "finish_reason": None}]))
-                self.observe(call, end, a.finish_reason, body.max_tokens, call.token_times,
+            def on_event(index: int, event: str) -> None:
+                call, a = self.calls[index], answers[index]
+                if event == "token":
+                    position = emitted[index]
+                    emitted[index] += 1
+                    text = a.pieces[position] if position < len(a.pieces) else ""
+                    if position == 0 and body.echo:
+                        text = prompts[index // body.n][0] + text
+                    logprobs = self._logprobs(a, position, position + 1, body.logprobs) if body.logprobs is not None else None
+                    self.push(chunk([{"text": text, "index": index, "logprobs": logprobs, "finish_reason": None}]))
+                    return
+                if event == "failed":  # the end: finished, failed or aborted
+                    self.push("data: " + json.dumps(self.engine_error(call).body()) + "\n\n")
+                self.observe(call, event, a.finish_reason, body.max_tokens, call.token_times,
                              body.n if index == len(answers) - 1 else None)
-                if end == "finished":
-                    await self.send(chunk([{"text": "", "index": index, "logprobs": None, "finish_reason": a.finish_reason}]))
+                if event == "finished":
+                    self.push(chunk([{"text": "", "index": index, "logprobs": None, "finish_reason": a.finish_reason}]))
 
-            await asyncio.gather(*(one(i, c, a) for i, (c, a) in enumerate(zip(self.calls, answers))))
+            await self.follow(self.calls, on_event)
             if self.gone:
                 return
             if body.include_usage:
-                await self.send(chunk([], usage=usage(usage_prompt, sum(emitted))))
-            await self.send("data: [DONE]\n\n")
+                self.push(chunk([], usage=usage(usage_prompt, sum(emitted))))
+            self.push("data: [DONE]\n\n")
             self.finish()
             return
         if not await self.settle(self.calls, [a.finish_reason for a in answers], body.max_tokens, body.n):

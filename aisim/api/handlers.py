@@ -18,7 +18,7 @@ import tornado.iostream
 import tornado.web
 from tornado.http1connection import HTTP1Connection
 
-from ..engine.live import Call
+from ..engine.live import END_EVENTS, Call
 from ..engine.workload import Arrival
 from ..scenario.faults import ApiError as ApiErrorFault
 from ..scenario.faults import Timeout
@@ -212,6 +212,31 @@ class GenerationHandler(BaseHandler):
         reason = call.request.error if call.request is not None else "the request could not be served"
         return ApiError(500, reason, "InternalServerError")
 
+    async def follow(self, calls: list[Call], on_event: Callable[[int, str], None]) -> None:
+        """Hand each call's events to `on_event(index, event)` on the engine's turn (`Call.listen`: a streamed
+        token is written when the engine makes it, with no hop through the event loop) and return once every
+        call has ended. A mistake in `on_event` ends this request (it is raised here), not the engine's run."""
+        loop = asyncio.get_running_loop()
+        ended: list[asyncio.Future[None]] = [loop.create_future() for _ in calls]
+
+        def listener(index: int) -> Callable[[str, int], None]:
+            def on(event: str, _: int) -> None:
+                if ended[index].done():
+                    return
+                try:
+                    on_event(index, event)
+                except Exception as error:  # noqa: BLE001 (re-raised below, by the handler's own task)
+                    ended[index].set_exception(error)
+                    return
+                if event in END_EVENTS:
+                    ended[index].set_result(None)
+            return on
+
+        for index, call in enumerate(calls):
+            call.listen(listener(index))
+        for done in ended:
+            await done
+
     def push(self, chunk: str) -> bool:
         """Write one piece of a stream and send it now, without waiting for the socket to take it (an
         engine callback must not wait on a client; Tornado buffers what a slow client has not read);
@@ -220,18 +245,6 @@ class GenerationHandler(BaseHandler):
             return False
         self.write(chunk)
         self.flush()  # a closed stream answers with a failed future, not an exception
-        return True
-
-    async def send(self, chunk: str) -> bool:
-        """Write and flush one piece of a stream; False once the client is gone."""
-        if self.gone:
-            return False
-        try:
-            self.write(chunk)
-            await self.flush()
-        except tornado.iostream.StreamClosedError:
-            self.gone = True
-            return False
         return True
 
     def start_stream(self) -> None:

@@ -68,55 +68,59 @@ class ResponsesHandler(GenerationHandler):
         self.start_stream()
         sequence = [0]
 
-        async def emit(kind: str, **fields: Any) -> bool:
+        def emit(kind: str, **fields: Any) -> None:
             data = {"type": kind, "sequence_number": sequence[0], **fields}
             sequence[0] += 1
-            return await self.send(f"event: {kind}\ndata: " + json.dumps(data, separators=(",", ":")) + "\n\n")
+            self.push(f"event: {kind}\ndata: " + json.dumps(data, separators=(",", ":")) + "\n\n")
 
-        await emit("response.created", response=skeleton)
-        await emit("response.in_progress", response=skeleton)
+        emit("response.created", response=skeleton)
+        emit("response.in_progress", response=skeleton)
         started = self._item(result, item_id, "in_progress", empty=True)
-        position = 0
-        async for event, _ in call.stream():
-            if event != "token":
+        position = [0]
+        failed = [False]
+
+        def on_event(_: int, event: str) -> None:
+            if event != "token":  # the end: finished, failed or aborted
                 self.observe(call, event, result.finish_reason, body.max_output_tokens, call.token_times)
-            if event == "failed":
-                error = self.engine_error(call)
-                await emit("response.failed", response={**self._response(body, response_id, "failed", [], None),
-                                                         "error": {"code": "server_error", "message": error.message}})
-                self.finish()
+                if event == "failed":
+                    failed[0] = True
+                    error = self.engine_error(call)
+                    emit("response.failed", response={**self._response(body, response_id, "failed", [], None),
+                                                      "error": {"code": "server_error", "message": error.message}})
                 return
-            if event != "token":
-                continue
-            if position == 0:
-                await emit("response.output_item.added", output_index=0, item=started)
+            if position[0] == 0:
+                emit("response.output_item.added", output_index=0, item=started)
                 if not result.tool_calls:
-                    await emit("response.content_part.added", item_id=item_id, output_index=0, content_index=0,
-                               part={"type": "output_text", "text": "", "annotations": []})
+                    emit("response.content_part.added", item_id=item_id, output_index=0, content_index=0,
+                         part={"type": "output_text", "text": "", "annotations": []})
             if result.tool_calls:
                 pieces = result.tool_calls[0].pieces
-                delta = pieces[position] if position < len(pieces) else ""
-                await emit("response.function_call_arguments.delta", item_id=item_id, output_index=0, delta=delta)
+                delta = pieces[position[0]] if position[0] < len(pieces) else ""
+                emit("response.function_call_arguments.delta", item_id=item_id, output_index=0, delta=delta)
             else:
-                delta = result.pieces[position] if position < len(result.pieces) else ""
-                await emit("response.output_text.delta", item_id=item_id, output_index=0, content_index=0, delta=delta,
-                           logprobs=[])
-            position += 1
+                delta = result.pieces[position[0]] if position[0] < len(result.pieces) else ""
+                emit("response.output_text.delta", item_id=item_id, output_index=0, content_index=0, delta=delta,
+                     logprobs=[])
+            position[0] += 1
+
+        await self.follow([call], on_event)
+        if failed[0]:
+            self.finish()
+            return
         if self.gone:
             return
         final = self._item(result, item_id, "completed")
         if result.tool_calls:
             call_ = result.tool_calls[0]
-            await emit("response.function_call_arguments.done", item_id=item_id, output_index=0, name=call_.name,
-                       arguments=call_.arguments)
+            emit("response.function_call_arguments.done", item_id=item_id, output_index=0, name=call_.name,
+                 arguments=call_.arguments)
         else:
-            await emit("response.output_text.done", item_id=item_id, output_index=0, content_index=0, text=result.text,
-                       logprobs=[])
-            await emit("response.content_part.done", item_id=item_id, output_index=0, content_index=0,
-                       part=final["content"][0])
-        await emit("response.output_item.done", output_index=0, item=final)
-        await emit("response.completed", response=self._response(body, response_id, "completed", [final],
-                                                                 self.usage(prompt_tokens, result.tokens)))
+            emit("response.output_text.done", item_id=item_id, output_index=0, content_index=0, text=result.text,
+                 logprobs=[])
+            emit("response.content_part.done", item_id=item_id, output_index=0, content_index=0, part=final["content"][0])
+        emit("response.output_item.done", output_index=0, item=final)
+        emit("response.completed", response=self._response(body, response_id, "completed", [final],
+                                                           self.usage(prompt_tokens, result.tokens)))
         self.finish()
 
     @staticmethod

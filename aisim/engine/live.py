@@ -1,11 +1,11 @@
-"""The simulation on the real-time clock, for servers: submit a request now, await its tokens.
+"""The simulation on the real-time clock, for servers: submit a request now, follow its tokens.
 
 The server runs `Live.run()` as a task on its asyncio loop. A handler calls `submit`, which
-injects the arrival at the current virtual instant, and then iterates the returned `Call`'s
-events: one ("token", time) per generated token, then ("finished" | "failed" | "aborted",
-time). `abort` is how a handler whose client disconnected gives the request up: the engine
-frees its KV blocks at once. Steps are planned one at a time here, so that every token is an
-event at its own instant.
+injects the arrival at the current virtual instant, and then either listens to the returned
+`Call` (a stream: one ("token", time) per generated token, then ("finished" | "failed" |
+"aborted", time), each handed over on the engine's turn) or awaits its end. `abort` is how a
+handler whose client disconnected gives the request up: the engine frees its KV blocks at once.
+Steps are planned one at a time here, so that every token is an event at its own instant.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -28,12 +28,11 @@ T = TypeVar("T")
 
 @dataclass
 class Call:
-    """One submitted request as its client sees it.
+    """One submitted request as its client sees it, and its watcher in the engine.
 
-    Every token's time lands in `token_times`; the event queue carries each token too when the
-    client streams (`live_tokens`), and otherwise only the end, which is much cheaper. A client
-    that only needs the end awaits `end()`. The queue is a deque with one waiter (one reader per
-    call), cheaper per token than `asyncio.Queue`.
+    Every token's time lands in `token_times`. A streaming client (`live_tokens`) listens
+    (`listen`) and gets each token as it comes; otherwise the tokens come with the end, which is
+    much cheaper. A client that only needs the end awaits `end()`.
     """
 
     arrival: Arrival
@@ -50,10 +49,8 @@ class Call:
     submitted_wall: float = 0.0
     """The wall-clock instant the request was handed to the engine (its arrival on the engine's clock)."""
     _ended: asyncio.Future[tuple[str, int]] | None = None
-    _waiter: asyncio.Future[None] | None = None
-    """The reader's wait for the next event (None while it is not waiting)."""
     _listener: Callable[[str, int], None] | None = None
-    """Called with each event on the engine's turn, instead of the queue (see `listen`)."""
+    """Called with each event on the engine's turn (see `listen`); until it is set, `events` keeps them."""
     _delivering: bool = False
 
     def tokens(self, request: Request, times: Sequence[int]) -> None:
@@ -77,20 +74,15 @@ class Call:
             if self._ended is not None and not self._ended.done():
                 self._ended.set_result(self.ending)
         self.events.append((event, time_ns))
-        if self._listener is not None:
-            self._deliver()
-            return
-        waiter = self._waiter
-        if waiter is not None and not waiter.done():
-            waiter.set_result(None)
+        self._deliver()
 
     def listen(self, listener: Callable[[str, int], None]) -> None:
-        """Hand every event to `listener` as it happens, on the engine's turn (the events so far first),
-        instead of queueing it for `stream`: a streamed token then goes out with no hop through the
-        event loop (no wake-up of the handler's task, no wait on the socket): a fifth less server CPU
-        for 500 streams of 200 tokens, and no extra loop turn between a token's time and its write.
-        The listener must not block; an event that arrives while it runs (it aborted the request,
-        say) is handed over after it returns."""
+        """Hand every event to `listener` as it happens, on the engine's turn (the events so far first): a
+        streamed token then goes out with no hop through the event loop (no wake-up of the handler's task,
+        no wait on the socket): a fifth less server CPU for 500 streams of 200 tokens than a queue the
+        handler's task read, and no loop turn between a token's time and its write. The listener must not
+        block; an event that arrives while it runs (it aborted the request, say) is handed over after it
+        returns."""
         self._listener = listener
         self._deliver()
 
@@ -112,19 +104,6 @@ class Call:
         if self._ended is None:
             self._ended = asyncio.get_running_loop().create_future()
         return await self._ended
-
-    async def stream(self) -> AsyncIterator[tuple[str, int]]:
-        """The request's events until its end (finished, failed or aborted)."""
-        events = self.events
-        while True:
-            if not events:
-                self._waiter = asyncio.get_running_loop().create_future()
-                await self._waiter
-                self._waiter = None
-            event = events.popleft()
-            yield event
-            if event[0] in END_EVENTS:
-                return
 
 
 class Live:
