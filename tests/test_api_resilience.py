@@ -140,6 +140,27 @@ def test_a_stream_truncated_during_an_engine_step_frees_its_blocks_and_the_engin
         assert _value(after, "vllm:kv_cache_usage_perc", model_name="llama") == 0
 
 
+def test_a_handler_that_fails_on_a_streamed_token_ends_its_request_not_the_engine(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Streamed tokens are written from the engine's own turn: a bug in that code must end its request only,
+    and the engine must go on serving."""
+    from aisim.api.chat import ChatHandler
+
+    def broken(*_: object) -> dict[str, object]:
+        raise RuntimeError("a bug in the handler")
+
+    monkeypatch.setattr(ChatHandler, "_delta", staticmethod(broken))  # used for tokens with log-probabilities
+    with running_server(TEST_SCENARIOS / "serve" / "fast-mock.yaml") as base:
+        body = {"model": "llama", "messages": USER, "max_tokens": 20, "stream": True}
+        try:  # the server ends the broken stream early (Tornado closes a chunked answer it cannot finish)
+            broken_text = httpx.post(f"{base}/v1/chat/completions", json={**body, "logprobs": True}, timeout=10).text
+        except httpx.RemoteProtocolError:
+            broken_text = ""
+        assert "[DONE]" not in broken_text
+        whole = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=10)
+        assert whole.text.rstrip().endswith("data: [DONE]") and whole.text.count('"content":"') == 1 + 20
+
+
 def test_rate_limits_answer_429_with_openai_headers() -> None:
     with running_server(TEST_SCENARIOS / "serve" / "ratelimit.yaml") as base:
         def ask(key: str) -> httpx.Response:
