@@ -252,3 +252,15 @@ def test_a_plain_chat_completion_is_written_as_json_dumps_writes_it(content: str
     expected = json.dumps(chat._completion("chatcmpl-1%d", 1700000000, 'm "x" %s', [chat._choice(0, message, None, "length")],
                                            31, 7))
     assert chat._plain_completion("chatcmpl-1%d", 1700000000, 'm "x" %s', content, "length", 31, 7) == expected
+
+
+def test_ids_are_unique_and_differ_between_servers_started_with_the_same_seed() -> None:
+    """Replicas of one scenario behind a gateway must not repeat each other's response or request ids."""
+    body = {"model": "llama", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 3}
+    seen: list[str] = []
+    for _ in range(2):
+        with running_server(TEST_SCENARIOS / "serve" / "fast-mock.yaml", seed=7) as base:
+            for _ in range(3):
+                answer = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30)
+                seen += [answer.json()["id"], answer.headers["x-request-id"]]
+    assert len(set(seen)) == len(seen) == 12

@@ -9,7 +9,7 @@ starts all the scenario's listeners in the running event loop.
 from __future__ import annotations
 
 import asyncio
-import random
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,11 +76,11 @@ class ServerState:
         scenario = self.scenario
         self.sim = Simulation(scenario, self.base_dir, seed=self.seed, macro_steps=False, retain=False)
         self.live = Live(self.sim, self.speed)
-        server_seq = np.random.SeedSequence([self.sim.seed, 1]).spawn(4)
-        fault_rng, self._delay_rng, self._seed_rng = (np.random.default_rng(s) for s in server_seq[:3])
+        server_seq = np.random.SeedSequence([self.sim.seed, 1]).spawn(3)
+        fault_rng, self._delay_rng, self._seed_rng = (np.random.default_rng(s) for s in server_seq)
         self._seeds: list[int] = []
         self._context_lengths: dict[str, int] = {}
-        self._ids = random.Random(int(server_seq[3].generate_state(1)[0]))
+        self._entropy, self._entropy_used = b"", 0
         self.tokenizer = default_tokenizer()
         self.contents = {m.id: ContentSource(m.content, self.base_dir) for m in scenario.models}
         self.faults = FaultBook(list(scenario.faults), fault_rng)
@@ -146,9 +146,15 @@ class ServerState:
         return self._delays.next() / 1e9 if self._delays is not None else 0.0
 
     def new_id(self, nbytes: int) -> str:
-        """`nbytes` random bytes in hex, for response and request ids: from the server's seed, so a seeded
-        server names its answers the same way each run (and no system call per id, as `secrets` makes)."""
-        return f"{self._ids.getrandbits(8 * nbytes):0{2 * nbytes}x}"
+        """`nbytes` of the system's entropy in hex, for response and request ids. Ids are names, not part of
+        the simulation: like OpenAI's they differ between servers (replicas behind one gateway started
+        with the same seed must not repeat each other's ids), so they do not come from the seed. The
+        entropy is read 4 KiB at a time: `secrets` made a system call per id."""
+        start = self._entropy_used
+        if start + nbytes > len(self._entropy):
+            self._entropy, start = os.urandom(4096), 0
+        self._entropy_used = start + nbytes
+        return self._entropy[start:start + nbytes].hex()
 
     def next_seed(self) -> int:
         """A seed for a request that did not give one (a deterministic sequence per server, drawn in chunks)."""
