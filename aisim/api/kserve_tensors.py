@@ -308,7 +308,7 @@ def _values(datatype: str, count: int, stream: Any) -> bytes:
     dtype = np.dtype(NUMPY_TYPES[datatype])
     if dtype.kind == "f":
         return unit.astype(dtype).tobytes()
-    return (raw % min(np.iinfo(dtype).max, 1000)).astype(dtype).tobytes()
+    return (raw % INT_RANGES[datatype]).astype(dtype).tobytes()
 
 
 def _small_values(datatype: str, count: int, digest: bytes) -> bytes:

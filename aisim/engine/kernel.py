@@ -240,7 +240,7 @@ class RealTimeClock:
         try:
             while True:
                 next_time = kernel.peek()
-                watch = kernel.next_observation() if kernel._observers else None
+                watch = kernel.next_observation()
                 observing = watch is not None and (next_time is None or watch < next_time)
                 upcoming = watch if observing else next_time
                 if upcoming is None:
