@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import gc
+import tracemalloc
+from typing import Any
+
+import pytest
+
+from aisim.engine import gpu_memory, simulation
 from aisim.engine.replica import Replica
 from aisim.engine.report import build_report
+from aisim.engine.simulation import Simulation
 
 from .engine_helpers import batch, llama, poisson, run, scenario
 
@@ -103,3 +111,30 @@ def test_runs_of_decode_steps_give_exactly_the_step_by_step_result() -> None:
         assert fast.timeline.records() == slow.timeline.records()
         assert build_report(fast) == {**build_report(slow), "events": build_report(fast)["events"]}
         assert fast.kernel.processed < slow.kernel.processed
+
+
+MOCK = {"id": "m", "latency": {"ttft": "20ms", "interToken": "5ms"}}
+
+
+@pytest.mark.parametrize("model", [llama(), MOCK], ids=["vllm", "mock"])
+def test_a_serving_simulation_holds_no_memory_for_past_requests(monkeypatch: pytest.MonkeyPatch,
+                                                                model: dict[str, Any]) -> None:
+    """A server's simulation (`retain=False`) runs for ever: once its timeline window is full, four times
+    the requests must hold no more memory (each request's inter-token gaps used to stay: 400-800 bytes a request)."""
+    monkeypatch.setattr(simulation, "ROLLING_RECORDS", 100)
+    monkeypatch.setattr(gpu_memory, "EAGER_SHAPES", 16)
+
+    def held(requests: int) -> int:
+        gc.collect()
+        tracemalloc.start()
+        try:
+            sim = Simulation(scenario([model], [poisson("200/s", requests, 64, 16)]), macro_steps=False, retain=False)
+            sim.run()
+            gc.collect()
+            return tracemalloc.get_traced_memory()[0]
+        finally:
+            tracemalloc.stop()
+
+    held(100)  # one-off allocations (caches, imports) land here
+    few, many = held(500), held(2000)
+    assert many - few < 1500 * 20, f"{(many - few) / 1500:.0f} bytes per extra request"

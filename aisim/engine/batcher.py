@@ -130,7 +130,7 @@ class TritonEngine:
         self.memory = memory
         self.queue: deque[Request] = deque()
         self.running = 0
-        self.stats = ReplicaStats()
+        self.stats = ReplicaStats(keep_itl=not timeline.rolling)
         self.triton = TritonStats()
         self.on_finish: Callable[[Request], None] | None = None
         self.on_crash: Callable[[TritonEngine, str], None] | None = None

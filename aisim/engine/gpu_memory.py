@@ -34,6 +34,10 @@ from .memory import MemoryPlan, activation_tensors
 from .pool import Allocator, Tensor
 from .timeline import Timeline
 
+EAGER_SHAPES = 1024
+"""Step shapes whose activation sizes are remembered (a server sees ever new (tokens, requests) pairs:
+the memory of them must not grow without end)."""
+
 
 def record_levels(pool: Allocator, gpu: str, timeline: Timeline, now: int) -> None:
     """Put the pool's warning / critical threshold crossings on the timeline."""
@@ -128,6 +132,8 @@ class ReplicaMemory:
         shape = (tokens, requests)
         eager = self._eager.get(shape)
         if eager is None:  # a step's shapes repeat: size them once
+            if len(self._eager) >= EAGER_SHAPES:
+                self._eager.clear()
             eager = self._eager[shape] = self._eager_tensors(tokens, requests)
         step = self.step
         for _, pool in self.pools:

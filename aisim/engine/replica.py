@@ -48,6 +48,9 @@ MAX_RUN = 2048
 class ReplicaStats:
     """What the report needs from a replica, accumulated as it runs."""
 
+    keep_itl: bool = True
+    """Whether inter-token gaps are kept for the report; a long-running server keeps none (it writes no
+    report, and they grew its memory by some 300 bytes per request without end)."""
     itl_values: list[np.ndarray | list[int]] = field(default_factory=list)
     itl_weights: list[np.ndarray | list[int]] = field(default_factory=list)
     steps: int = 0
@@ -56,6 +59,12 @@ class ReplicaStats:
     """Integral of used blocks over time (block-ns), for the time-weighted mean usage."""
     kv_peak: int = 0
     preemptions: int = 0
+
+    def add_itl(self, values: np.ndarray | list[int], weights: np.ndarray | list[int]) -> None:
+        """Inter-token gaps (`values`), each standing for `weights` gaps of that length."""
+        if self.keep_itl:
+            self.itl_values.append(values)
+            self.itl_weights.append(weights)
 
 
 @dataclass(frozen=True)
@@ -128,7 +137,7 @@ class Replica:
         self._heap: list[tuple[int, int, int, Request]] = []
         self._plan: _Plan | None = None
         self._kicked = False
-        self.stats = ReplicaStats()
+        self.stats = ReplicaStats(keep_itl=not timeline.rolling)
         self.slowdown = 1.0
         self.on_step: Callable[[Replica, StepReport], None] | None = None
         """Called after every step (a live server's metrics); None in headless runs."""
@@ -502,8 +511,7 @@ class Replica:
             if request.generated >= request.output:
                 self._finish(request, end)
         if itl:
-            self.stats.itl_values.append(np.array(itl, dtype=np.int64))
-            self.stats.itl_weights.append(np.ones(len(itl), dtype=np.int64))
+            self.stats.add_itl(np.array(itl, dtype=np.int64), np.ones(len(itl), dtype=np.int64))
         decode = sum(tokens for _, tokens in plan.batch) - prefill
         self._log(plan.start, plan.ends, len(plan.batch), prefill, decode, np.array([plan.kv_used]), plan.stream)
         self.running = [r for r in self.running if not r.done]
@@ -610,11 +618,9 @@ class Replica:
                 for k in range(steps):
                     self.timeline.add(int(ends[k]), "token", request.id, request.generated - steps + k)
         stats = self.stats
-        stats.itl_values.append(ends[0] - last)
-        stats.itl_weights.append(np.ones(len(requests), dtype=np.int64))
+        stats.add_itl(ends[0] - last, np.ones(len(requests), dtype=np.int64))
         if steps > 1:
-            stats.itl_values.append(np.diff(ends))
-            stats.itl_weights.append(np.full(steps - 1, len(requests), dtype=np.int64))
+            stats.add_itl(np.diff(ends), np.full(steps - 1, len(requests), dtype=np.int64))
         self._log(plan.start, ends, len(requests), 0, len(requests), used_before + plan.blocks[:steps])
         for request in requests:
             if request.generated >= request.output:

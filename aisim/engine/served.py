@@ -59,7 +59,7 @@ class MockEngine:
         self.slots = max_num_seqs or DEFAULT_MOCK_SEQS
         self.running: dict[int, list[EventHandle]] = {}
         self.queue: deque[Request] = deque()
-        self.stats = ReplicaStats()
+        self.stats = ReplicaStats(keep_itl=not timeline.rolling)
         self.on_finish: Callable[[Request], None] | None = None
 
     @property
@@ -148,9 +148,8 @@ class MockEngine:
                 request.notify_tokens(times[:-1])
             request.generated = len(times) - 1
             self._token(request)
-            if len(times) > 1:
-                self.stats.itl_values.append([b - a for a, b in itertools.pairwise(times)])
-                self.stats.itl_weights.append([1] * (len(times) - 1))
+            if len(times) > 1 and self.stats.keep_itl:
+                self.stats.add_itl([b - a for a, b in itertools.pairwise(times)], [1] * (len(times) - 1))
             if self.timeline.per_token:
                 for index, t in enumerate(times):
                     self.timeline.add(t, "token", request.id, index)

@@ -78,6 +78,8 @@ class Timeline:
 
     def __init__(self, per_token: bool = False, max_records: int | None = None) -> None:
         self.per_token = per_token
+        self.rolling = max_records is not None
+        """Whether this is a long-running server's window: then nothing kept per request may grow without end."""
         self.events: deque[tuple[Any, ...]] | list[tuple[Any, ...]] = deque(maxlen=max_records) if max_records else []
         self.steps: deque[StepRun] | list[StepRun] = deque(maxlen=max_records) if max_records else []
         self.added_steps = 0
