@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from aisim.engine.batcher import TritonEngine
+from aisim.engine.gpu_memory import OrtArena
 from aisim.engine.memory import activation_peak, activation_tensors, plan
 from aisim.engine.report import build_report
+from aisim.engine.simulation import Simulation
 from aisim.scenario import load_scenario
 from aisim.scenario.models import Model
 from aisim.scenario.presets import GIB, GPU_PROFILES
@@ -104,11 +107,45 @@ def test_each_runtime_puts_what_it_loads_in_the_pool() -> None:
                 "outputTokens": 0} for m in models]
     sim = run(scenario(models, sources, gpus=[{"id": "g", "profile": "T4"}]))
     assert all(r.outcome == "completed" for r in sim.requests)  # no vLLM start-up check between them
+    layers = Model.model_validate(models[0]).resolved().layers
+    # weights for both; TensorRT's execution context stays, and so does the region ONNX Runtime's arena took
+    # for the runs (one: every run of one item fits in the first, 1 MiB)
+    assert _allocated(sim) == {"weights": 2 * layers, "execution_context": 1, "onnxruntime_arena": 1}
+
+
+def _allocated(sim: Simulation) -> dict[str, int]:
+    """Allocated blocks of GPU `g`'s pool, by tag."""
     held: dict[str, int] = {}
     for segment in sim.pools["g"].state().segments:
         for block in segment.blocks:
             if block.state == "allocated":
                 held[block.tag] = held.get(block.tag, 0) + 1
-    layers = Model.model_validate(models[0]).resolved().layers
-    # weights for both; TensorRT's execution context stays, ONNX Runtime's activations come and go
-    assert held == {"weights": 2 * layers, "execution_context": 1}
+    return held
+
+
+def test_an_onnx_runtime_arena_takes_regions_doubling_in_size_and_keeps_them() -> None:
+    """BFC's kNextPowerOfTwo: a region of max(request, next), `next` from 1 MiB doubling per extension;
+    a run that fits in a region it holds takes nothing."""
+    arena, mib = OrtArena(), 1 << 20
+    sizes = [1000, mib, 3 * mib // 2, 2 * mib, 10 * mib, 9 * mib, 11 * mib]
+    assert [arena.extension(size) for size in sizes] == [mib, 0, 2 * mib, 0, 10 * mib, 0, 11 * mib]
+
+
+def test_a_triton_execution_frees_its_own_memory_and_not_another_instance_s() -> None:
+    """Two instances of a Python-backend model run at once; the first to end used to free both executions'
+    activations. At every event, each busy instance holds exactly one run's."""
+    model = {"id": "py", "family": "resnet-50", "runtime": "python", "placement": {"gpus": ["g"]},
+             "kserve": {"maxBatchSize": 1, "instanceGroups": [{"count": 2}]}}
+    sources = [{"name": "b", "model": "py", "arrival": {"kind": "batch", "requests": 4}, "promptTokens": 1,
+                "outputTokens": 0}]
+    sim = Simulation(scenario([model], sources, gpus=[{"id": "g", "profile": "T4"}]))
+    (engine,) = sim.served_models[0].engines
+    assert isinstance(engine, TritonEngine)
+    sim.start_workload()
+    overlapping = 0
+    while sim.kernel.peek() is not None:
+        sim.kernel.step()
+        busy = sum(instance.busy for instance in engine.instances)
+        assert _allocated(sim).get("activation:run", 0) == busy, f"at {sim.kernel.now} ns"
+        overlapping += busy == 2
+    assert overlapping and all(r.outcome == "completed" for r in sim.requests)

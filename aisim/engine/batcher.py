@@ -26,7 +26,7 @@ from .costmodel import CostModel
 from .gpu import Copy, GpuDevice, Job, copy_ns
 from .gpu_memory import ReplicaMemory
 from .kernel import EventHandle, Kernel
-from .pool import OutOfMemoryError
+from .pool import OutOfMemoryError, Tensor
 from .replica import ENGINE_DEAD, ReplicaStats
 from .request import Request
 from .timeline import Timeline
@@ -77,10 +77,10 @@ class _Execution:
     """One batch on one instance: input copy, forward pass, output copy, each step's end time recorded.
     Its bound methods are the completion callbacks (no closures per execution)."""
 
-    __slots__ = ("batch", "copied_in", "engine", "inferred", "instance", "size", "started", "work")
+    __slots__ = ("batch", "copied_in", "engine", "inferred", "instance", "size", "started", "tensors", "work")
 
     def __init__(self, engine: TritonEngine, instance: _Instance, batch: list[Request], size: int, work: int,
-                 started: int) -> None:
+                 started: int, tensors: list[Tensor]) -> None:
         self.engine = engine
         self.instance = instance
         self.batch = batch
@@ -90,6 +90,8 @@ class _Execution:
         self.started = started
         self.copied_in = -1
         self.inferred = -1
+        self.tensors = tensors
+        """What the execution allocated, freed when it ends."""
 
     def infer(self, _: object) -> None:
         """The inputs are on the GPU: launch the forward pass on the instance's stream."""
@@ -232,7 +234,8 @@ class TritonEngine:
         size = 0
         for request in batch:
             size += request.prompt
-        if not self._acquire(size):
+        tensors = self._acquire(instance, size)
+        if tensors is None:
             return
         instance.busy = True
         self.running += len(batch)
@@ -243,7 +246,7 @@ class TritonEngine:
         if work is None:
             launch, gpu = self.cost.execution_parts(size)
             work = self._parts[size] = launch + gpu
-        execution = _Execution(self, instance, batch, size, work, now)
+        execution = _Execution(self, instance, batch, size, work, now, tensors)
         instance.device.h2d.submit(Copy("input", self.name, instance.stream,
                                         copy_ns(size * self.input_bytes, instance.device.host_link), execution.infer))
 
@@ -251,7 +254,7 @@ class TritonEngine:
         now = self.kernel.now
         instance, batch, size = execution.instance, execution.batch, execution.size
         if self.memory is not None and not self.dead:
-            self.memory.release()
+            self.memory.executed(execution.tensors)
         instance.busy = False
         self.running -= len(batch)
         started, copied_in, inferred = execution.started, execution.copied_in, execution.inferred
@@ -287,16 +290,15 @@ class TritonEngine:
         if not self.dead and self.queue:
             self._dispatch()
 
-    def _acquire(self, size: int) -> bool:
-        """The execution's activations (ONNX Runtime's arena); False, and the model dead, when out of memory."""
+    def _acquire(self, instance: _Instance, size: int) -> list[Tensor] | None:
+        """The execution's memory (`ReplicaMemory.execution`); None, and the model dead, when out of memory."""
         if self.memory is None:
-            return True
+            return []
         try:
-            self.memory.acquire(size, size)
+            return self.memory.execution(instance.device.device, instance.stream, size)
         except OutOfMemoryError as error:
             self._crash(f"torch.OutOfMemoryError: {error}")
-            return False
-        return True
+            return None
 
     def _crash(self, message: str) -> None:
         self.timeline.add(self.kernel.now, "oom", self.name, ",".join(i.device.device for i in self.instances), message)

@@ -61,6 +61,32 @@ def startup_problem(pools: list[tuple[str, Allocator]], plan: MemoryPlan, utiliz
     return ""
 
 
+ARENA_INITIAL_CHUNK = 1 << 20
+"""ONNX Runtime's BFC arena: the size of its first region (`initial_chunk_size_bytes`, 1 MiB by default)."""
+
+
+@dataclass
+class OrtArena:
+    """The regions an ONNX Runtime session's CUDA arena (BFC) has taken from the GPU. A run's buffers come
+    from a region; one that fits in none makes the arena take a new one of `max(request, next)`, where
+    `next` starts at the initial chunk and doubles after each extension (`arena_extend_strategy`
+    kNextPowerOfTwo, the default), and it gives nothing back while the session lives (its memory is
+    reused by later runs, `onnxruntime#11627`). Triton runs one execution at a time per instance, so a run
+    fits when the largest region does."""
+
+    largest: int = 0
+    next_region: int = ARENA_INITIAL_CHUNK
+
+    def extension(self, size: int) -> int:
+        """Bytes of the region a run of `size` bytes makes the arena take (0: it fits)."""
+        if size <= self.largest:
+            return 0
+        region = max(size, self.next_region)
+        self.largest = max(self.largest, region)
+        self.next_region *= 2
+        return region
+
+
 @dataclass
 class ReplicaMemory:
     """One replica's tensors in the pools of its GPUs, and its per-step activations."""
@@ -81,6 +107,8 @@ class ReplicaMemory:
     """Bytes the replica holds outside the pool on each GPU (CUDA context growth, cuBLAS, NCCL)."""
     _eager: dict[tuple[int, int], list[tuple[str, int]]] = field(default_factory=dict, repr=False)
     """(tokens, requests) -> the step's tensors (`_eager_tensors`)."""
+    _arenas: dict[str, OrtArena] = field(default_factory=dict, repr=False)
+    """ONNX Runtime: each session's CUDA arena (Triton gives every model instance its own session)."""
 
     def load(self, plan: MemoryPlan) -> None:
         """What the runtime's start-up puts in each pool; raises `OutOfMemoryError`.
@@ -89,7 +117,7 @@ class ReplicaMemory:
         TensorRT (`model-runtimes.md` §3.4): the plan's weights on deserialisation, then each
         execution context's activation and scratch memory, allocated once at its maximum (Triton
         creates one context per instance; the weights are shared per device).
-        ONNX Runtime: the initializers; its arena grows with the first runs (steps allocate).
+        ONNX Runtime: the initializers; each session's arena grows with its first runs (`OrtArena`).
         """
         layers = max(self.arch.layers, 1)
         self.non_torch = plan.non_torch
@@ -120,6 +148,7 @@ class ReplicaMemory:
         for tensor in self.held:
             tensor.free()
         self.held.clear()
+        self._arenas.clear()
         for _, pool in self.pools:
             pool.set_non_pytorch(pool.device.non_pytorch - self.non_torch)
             pool.empty_cache()
@@ -129,20 +158,51 @@ class ReplicaMemory:
         """The activations a step of `tokens` tokens for `requests` requests allocates (see the module docstring)."""
         if self.runtime == "tensorrt":
             return  # the execution context already holds its maximum
+        eager = self._sizes(tokens, requests)
+        step = self.step
+        for _, pool in self.pools:
+            for tag, size in eager:
+                step.append(Tensor(pool, size, tag))
+
+    def execution(self, device: str, session: str, batch: int) -> list[Tensor]:
+        """What one Triton model instance's execution of `batch` items allocates on its GPU, to hand to
+        `executed` when it ends (an unload frees them before). TensorRT: nothing (its execution context
+        holds its maximum). ONNX Runtime: nothing either, once the session's arena holds a region large
+        enough (`OrtArena`). The Python backend: its activations, from the pool."""
+        if self.runtime == "tensorrt":
+            return []
+        pool = next(pool for name, pool in self.pools if name == device)
+        (tag, size), = self._sizes(batch, batch)
+        if self.runtime == "onnxruntime":
+            arena = self._arenas.get(session)
+            if arena is None:
+                arena = self._arenas[session] = OrtArena()
+            region = arena.extension(size)
+            if region:
+                self._hold(pool, [("onnxruntime_arena", region)])
+            return []
+        tensors = [Tensor(pool, size, tag)]
+        self.step += tensors
+        return tensors
+
+    def executed(self, tensors: list[Tensor]) -> None:
+        """An execution has ended: free what it allocated."""
+        for tensor in tensors:
+            tensor.computed().free()
+            self.step.remove(tensor)
+
+    def _sizes(self, tokens: int, requests: int) -> list[tuple[str, int]]:
         shape = (tokens, requests)
         eager = self._eager.get(shape)
         if eager is None:  # a step's shapes repeat: size them once
             if len(self._eager) >= EAGER_SHAPES:
                 self._eager.clear()
             eager = self._eager[shape] = self._eager_tensors(tokens, requests)
-        step = self.step
-        for _, pool in self.pools:
-            for tag, size in eager:
-                step.append(Tensor(pool, size, tag))
+        return eager
 
     def _eager_tensors(self, tokens: int, requests: int) -> list[tuple[str, int]]:
         """(tag, bytes) of what a step allocates: outside CUDA graphs, vLLM's forward pass; under them, only
-        the logits; ONNX Runtime's arena hands out one region per run."""
+        the logits; ONNX Runtime's session and the Python backend need one buffer per run."""
         eager = activation_tensors(self.arch, tokens, requests, self.tensor_parallel)
         if self.runtime == "vllm" and self.cuda_graphs and tokens <= GRAPH_MAX_TOKENS:
             eager = [t for t in eager if t[0] == "logits"]
