@@ -5,9 +5,9 @@ bare handler returns the body aisim answered, so the difference is everything ai
 request (routing, parsing and checking the tensors, the engine's batcher and GPU events,
 generating and encoding the outputs, statistics). The model is tiny (microseconds per execution),
 the request a JSON FP32 [1, 16] tensor. The load is `wrk` (Debian package `wrk`) with 32
-connections for 5 s each. Target (issue 7): ratio >= 0.6.
+connections, 3 s for each server, in 5 alternating rounds. Target (issue 7): ratio >= 0.6.
 
-    python bench/kserve_throughput.py [--seconds 5] [--connections 32]
+    python bench/kserve_throughput.py [--seconds 3] [--rounds 5] [--connections 32]
 """
 
 from __future__ import annotations

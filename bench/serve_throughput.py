@@ -3,10 +3,10 @@
 Both servers run in their own process on one core and answer `POST /v1/chat/completions`; the
 bare handler returns a body captured from aisim's answer, so the difference is everything aisim
 does per request (parsing, validation, the fault book, token counting, content, the engine's
-events, metrics). The load is `wrk` (Debian package `wrk`) with 32 connections for 5 s each.
+events, metrics). The load is `wrk` (Debian package `wrk`) with 32 connections, 3 s for each server, in 5 alternating rounds.
 Target (issue 4): ratio >= 0.7.
 
-    python bench/serve_throughput.py [--seconds 5] [--connections 32]
+    python bench/serve_throughput.py [--seconds 3] [--rounds 5] [--connections 32]
 """
 
 from __future__ import annotations
