@@ -50,7 +50,7 @@ class ReplicaStats:
 
     keep_itl: bool = True
     """Whether inter-token gaps are kept for the report; a long-running server keeps none (it writes no
-    report, and they grew its memory by some 300 bytes per request without end)."""
+    report, and they grew its memory by 400-800 bytes a request without end)."""
     itl_values: list[np.ndarray | list[int]] = field(default_factory=list)
     itl_weights: list[np.ndarray | list[int]] = field(default_factory=list)
     steps: int = 0
