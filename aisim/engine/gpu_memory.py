@@ -110,6 +110,9 @@ class ReplicaMemory:
     _arenas: dict[str, OrtArena] = field(default_factory=dict, repr=False)
     """ONNX Runtime: each session's CUDA arena (Triton gives every model instance its own session)."""
 
+    def __post_init__(self) -> None:
+        self._pool_of = dict(self.pools)
+
     def load(self, plan: MemoryPlan) -> None:
         """What the runtime's start-up puts in each pool; raises `OutOfMemoryError`.
 
@@ -171,7 +174,7 @@ class ReplicaMemory:
         enough (`OrtArena`). The Python backend: its activations, from the pool."""
         if self.runtime == "tensorrt":
             return []
-        pool = next(pool for name, pool in self.pools if name == device)
+        pool = self._pool_of[device]
         (tag, size), = self._sizes(batch, batch)
         if self.runtime == "onnxruntime":
             arena = self._arenas.get(session)
