@@ -61,10 +61,10 @@ class ReplicaStats:
     preemptions: int = 0
 
     def add_itl(self, values: np.ndarray | list[int], weights: np.ndarray | list[int]) -> None:
-        """Inter-token gaps (`values`), each standing for `weights` gaps of that length."""
-        if self.keep_itl:
-            self.itl_values.append(values)
-            self.itl_weights.append(weights)
+        """Inter-token gaps (`values`), each standing for `weights` gaps of that length. Callers ask
+        `keep_itl` first: working the gaps out is the cost a server must not pay."""
+        self.itl_values.append(values)
+        self.itl_weights.append(weights)
 
 
 @dataclass(frozen=True)
@@ -510,7 +510,7 @@ class Replica:
             request.notify("token", end)
             if request.generated >= request.output:
                 self._finish(request, end)
-        if itl:
+        if itl and self.stats.keep_itl:
             self.stats.add_itl(np.array(itl, dtype=np.int64), np.ones(len(itl), dtype=np.int64))
         decode = sum(tokens for _, tokens in plan.batch) - prefill
         self._log(plan.start, plan.ends, len(plan.batch), prefill, decode, np.array([plan.kv_used]), plan.stream)
@@ -618,9 +618,10 @@ class Replica:
                 for k in range(steps):
                     self.timeline.add(int(ends[k]), "token", request.id, request.generated - steps + k)
         stats = self.stats
-        stats.add_itl(ends[0] - last, np.ones(len(requests), dtype=np.int64))
-        if steps > 1:
-            stats.add_itl(np.diff(ends), np.full(steps - 1, len(requests), dtype=np.int64))
+        if stats.keep_itl:
+            stats.add_itl(ends[0] - last, np.ones(len(requests), dtype=np.int64))
+            if steps > 1:
+                stats.add_itl(np.diff(ends), np.full(steps - 1, len(requests), dtype=np.int64))
         self._log(plan.start, ends, len(requests), 0, len(requests), used_before + plan.blocks[:steps])
         for request in requests:
             if request.generated >= request.output:
