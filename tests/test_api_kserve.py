@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -206,3 +208,28 @@ def test_triton_and_dcgm_metrics_name_the_same_gpu_alike() -> None:
     limit = next(s.value for f in text_string_to_metric_families(triton_text) if f.name == "nv_gpu_power_limit"
                  for s in f.samples)
     assert limit == 70  # the T4's 70 W board limit
+
+
+def _pending(metrics_url: str) -> float:
+    text = httpx.get(f"{metrics_url}/metrics").text
+    return next(s.value for f in text_string_to_metric_families(text) if f.name == "nv_inference_pending_request_count"
+                for s in f.samples if s.labels["model"] == "resnet50")
+
+
+def test_a_client_that_disconnects_takes_its_request_out_of_the_batchers_queue(tmp_path: Path) -> None:
+    """The batcher holds a lone request for its max queue delay (30 s here); a client that gives up before
+    then frees its place: the pending count drops back to 0, and it is not executed later."""
+    text = (TEST_SCENARIOS / "serve" / "triton.yaml").read_text().replace("maxQueueDelay: 1ms", "maxQueueDelay: 30s")
+    (tmp_path / "slow-batcher.yaml").write_text(text)
+    body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 3, 4, 4], "data": [0.5] * 48}]}
+    with running_server(tmp_path / "slow-batcher.yaml") as url:
+        metrics = url.listeners[1]
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(f"{url}/v2/models/resnet50/infer", json=body, timeout=0.5)
+        waited = 0.0
+        while _pending(metrics) and waited < 5:
+            time.sleep(0.05)
+            waited += 0.05
+        assert _pending(metrics) == 0
+        stats = httpx.get(f"{url}/v2/models/resnet50/stats").json()["model_stats"][0]
+        assert stats["inference_count"] == 0 and stats["execution_count"] == 0

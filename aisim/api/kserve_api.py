@@ -183,6 +183,9 @@ class ServerMetadataHandler(KServeHandler):
 class ModelHandler(KServeHandler):
     """`/v2/models/{m}[/versions/{v}][/ready|/config|/stats|/infer]`."""
 
+    call: Call | None = None
+    """An inference's request in the engine (None before it is submitted)."""
+
     async def get(self, name: str, version: str | None, action: str | None) -> None:
         await self.run(lambda: self._get(name, version, action))
 
@@ -255,7 +258,6 @@ class ModelHandler(KServeHandler):
         priority = request.parameters.get("priority", 0)
         arrival = Arrival(0, "kserve", model.id, max(batch, 1), 0, int(priority) if isinstance(priority, int) else 0,
                           -1, 0, version=chosen)
-        self.call: Call | None = None
         call = self.call = self.state.live.submit(arrival, live_tokens=False)
         if call.ending is not None:
             self._answer(call, call.ending, answer)
@@ -271,6 +273,11 @@ class ModelHandler(KServeHandler):
     def _answer(self, call: Call, ending: tuple[str, int], answer: _Answer) -> None:
         """The response to a request the engine has ended: its outputs, or the engine's error."""
         request, recording = answer.request, answer.recording
+        if ending[0] == "aborted":  # the client went away (or the server is stopping): no one to answer
+            if recording is not None:
+                recording.infer(call, answer.model, answer.version, answer.batch, request.inputs, [],
+                                self.request.request_time(), end="aborted")
+            return
         if ending[0] == "failed":
             reason = call.request.error if call.request is not None else "failed"
             error = KServeError(503, f"{request.label}{QUEUE_FULL}") if reason == QUEUE_FULL else KServeError(500, reason)
@@ -288,7 +295,10 @@ class ModelHandler(KServeHandler):
                             self.request.request_time())
 
     def on_connection_close(self) -> None:
-        pass
+        """The client went away: its request leaves the batcher's queue, or its execution ends unseen
+        (`TritonEngine.abort`), as a disconnected OpenAI client's request does."""
+        if self.call is not None and self.call.ending is None:
+            self.state.live.abort(self.call)
 
 
 @dataclass(slots=True)

@@ -61,18 +61,21 @@ class Recording:
         self.writer.write(request_record(logged))
 
     def infer(self, call: Call | None, model: str, version: str, batch: int, inputs: list[Any],
-              outputs: list[tuple[Any, list[int], bytes]], elapsed_s: float, error: str = "") -> None:
-        """A KServe inference ended: its tensors as sent and answered (none answered when it failed);
-        `call` is None when it failed before reaching the engine."""
+              outputs: list[tuple[Any, list[int], bytes]], elapsed_s: float, error: str = "",
+              end: str = "finished") -> None:
+        """A KServe inference ended (`end`: finished or aborted, failed when `error` is given): its tensors
+        as sent and answered (none answered when it failed or was aborted); `call` is None when it failed
+        before reaching the engine."""
         now = time.monotonic()
         started = now - elapsed_s
         submitted = call.submitted_wall if call is not None else started
         ended = call.ended_wall if call is not None and call.ended_wall is not None else now
+        status = "failed" if error else STATUS[end]
         logged = LoggedRequest(
             self._arrival(submitted), model, max(batch, 1), 0, f"/v2/models/{model}/infer", False,
-            "failed" if error else "completed", e2e=ended - submitted, version=version, batch=batch,
+            status, e2e=ended - submitted, version=version, batch=batch,
             inputs=tuple(TensorShape(t.name, t.datatype, tuple(t.shape)) for t in inputs),
-            outputs=None if error else tuple(TensorShape(t.name, t.datatype, tuple(shape)) for t, shape, _ in outputs),
+            outputs=None if status != "completed" else tuple(TensorShape(t.name, t.datatype, tuple(shape)) for t, shape, _ in outputs),
             error=error, frontend=submitted - started, priority=call.arrival.priority if call is not None else 0,
         )
         self.writer.write(request_record(logged))

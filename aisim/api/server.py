@@ -97,6 +97,8 @@ class ServerState:
         self.triton_trace = {"trace_level": ["OFF"], "trace_rate": "1000", "trace_count": "-1", "log_frequency": "0",
                              "trace_file": "", "trace_mode": "triton"}
         self._task: asyncio.Task[None] | None = None
+        self.http_servers: list[tornado.httpserver.HTTPServer] = []
+        """The listeners `serve` started (closed by `stop`)."""
         if self.record is not None:
             self.recording = Recording(self.record, scenario.metadata.name, self.speed, self.sim.seed, self.live.started_wall)
 
@@ -108,6 +110,15 @@ class ServerState:
             self._task = asyncio.get_running_loop().create_task(self.live.run())
 
     async def stop(self) -> None:
+        """Stop serving. Listeners close first, then every open connection, as a client that goes away
+        closes its own: the handlers abort their requests in the engine (the request log records them
+        as aborted) and end before the clock stops, so no handler is cancelled halfway through."""
+        for http in self.http_servers:
+            http.stop()
+        for http in self.http_servers:
+            await http.close_all_connections()
+        await asyncio.sleep(0)  # the handlers whose requests just ended return
+        self.http_servers.clear()
         self.live.stop()
         if self._task is not None:
             await self._task
@@ -201,5 +212,6 @@ async def serve(state: ServerState, host: str | None = None, port: int | None = 
         http = tornado.httpserver.HTTPServer(app, max_body_size=server.max_body_size * 2)
         sockets = tornado.netutil.bind_sockets(chosen, host or server.host, backlog=LISTEN_BACKLOG)
         http.add_sockets(sockets)
+        state.http_servers.append(http)
         bound.append((host or server.host, sockets[0].getsockname()[1]))
     return bound
