@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import socket
 import statistics
@@ -31,8 +32,16 @@ def wait_ready(process: subprocess.Popen[str]) -> None:
         raise RuntimeError(f"server did not start: {process.stderr.read() if process.stderr else ''}")
 
 
-def wrk(url: str, body: object, seconds: int, connections: int) -> float:
-    """Requests per second of `wrk` POSTing `body` (JSON) to `url`; fails on any non-2xx answer."""
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (Linux `/proc/PID/stat`, fields 14 and 15)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def wrk(url: str, body: object, seconds: int, connections: int, pid: int) -> tuple[float, float]:
+    """Requests per second of `wrk` POSTing `body` (JSON) to `url`, and the CPU microseconds the server
+    process `pid` spent per request meanwhile; fails on any non-2xx answer."""
+    used = cpu_seconds(pid)
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
                      f"wrk.body = {json.dumps(json.dumps(body))}\n")
@@ -41,14 +50,16 @@ def wrk(url: str, body: object, seconds: int, connections: int) -> float:
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     if errors:
         raise RuntimeError(f"{errors.group(1)} failed responses:\n{out}")
-    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    used = cpu_seconds(pid) - used
+    requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), used / requests * 1e6  # type: ignore[union-attr]
 
 
 def compare(scenario: Path, path: str, body: object, target: float, what: str, description: str) -> None:
     """Requests/s of `aisim serve SCENARIO` against a bare Tornado handler that returns the body aisim
     answered, both pinned to one core, under the same `wrk` load, in alternating rounds (a shared machine's
     speed drifts by 10-20 % between runs of a few seconds: one run of each gave ratios from 0.55 to 0.70
-    for the same build); prints each round and the median of the rounds' ratios."""
+    for the same build); prints each round (with each server's CPU time per request) and the median of the rounds' ratios."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--seconds", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=5)
@@ -72,11 +83,12 @@ def compare(scenario: Path, path: str, body: object, target: float, what: str, d
             time.sleep(0.2)
             rounds = []
             for _ in range(args.rounds):
-                baseline = wrk(f"http://127.0.0.1:{bare_port}{path}", body, args.seconds, args.connections)
-                measured = wrk(url, body, args.seconds, args.connections)
+                baseline, bare_cpu = wrk(f"http://127.0.0.1:{bare_port}{path}", body, args.seconds, args.connections,
+                                         bare.pid)
+                measured, aisim_cpu = wrk(url, body, args.seconds, args.connections, aisim.pid)
                 rounds.append((baseline, measured))
-                print(f"round     bare {baseline:,.0f} requests/s, aisim {measured:,.0f} requests/s: "
-                      f"{measured / baseline:.2f}", flush=True)
+                print(f"round     bare {baseline:,.0f} requests/s ({bare_cpu:.0f} us CPU each), aisim {measured:,.0f} "
+                      f"requests/s ({aisim_cpu:.0f} us CPU each): {measured / baseline:.2f}", flush=True)
         finally:
             bare.terminate()
     finally:

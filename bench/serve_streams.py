@@ -3,7 +3,8 @@
 The server (one core) runs a mock model with a 20 ms inter-token time; 500 clients (Node.js node:http
 by default, or Python httpx, on the other core) stream 200 tokens each and stamp every content
 chunk on arrival. It prints how far the emitted gaps stray from the simulated 20 ms (p50, p99, max), the
-aggregate tokens per second against the 25,000 asked for, and the server's peak RSS.
+aggregate tokens per second against the 25,000 asked for, and the server's peak RSS and CPU time
+(per token, and its share of the core while the streams ran: it tells a saturated server from a starved one).
 Targets (issue 4): p99 within 5 ms of the simulated gap; >= 95 % of the asked tokens/s.
 The client's own scheduling delay is inside the measured gaps, so the figures are an upper bound.
 
@@ -15,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import socket
 import subprocess
 import sys
 import time
@@ -23,16 +23,11 @@ from pathlib import Path
 
 import httpx
 import numpy as np
+from http_load import cpu_seconds, free_port
 
 ROOT = Path(__file__).resolve().parent.parent
 GAP_S = 0.020
 WARMUP = 10
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 async def one(http: httpx.AsyncClient, url: str, tokens: int) -> list[float]:
@@ -75,6 +70,7 @@ def main() -> None:
     try:
         server.stdout.readline()  # type: ignore[union-attr]
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
+        cpu = cpu_seconds(server.pid)
         if args.client == "node":
             started = time.perf_counter()
             out = subprocess.run(["taskset", "-c", "1", "node", str(ROOT / "bench" / "stream_client.mjs"), url,
@@ -84,6 +80,7 @@ def main() -> None:
         else:
             results, wall = asyncio.run(drive(url, args.streams, args.tokens))
         rss = peak_rss_mb(server.pid)
+        cpu = cpu_seconds(server.pid) - cpu
     finally:
         server.terminate()
     gaps = np.concatenate([np.diff(s) for s in results if len(s) > 1])
@@ -93,6 +90,7 @@ def main() -> None:
     spans = [s[-1] - s[0] for s in results if len(s) > 1]
     asked = args.streams / GAP_S
     rate = tokens / np.median(spans) if spans else 0.0
+    busy = max(s[-1] for s in results if s) - min(s[0] for s in results if s)
     print(f"streams   {args.streams} x {args.tokens} tokens, {tokens:,} content chunks received in {wall:.1f} wall s")
     print(f"gaps      |emitted - simulated 20 ms|: p50 {np.percentile(stray_ms, 50):.2f} ms, "
           f"p99 {np.percentile(stray_ms, 99):.2f} ms, max {stray_ms.max():.2f} ms")
@@ -100,7 +98,9 @@ def main() -> None:
           f"requests excluded): p50 {np.percentile(steady, 50):.2f} ms, p99 {np.percentile(steady, 99):.2f} ms")
     print(f"rate      {rate:,.0f} tokens/s aggregate over the median stream span; asked {asked:,.0f} "
           f"({rate / asked * 100:.1f} %)")
-    print(f"server    peak RSS {rss:.0f} MB")
+    print(f"server    peak RSS {rss:.0f} MB; CPU {cpu:.2f} s, {cpu / tokens * 1e6:.0f} us per token, "
+          f"{cpu / busy * 100:.0f} % of its core over the {busy:.1f} s the streams ran (near 100 %: saturated, the "
+          f"machine is too slow for this load; well below with late tokens: other work took the core)")
     print(f"target    p99 within 5 ms: {'PASS' if np.percentile(stray_ms, 99) <= 5 else 'FAIL'}; "
           f">= 95 % of the asked rate: {'PASS' if rate >= 0.95 * asked else 'FAIL'}")
 
