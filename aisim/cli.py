@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from . import __version__
 from .scenario import check_file, render_json, render_text, schema_text
@@ -18,6 +19,29 @@ if TYPE_CHECKING:
     from .tui.main import Server
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent / "scenarios" / "default.yaml"
+
+
+def _number(kind: type[int | float], low: float, high: float | None = None,
+            low_open: bool = False) -> Callable[[str], float]:
+    """An argparse type: a number of `kind` in [low, high] (low excluded when `low_open`), so that a bad
+    flag is a one-line usage error rather than a traceback from deep in the run."""
+    def parse(text: str) -> float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
+        if value < low or (low_open and value == low) or (high is not None and value > high):
+            bounds = f"{'above' if low_open else 'at least'} {low}" + (f" and at most {high}" if high is not None else "")
+            raise argparse.ArgumentTypeError(f"{text} is out of range: it must be {bounds}")
+        return value
+    return parse
+
+
+SEED = _number(int, 0)
+PORT = _number(int, 0, 65535)
+POSITIVE = _number(float, 0, low_open=True)
+COUNT = _number(int, 1)
+FRACTION = _number(float, 0, 1, low_open=True)
 
 
 def _validate(args: argparse.Namespace) -> int:
@@ -57,24 +81,30 @@ def _run(args: argparse.Namespace) -> int:
     except EndlessWorkload as error:
         sys.stderr.write(f"aisim run: {error}\n")
         return 1
-    progress = Progress(stop) if sys.stderr.isatty() and not args.quiet else None
-    started = time.perf_counter()
-    try:
-        sim.run(until, progress.update if progress else None)
-    except TraceError as error:
-        sys.stderr.write(f"aisim run: trace: {error}\n")
-        return 1
-    wall = time.perf_counter() - started
-    if progress:
-        progress.close()
-    if args.timeline:
-        with open(args.timeline, "w", encoding="utf-8") as out:
-            sim.timeline.write_jsonl(out)
-    if args.chrome_trace:
-        with open(args.chrome_trace, "w", encoding="utf-8") as out:
-            sim.timeline.write_chrome_trace(out)
-    if args.metrics:
-        _write_metrics(sim, args.metrics)
+    with contextlib.ExitStack() as files:
+        try:  # opened before the run: a path that cannot be written fails now, not after a long simulation
+            outputs = {flag: files.enter_context(open(path, "w", encoding="utf-8")) for flag, path in
+                       (("--timeline", args.timeline), ("--chrome-trace", args.chrome_trace), ("--metrics", args.metrics))
+                       if path}
+        except OSError as error:
+            sys.stderr.write(f"aisim run: cannot write {error.filename}: {error.strerror}\n")
+            return 2
+        progress = Progress(stop) if sys.stderr.isatty() and not args.quiet else None
+        started = time.perf_counter()
+        try:
+            sim.run(until, progress.update if progress else None)
+        except TraceError as error:
+            sys.stderr.write(f"aisim run: trace: {error}\n")
+            return 1
+        wall = time.perf_counter() - started
+        if progress:
+            progress.close()
+        if "--timeline" in outputs:
+            sim.timeline.write_jsonl(outputs["--timeline"])
+        if "--chrome-trace" in outputs:
+            sim.timeline.write_chrome_trace(outputs["--chrome-trace"])
+        if "--metrics" in outputs:
+            _write_metrics(sim, args.metrics, outputs["--metrics"])
     report = build_report(sim, wall if args.timing else None)
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2, sort_keys=False) + "\n")
@@ -83,15 +113,13 @@ def _run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_metrics(sim: object, path: str) -> None:
+def _write_metrics(sim: object, path: str, out: TextIO) -> None:
     """`--metrics`: the sampled DCGM series as CSV (a `.csv` name), else the final dcgm-exporter exposition."""
     from .engine.simulation import Simulation
     from .telemetry.exposition import series_csv
 
     assert isinstance(sim, Simulation) and sim.telemetry is not None
-    text = series_csv(sim.timeline.records()) if path.lower().endswith(".csv") else sim.telemetry.exposition()
-    with open(path, "w", encoding="utf-8") as out:
-        out.write(text)
+    out.write(series_csv(sim.timeline.records()) if path.lower().endswith(".csv") else sim.telemetry.exposition())
 
 
 SERVE_FLAGS = {"--port", "--host", "--delay-ms", "--config", "--seed", "--speed", "--record", "-h", "--help"}
@@ -338,18 +366,18 @@ def _add_replay_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
                             "or JSONL of timestamp, input_length, output_length")
         parser.add_argument("--format", choices=("auto", "aisim", "azure", "jsonl"), default="auto", help="log format")
         parser.add_argument("--timestamp-unit", choices=("s", "ms", "us"), default="s", help="plain JSONL timestamps' unit")
-        parser.add_argument("--count", type=int, metavar="N", help="only the first N requests")
+        parser.add_argument("--count", type=COUNT, metavar="N", help="only the first N requests")
         parser.add_argument("--model", help="send every request to this model (default: the logged one, else the "
                             "workload's first)")
-        parser.add_argument("--seed", type=int, help="override the scenario's seed")
-        parser.add_argument("--speed", type=float, default=1.0, help="replay arrivals X times faster (default 1)")
+        parser.add_argument("--seed", type=SEED, help="override the scenario's seed")
+        parser.add_argument("--speed", type=POSITIVE, default=1.0, help="replay arrivals X times faster (default 1)")
 
     replay = commands.add_parser("replay", help="replay a request log against a scenario or a live endpoint; report drift")
     log_options(replay)
     replay.add_argument("--scenario", metavar="S", help="replay on this scenario's simulation (virtual time)")
     replay.add_argument("--against", metavar="URL", help="replay against this live endpoint (real time); with "
                         "--scenario, compare it with the simulation")
-    replay.add_argument("--concurrency", type=int, default=64, help="live: requests in flight at most (default 64)")
+    replay.add_argument("--concurrency", type=COUNT, default=64, help="live: requests in flight at most (default 64)")
     replay.add_argument("--api-key", help="live: bearer token")
     replay.add_argument("--threshold", action="append", metavar="[METRIC=]PCT",
                         help="pass when |p95 drift| is within PCT %% (default 10); per metric like itl=25; repeatable")
@@ -364,7 +392,7 @@ def _add_replay_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     log_options(calibrate)
     calibrate.add_argument("--scenario", metavar="S", required=True, help="the scenario to fit")
     calibrate.add_argument("--output", metavar="FILE", help="updated scenario (default: S.calibrated.yaml beside S)")
-    calibrate.add_argument("--max-evaluations", type=int, default=400, help="replays the search may run (default 400)")
+    calibrate.add_argument("--max-evaluations", type=COUNT, default=400, help="replays the search may run (default 400)")
     calibrate.add_argument("--json", action="store_true", help="print constants and drift as JSON")
     calibrate.set_defaults(handler=_calibrate)
 
@@ -388,7 +416,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--chrome-trace", metavar="FILE", help="write a Chrome trace (opens in Perfetto)")
     run.add_argument("--metrics", metavar="FILE",
                      help="sample the GPUs and write the final DCGM exposition (FILE.prom) or the sampled series (FILE.csv)")
-    run.add_argument("--seed", type=int, help="override the scenario's seed")
+    run.add_argument("--seed", type=SEED, help="override the scenario's seed")
     run.add_argument("--until", metavar="DURATION", help="stop at this simulated time, like 10m")
     run.add_argument("--timing", action="store_true", help="add wall seconds and speed to the JSON report")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -397,11 +425,11 @@ def build_parser() -> argparse.ArgumentParser:
     serve = commands.add_parser("serve", help="serve a scenario's APIs in real time (OpenAI, vLLM, metrics)")
     serve.add_argument("scenario", nargs="?", metavar="SCENARIO", help="scenario file (default: the built-in default)")
     serve.add_argument("--config", metavar="FILE", help="scenario file (same as SCENARIO)")
-    serve.add_argument("--port", type=int, help="port of the first listener (default: the scenario's, 8080)")
+    serve.add_argument("--port", type=PORT, help="port of the first listener (default: the scenario's, 8080)")
     serve.add_argument("--host", help="interface to bind (default: the scenario's, 127.0.0.1)")
     serve.add_argument("--delay-ms", metavar="MS", help="network delay added to every request: 200 or 120-350")
-    serve.add_argument("--seed", type=int, help="override the scenario's seed")
-    serve.add_argument("--speed", type=float, default=1.0, help="virtual seconds per wall second (default 1)")
+    serve.add_argument("--seed", type=SEED, help="override the scenario's seed")
+    serve.add_argument("--speed", type=POSITIVE, default=1.0, help="virtual seconds per wall second (default 1)")
     serve.add_argument("--record", metavar="FILE", help="write every request to this JSONL request log (aisim replay reads it)")
     serve.set_defaults(handler=_serve, foreign=[])
 
@@ -409,12 +437,12 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument("scenario", nargs="?", metavar="SCENARIO", help="a scenario: every simulated model in it")
     memory.add_argument("--model", help="a model family (llama-3-8b, ...)")
     memory.add_argument("--gpu", help="a GPU profile (H100-SXM, ...)")
-    memory.add_argument("--tensor-parallel", type=int, default=1)
-    memory.add_argument("--max-num-seqs", type=int)
-    memory.add_argument("--max-num-batched-tokens", type=int)
-    memory.add_argument("--max-model-len", type=int)
-    memory.add_argument("--gpu-memory-utilization", type=float)
-    memory.add_argument("--block-size", type=int)
+    memory.add_argument("--tensor-parallel", type=COUNT, default=1)
+    memory.add_argument("--max-num-seqs", type=COUNT)
+    memory.add_argument("--max-num-batched-tokens", type=COUNT)
+    memory.add_argument("--max-model-len", type=COUNT)
+    memory.add_argument("--gpu-memory-utilization", type=FRACTION)
+    memory.add_argument("--block-size", type=COUNT)
     memory.add_argument("--kv-cache-dtype", choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"))
     memory.add_argument("--json", action="store_true", help="print the figures as JSON")
     memory.set_defaults(handler=_memory)
@@ -424,12 +452,12 @@ def build_parser() -> argparse.ArgumentParser:
                         help="torch.cuda.memory._dump_snapshot() pickle (or the same structure as JSON)")
     replay.add_argument("--allocator", choices=("caching", "buddy", "slab", "all"), default="all",
                         help="allocator model (default: all three)")
-    replay.add_argument("--device", type=int, default=0, help="which device trace to replay (default 0)")
+    replay.add_argument("--device", type=_number(int, 0), default=0, help="which device trace to replay (default 0)")
     replay.add_argument("--capacity", metavar="SIZE",
                         help="GPU memory, like 80GiB (default: from a recorded oom, else 80GiB)")
     replay.add_argument("--tolerance", metavar="SIZE", default="20MiB",
                         help="reserved memory difference that counts as a divergence (default 20MiB)")
-    replay.add_argument("--sample-every", type=int, metavar="N", help="events between samples (default: 200 samples)")
+    replay.add_argument("--sample-every", type=COUNT, metavar="N", help="events between samples (default: 200 samples)")
     replay.add_argument("--json", action="store_true", help="print the results as JSON")
     replay.set_defaults(handler=_replay_snapshot)
 
@@ -442,12 +470,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     tui = commands.add_parser("tui", help="watch a scenario's simulation live in a terminal UI (or attach to a server)")
     tui.add_argument("scenario", nargs="?", metavar="SCENARIO", help="scenario file")
-    tui.add_argument("--speed", type=float, default=10.0, help="virtual seconds per wall second (default 10)")
+    tui.add_argument("--speed", type=POSITIVE, default=10.0, help="virtual seconds per wall second (default 10)")
     tui.add_argument("--paused", action="store_true", help="start paused (space resumes, n steps)")
-    tui.add_argument("--seed", type=int, help="override the scenario's seed")
-    tui.add_argument("--fps", type=float, default=30.0, help="frames per second (default 30)")
+    tui.add_argument("--seed", type=SEED, help="override the scenario's seed")
+    tui.add_argument("--fps", type=POSITIVE, default=30.0, help="frames per second (default 30)")
     tui.add_argument("--serve", action="store_true", help="also serve the scenario's APIs while the TUI shows them")
-    tui.add_argument("--port", type=int, help="with --serve: port of the first listener")
+    tui.add_argument("--port", type=PORT, help="with --serve: port of the first listener")
     tui.add_argument("--host", help="with --serve: interface to bind")
     tui.add_argument("--attach", metavar="URL", help="watch a running `aisim serve` through its /admin/events stream")
     tui.add_argument("--token", help="with --attach: the server's admin token")

@@ -31,6 +31,10 @@ def _section(title: str, section: dict[str, Any]) -> list[str]:
         lines.append(f"  load failed: {section['failure']}")
     if section.get("crash"):
         lines.append(f"  engine died: {section['crash']}")
+    versions = section.get("versions")
+    if versions and (len(versions["states"]) > 1 or section["state"] != "READY" or versions["rollbacks"]
+                     or versions["refused"]):
+        lines.append(_versions_line(versions))
     if any(section.get(name) for name in STATS):
         lines += _latency_rows(section)
     throughput = section.get("throughput")
@@ -55,6 +59,15 @@ def _section(title: str, section: dict[str, Any]) -> list[str]:
         lines.append(f"  {usage}preemptions {section['preemptions']}; peak memory {memory['peak_used']:.2f} of "
                      f"{memory['capacity']:.2f} GiB")
     return lines
+
+
+def _versions_line(versions: dict[str, Any]) -> str:
+    """Each version's state at the end (the serving one marked), rollbacks and refused switches."""
+    states = ", ".join(f"{name} {state}" + (" (serving)" if name == versions["active"] else "")
+                       for name, state in versions["states"].items())
+    extra = [f"{versions['rollbacks']} rollback{'s' * (versions['rollbacks'] != 1)}"] if versions["rollbacks"] else []
+    extra += [f"refused: {why}" for why in versions["refused"]]
+    return f"  versions: {states}" + "".join(f"; {part}" for part in extra)
 
 
 def _gpu_line(gpu: str, pool: dict[str, Any]) -> str:

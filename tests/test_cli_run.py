@@ -55,3 +55,31 @@ def test_run_rejects_an_invalid_scenario_and_an_endless_workload(python: str, tm
     assert run.returncode == 1 and "never stop" in run.stderr
     assert _aisim(python, "run", str(endless), "--until", "5s").returncode == 0
     assert _aisim(python, "run", str(endless), "--until", "5 parsecs").returncode == 2
+
+
+def test_bad_flags_are_one_line_usage_errors_before_any_simulation(python: str, tmp_path: Path) -> None:
+    """A negative seed, a speed of 0, an impossible memory setting and an output path that cannot be written:
+    exit 2 with one line naming the flag, never a traceback (the unwritable path is caught before the run)."""
+    cases = [
+        (("run", "--seed", "-1"), "argument --seed: -1 is out of range: it must be at least 0"),
+        (("serve", "--speed", "0"), "argument --speed: 0 is out of range: it must be above 0"),
+        (("memory", "--model", "llama-3-8b", "--gpu", "H100-SXM", "--gpu-memory-utilization", "1.5"),
+         "argument --gpu-memory-utilization: 1.5 is out of range: it must be above 0 and at most 1"),
+        (("memory", "--model", "llama-3-8b", "--gpu", "H100-SXM", "--tensor-parallel", "zero"),
+         "argument --tensor-parallel: 'zero' is not an integer"),
+        (("run", "--timeline", str(tmp_path / "missing" / "t.jsonl")),
+         f"aisim run: cannot write {tmp_path / 'missing' / 't.jsonl'}: No such file or directory"),
+    ]
+    for args, message in cases:
+        result = _aisim(python, *args)
+        assert result.returncode == 2 and message in result.stderr, (args, result.stderr)
+        assert "Traceback" not in result.stderr and result.stdout == ""
+
+
+def test_the_text_report_shows_each_versions_state_and_rollbacks(python: str) -> None:
+    swap = _aisim(python, "run", str(SCENARIOS / "hot-swap.yaml"))
+    assert swap.returncode == 0, swap.stderr
+    assert "  versions: 1 READY (serving), 2 DEGRADED; 1 rollback\n" in swap.stdout  # rolled back on its P99
+    xid = _aisim(python, "run", str(SCENARIOS / "xid.yaml"), "--json")
+    model = next(iter(json.loads(xid.stdout)["models"].values()))
+    assert model["state"] == model["versions"]["states"][model["versions"]["active"]] == "DEGRADED"

@@ -82,15 +82,18 @@ def _request_section(requests: list[Request], engines: Iterable[Engine]) -> dict
 
 
 def _model_section(served: ServedModel, end_ns: int) -> dict[str, Any]:
+    lifecycle = served.lifecycle
+    serving = lifecycle.lives.get(lifecycle.active)
     section: dict[str, Any] = {
         "mode": "mock" if served.mock else "simulated",
-        "state": "FAILED" if served.failure else "DEAD" if served.crash else "READY",
+        # the serving version's state at the end (an XID or a P99 breach leaves it DEGRADED)
+        "state": "FAILED" if served.failure else "DEAD" if served.crash else
+        serving.state.value if serving is not None else "READY",
     }
     if served.failure:
         section["failure"] = served.failure
     if served.crash:
         section["crash"] = served.crash
-    lifecycle = served.lifecycle
     section["versions"] = {
         "active": lifecycle.active,
         "states": {name: life.state.value for name, life in lifecycle.lives.items()},
