@@ -145,9 +145,17 @@ def memory_lines(name: str, model: Any, gpu: Any, plan: Any, margin: float) -> s
     tp = model.placement.tensor_parallel if model.placement else 1
     need = plan.max_model_len * (1 + margin)
     fits = plan.kv_tokens >= need
+    title = (f"model {name} ({arch.dtype}, {arch.params / 1e9:.2f}B parameters) on {gpu.name} "
+             f"({plan.capacity / gib:.2f} GiB), tensor parallel {tp}")
+    if plan.weights > plan.capacity:  # vLLM never gets to its memory profile: loading the weights fails
+        return "\n".join([
+            title,
+            (f"the weights ({plan.weights / gib:.2f} GiB per GPU) are larger than the GPU: loading them fails with "
+             f"torch.OutOfMemoryError"),
+            "fits: NO (the weights alone do not fit: more tensor parallelism, or a smaller dtype)",
+        ]) + "\n"
     lines = [
-        (f"model {name} ({arch.dtype}, {arch.params / 1e9:.2f}B parameters) on {gpu.name} "
-        f"({plan.capacity / gib:.2f} GiB), tensor parallel {tp}"),
+        title,
         f"Model loading took {plan.weights / gib:.4f} GiB",
         (f"the current vLLM instance can use total_gpu_memory ({plan.capacity / gib:.2f}GiB) x gpu_memory_utilization "
         f"({model.engine.gpu_memory_utilization:.2f}) = {plan.requested / gib:.2f}GiB"),
@@ -156,7 +164,13 @@ def memory_lines(name: str, model: Any, gpu: Any, plan: Any, margin: float) -> s
         f"for KV Cache is {plan.kv_available / gib:.2f}GiB."),
         f"Available KV cache memory: {plan.kv_available / gib:.2f} GiB",
     ]
-    if plan.has_kv:
+    if plan.has_kv and plan.kv_available <= 0:  # vLLM's own error at start-up
+        lines += [
+            ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+             "initializing the engine."),
+            "fits: NO (nothing is left for the KV cache)",
+        ]
+    elif plan.has_kv:
         lines += [
             (f"GPU KV cache size: {plan.kv_tokens:,} tokens ({plan.num_blocks:,} blocks of {plan.block_size}, "
             f"{plan.kv_bytes_per_token:,} bytes per token)"),

@@ -35,3 +35,16 @@ def test_every_simulated_model_of_a_scenario(python: str) -> None:
     run = _memory(python, str(SCENARIOS / "priorities.yaml"), "--json")
     assert [r["model"] for r in json.loads(run.stdout)] == ["chat", "embedder"]
     assert _memory(python, "--model", "llama-9000", "--gpu", "H100-SXM").returncode == 2
+
+
+def test_weights_larger_than_the_gpu_and_no_room_for_the_cache_are_said_as_vllm_fails(python: str) -> None:
+    """Llama-3-70B on one H100: the weights (131 GiB) never load, so there is no memory profile to print;
+    Llama-3-8B at a utilisation of 0.1: vLLM's own start-up error, not a negative KV cache."""
+    big = _memory(python, "--model", "llama-3-70b", "--gpu", "H100-SXM")
+    assert big.returncode == 1
+    assert "are larger than the GPU: loading them fails with torch.OutOfMemoryError" in big.stdout
+    assert "Available KV cache memory" not in big.stdout
+    starved = _memory(python, "--model", "llama-3-8b", "--gpu", "H100-SXM", "--gpu-memory-utilization", "0.1")
+    assert starved.returncode == 1
+    assert "ValueError: No available memory for the cache blocks." in starved.stdout
+    assert "fits: NO (nothing is left for the KV cache)" in starved.stdout
