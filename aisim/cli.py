@@ -16,6 +16,7 @@ from .scenario import check_file, render_json, render_text, schema_text
 
 if TYPE_CHECKING:
     from .scenario import Scenario
+    from .scenario.loader import Checked
     from .tui.main import Server
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent / "scenarios" / "default.yaml"
@@ -50,13 +51,17 @@ def _validate(args: argparse.Namespace) -> int:
         sys.stdout.write(render_json({r.file: r.problems for r in results}))
     else:
         for result in results:
-            sys.stdout.write(render_text(result.problems))
-            errors = sum(p.severity == "error" for p in result.problems)
-            warnings = len(result.problems) - errors
-            verdict = "valid" if result.valid else f"invalid ({errors} error{'s' * (errors != 1)})"
-            extra = f", {warnings} warning{'s' * (warnings != 1)}" if warnings else ""
-            sys.stdout.write(f"{result.file}: {verdict}{extra}\n")
+            sys.stdout.write(render_text(result.problems) + _verdict(result))
     return 0 if all(r.valid for r in results) else 1
+
+
+def _verdict(result: Checked) -> str:
+    """The closing line of a file's problems: `x.yaml: invalid (2 errors), 1 warning`."""
+    errors = sum(p.severity == "error" for p in result.problems)
+    warnings = len(result.problems) - errors
+    verdict = "valid" if result.valid else f"invalid ({errors} error{'s' * (errors != 1)})"
+    extra = f", {warnings} warning{'s' * (warnings != 1)}" if warnings else ""
+    return f"{result.file}: {verdict}{extra}\n"
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -69,6 +74,7 @@ def _run(args: argparse.Namespace) -> int:
     checked = check_file(args.scenario)
     sys.stderr.write(render_text(checked.problems))
     if checked.scenario is None:
+        sys.stderr.write(_verdict(checked))
         return 1
     try:
         until = parse_duration(args.until) if args.until else None
