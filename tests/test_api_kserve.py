@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import gzip
+import json
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -233,3 +236,139 @@ def test_a_client_that_disconnects_takes_its_request_out_of_the_batchers_queue(t
         assert _pending(metrics) == 0
         stats = httpx.get(f"{url}/v2/models/resnet50/stats").json()["model_stats"][0]
         assert stats["inference_count"] == 0 and stats["execution_count"] == 0
+        assert stats["inference_stats"]["fail"]["count"] == 1  # Triton counts it a failure of reason CANCELED
+        text = httpx.get(f"{metrics}/metrics").text
+        failures = {s.labels["reason"]: s.value for f in text_string_to_metric_families(text)
+                    if f.name == "nv_inference_request_failure" for s in f.samples if s.labels["model"] == "resnet50"}
+        assert failures == {"OTHER": 0, "BACKEND": 0, "CANCELED": 1, "REJECTED": 0}
+
+
+def test_json_integers_out_of_range_or_of_another_type_get_errors_not_a_crash(server: str) -> None:
+    def infer(data: list[object]) -> httpx.Response:
+        return httpx.post(f"{server}/v2/models/simple/infer", json={"inputs": [
+            {"name": "INPUT0", "datatype": "INT32", "shape": [1, len(data)], "data": data}]})
+
+    too_big = infer([2**31] + [0] * 15)
+    assert (too_big.status_code, too_big.json()) == (400, {
+        "error": "value 2147483648 of input 'INPUT0' is out of range for data-type 'INT32' (expected -2147483648 to 2147483647)"})
+    for ill_typed in (["7"] * 16, [True] * 16, [1.5] * 16, [2**63] * 16):
+        answer = infer(ill_typed)
+        assert (answer.status_code, answer.json()) == (
+            500, {"error": "Unable to parse 'data': attempt to access JSON non-signed-integer as signed-integer"}), ill_typed
+
+
+def test_statistics_of_a_version_that_does_not_exist_answer_as_metadata_does(server: str) -> None:
+    metadata = httpx.get(f"{server}/v2/models/resnet50/versions/2")
+    stats = httpx.get(f"{server}/v2/models/resnet50/versions/2/stats")
+    assert (stats.status_code, stats.json()) == (metadata.status_code, metadata.json()) == (
+        404, {"error": "Request for unknown model: 'resnet50' version 2 is not found"})
+    assert httpx.get(f"{server}/v2/models/resnet50/versions/1/stats").json()["model_stats"][0]["version"] == "1"
+
+
+def test_a_raw_binary_request_is_the_single_inputs_bytes_and_gets_binary_outputs(
+        client: triton.InferenceServerClient, server: str) -> None:
+    pixels = np.arange(48, dtype=np.float32)
+    raw = httpx.post(f"{server}/v2/models/resnet50/infer", content=pixels.tobytes(),
+                     headers={"Inference-Header-Content-Length": "0"})
+    assert raw.status_code == 200 and raw.headers["content-type"] == "application/octet-stream"
+    length = int(raw.headers["inference-header-content-length"])
+    header = json.loads(raw.content[:length])
+    assert header["outputs"] == [{"name": "output", "datatype": "FP32", "shape": [1, 10],
+                                  "parameters": {"binary_data_size": 40}}]
+    expected = client.infer("resnet50", [image(1)]).as_numpy("output")  # the same input, sent the usual way
+    np.testing.assert_array_equal(np.frombuffer(raw.content[length:], dtype=np.float32).reshape(1, 10), expected)
+    two_inputs = httpx.post(f"{server}/v2/models/simple/infer", content=bytes(64),
+                            headers={"Inference-Header-Content-Length": "0"})
+    assert (two_inputs.status_code, two_inputs.json()["error"]) == (
+        400, ("[request id: <id_unknown>] Raw request must only have 1 input (found 1) to be deduced but got 2 inputs "
+              "in 'simple' model configuration"))
+
+
+def test_responses_are_compressed_as_the_client_accepts(client: triton.InferenceServerClient, server: str) -> None:
+    plain = client.infer("resnet50", [image(2)])
+    for algorithm in ("gzip", "deflate"):
+        compressed = client.infer("resnet50", [image(2)], response_compression_algorithm=algorithm)
+        np.testing.assert_array_equal(compressed.as_numpy("output"), plain.as_numpy("output"))
+    body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 3, 4, 4], "data": [0.5] * 48}]}
+    url = f"{server}/v2/models/resnet50/infer"
+    identity = httpx.post(url, json=body, headers={"Accept-Encoding": "identity"})
+    assert "content-encoding" not in identity.headers
+    for accept, encoding, decode in (("gzip", "gzip", gzip.decompress), ("deflate;q=0.9, gzip;q=0.5", "deflate", zlib.decompress)):
+        with httpx.stream("POST", url, json=body, headers={"Accept-Encoding": accept}) as answer:
+            wire = b"".join(answer.iter_raw())
+            assert answer.headers["content-encoding"] == encoding
+        assert decode(wire) == identity.content
+    unsupported = httpx.post(url, content=b"{}", headers={"Content-Encoding": "br"})
+    assert (unsupported.status_code, unsupported.json()) == (501, {"error": "Unsupported compression type"})
+    assert unsupported.headers["accept-encoding"] == "gzip, deflate"
+
+
+def test_an_output_requested_twice_is_refused(client: triton.InferenceServerClient) -> None:
+    with pytest.raises(InferenceServerException) as error:
+        client.infer("resnet50", [image(1)], outputs=[triton.InferRequestedOutput("output")] * 2)
+    assert (error.value.status(), error.value.message()) == ("400", "output 'output' already exists in request")
+
+
+def test_version_strings_are_read_as_tritons_integer_parse_reads_them(server: str) -> None:
+    huge = httpx.get(f"{server}/v2/models/resnet50/versions/99999999999999999999")
+    assert (huge.status_code, huge.json()) == (400, {
+        "error": "failed to get model version from specified version string '99999999999999999999' (details: stol), "
+                 "version should be an integral value > 0"})
+    assert httpx.get(f"{server}/v2/models/resnet50/versions/01").json()["versions"] == ["1"]
+    assert httpx.get(f"{server}/v2/models/resnet50/versions/01/ready").status_code == 200
+    body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 3, 4, 4], "data": [0.5] * 48}]}
+    assert httpx.post(f"{server}/v2/models/resnet50/versions/001/infer", json=body).json()["model_version"] == "1"
+
+
+def test_trace_settings_have_no_versioned_form(server: str) -> None:
+    for method in ("GET", "POST"):
+        answer = httpx.request(method, f"{server}/v2/models/resnet50/versions/1/trace/setting")
+        assert (answer.status_code, answer.json()) == (400, {"error": "Bad Request"}), method
+
+
+def test_triton_metrics_speak_only_tritons_dialect(server: str) -> None:
+    answer = httpx.get(f"{server.listeners[1]}/metrics")  # type: ignore[attr-defined]
+    assert "openai-version" not in answer.headers and "x-request-id" not in answer.headers
+    families = {f.name: f for f in text_string_to_metric_families(answer.text)}
+    loads = {s.labels["model"]: s.value for s in families["nv_model_load_duration_secs"].samples}
+    assert loads["resnet50"] == 0.2  # the scenario's simulated load time
+    assert families["nv_pinned_memory_pool_total_bytes"].samples[0].value == 268435456
+    for name in ("nv_pinned_memory_pool_used_bytes", "nv_cpu_utilization", "nv_cpu_memory_total_bytes",
+                 "nv_cpu_memory_used_bytes"):
+        assert families[name].type == "gauge" and families[name].samples[0].labels == {}, name
+
+
+def test_unloading_a_model_whose_load_failed_makes_it_unloaded_and_the_server_ready() -> None:
+    with running_server(TEST_SCENARIOS / "serve" / "triton.yaml") as url:
+        client = triton.InferenceServerClient(url=url.removeprefix("http://"))
+        assert not client.is_server_ready()
+        client.unload_model("densenet_trt")
+        assert {"name": "densenet_trt", "version": "1", "state": "UNAVAILABLE", "reason": "unloaded"} in \
+            client.get_model_repository_index()
+        assert client.is_server_ready()
+        with pytest.raises(InferenceServerException):
+            client.load_model("densenet_trt")  # fails again: it counts against readiness again
+        assert not client.is_server_ready()
+
+
+def test_logging_and_trace_updates_are_checked_as_triton_checks_them(server: str) -> None:
+    cases = [
+        ("/v2/logging", {"log_info": "yes"}, 500, "attempt to access JSON non-boolean as boolean"),
+        ("/v2/logging", {"log_verbose_level": -1}, 500, "attempt to access JSON non-unsigned-integer as unsigned-integer"),
+        ("/v2/logging", {"log_format": "json"}, 503, "invalid argument for --log_format, got: json"),
+        ("/v2/trace/setting", {"trace_level": ["OFF", "TIMESTAMPS"]}, 400, "Expect only one trace level 'OFF' is specified"),
+        ("/v2/trace/setting", {"trace_rate": 5}, 500, "attempt to access JSON non-string as string"),
+        ("/v2/trace/setting", {"trace_rate": "often"}, 400, "Unable to parse 'trace_rate', got: often"),
+        ("/v2/trace/setting", {"trace_count": "-2"}, 400, "Unable to parse 'trace_count'. Expecting value >= -1, got:-2"),
+        ("/v2/trace/setting", {"trace_file": "/tmp/t"}, 501, "trace file location can not be updated through network protocol"),
+        ("/v2/models/nope/trace/setting", {}, 400, "Request for unknown model: 'nope' is not found"),
+    ]
+    before = httpx.get(f"{server}/v2/logging").json(), httpx.get(f"{server}/v2/trace/setting").json()
+    for path, body, status, message in cases:
+        answer = httpx.post(f"{server}{path}", json=body)
+        assert (answer.status_code, answer.json()) == (status, {"error": message}), body
+    assert (httpx.get(f"{server}/v2/logging").json(), httpx.get(f"{server}/v2/trace/setting").json()) == before
+    assert httpx.get(f"{server}/v2/models/densenet_trt/trace/setting").status_code == 404
+    updated = httpx.post(f"{server}/v2/trace/setting", json={"trace_level": ["TENSORS", "TIMESTAMPS"], "trace_rate": "10"})
+    assert (updated.json()["trace_level"], updated.json()["trace_rate"]) == (["TIMESTAMPS", "TENSORS"], "10")
+    httpx.post(f"{server}/v2/trace/setting", json={"trace_level": ["OFF"], "trace_rate": "1000"})

@@ -149,3 +149,29 @@ def test_a_triton_execution_frees_its_own_memory_and_not_another_instance_s() ->
         assert _allocated(sim).get("activation:run", 0) == busy, f"at {sim.kernel.now} ns"
         overlapping += busy == 2
     assert overlapping and all(r.outcome == "completed" for r in sim.requests)
+
+
+def test_a_triton_request_given_up_in_the_queue_is_canceled_and_one_given_up_while_running_is_served() -> None:
+    """One instance, four requests at once: the first runs, three queue. The client of the running one and
+    of one queued one go away: the queued one leaves the queue as a CANCELED failure, the running one
+    finishes (counted as served: Triton does not stop an execution under way)."""
+    model = {"id": "py", "family": "resnet-50", "runtime": "python", "placement": {"gpus": ["g"]},
+             "kserve": {"maxBatchSize": 1, "instanceGroups": [{"count": 1}]}}
+    sources = [{"name": "b", "model": "py", "arrival": {"kind": "batch", "requests": 4}, "promptTokens": 1,
+                "outputTokens": 0}]
+    sim = Simulation(scenario([model], sources, gpus=[{"id": "g", "profile": "T4"}]))
+    (engine,) = sim.served_models[0].engines
+    assert isinstance(engine, TritonEngine)
+    sim.start_workload()
+    while len(sim.requests) < 4 or not any(i.busy for i in engine.instances):
+        sim.kernel.step()
+    running, queued = sim.requests[0], sim.requests[2]
+    assert len(engine.queue) == 3 and queued in engine.queue
+    sim.abort(running)
+    sim.abort(queued)
+    while sim.kernel.peek() is not None:
+        sim.kernel.step()
+    stats = engine.triton
+    assert stats.failures == {"CANCELED": 1} and stats.fail.count == 1
+    assert stats.success.count == 3 and stats.inference_count == 3 and stats.execution_count == 3
+    assert [r.outcome for r in sim.requests] == ["aborted", "completed", "aborted", "completed"]

@@ -160,3 +160,54 @@ def test_small_json_inputs_pack_to_numpys_bytes_or_fail_as_numpy_does(datatype: 
             kt.SMALL_INPUT = original
 
     assert read(kt.SMALL_INPUT) == read(0)
+
+
+INTEGER_TYPES = ["INT8", "INT16", "INT32", "INT64", "UINT8", "UINT16", "UINT32", "UINT64"]
+
+
+def json_input(datatype: str, data: list[Any]) -> bytes:
+    return json.dumps({"inputs": [{"name": "x", "datatype": datatype, "shape": [len(data)], "data": data}]}).encode()
+
+
+@pytest.mark.parametrize("datatype", INTEGER_TYPES)
+def test_json_integers_are_checked_against_their_datatype(datatype: str) -> None:
+    info = np.iinfo(np.dtype(kt.NUMPY_TYPES[datatype]))
+    low, high = int(info.min), int(info.max)
+    request = kt.parse_request(json_input(datatype, [low, high]), None, "m")
+    assert request.inputs[0].data == np.array([low, high], dtype=kt.NUMPY_TYPES[datatype]).tobytes()
+    unsigned = datatype.startswith("U")
+    kind = "unsigned-integer" if unsigned else "signed-integer"
+    not_read = f"Unable to parse 'data': attempt to access JSON non-{kind} as {kind}"
+    beyond_64_bits = 2**64 if unsigned else 2**63
+    cases = [([high + 1], 500 if high + 1 >= beyond_64_bits else 400), ([low - 1], 500 if unsigned or low - 1 < -2**63 else 400),
+             (["1"], 500), ([True], 500), ([1.0], 500), ([[1], "2"], 500)]
+    for data, status in cases:
+        with pytest.raises(kt.KServeError) as error:
+            kt.parse_request(json_input(datatype, data), None, "m")
+        expected = not_read if status == 500 else \
+            f"value {data[0]} of input 'x' is out of range for data-type '{datatype}' (expected {low} to {high})"
+        assert (error.value.status, error.value.message) == (status, expected), data
+
+
+def test_json_bools_and_floats_take_only_their_own_kinds() -> None:
+    for datatype, data, message in (("BOOL", [1], "non-boolean as boolean"), ("FP32", [True], "non-number as double"),
+                                    ("FP64", ["1.5"], "non-number as double")):
+        with pytest.raises(kt.KServeError) as error:
+            kt.parse_request(json_input(datatype, data), None, "m")
+        assert (error.value.status, error.value.message) == (500, f"Unable to parse 'data': attempt to access JSON {message}")
+    assert kt.parse_request(json_input("FP32", [1, 2.5]), None, "m").inputs[0].data == struct.pack("<2f", 1, 2.5)
+
+
+def test_a_raw_request_deduces_the_variable_dimension_and_refuses_what_it_cannot_deduce() -> None:
+    one_variable = kt.Signature.of([Tensor(name="x", datatype="FP32", shape=[-1, -1, 2])], [], 4)
+    request = kt.raw_request(bytes(24), "m", one_variable)
+    assert (request.inputs[0].shape, request.parameters) == ([1, 3, 2], {"binary_data_output": True})
+    two_variable = kt.Signature.of([Tensor(name="x", datatype="FP32", shape=[-1, -1])], [], 0)
+    with pytest.raises(kt.KServeError, match="The shape of the raw input 'x' can not be deduced because there are more "
+                                             "than one variable-sized dimension"):
+        kt.raw_request(bytes(8), "m", two_variable)
+    text = kt.Signature.of([Tensor(name="t", datatype="BYTES", shape=[-1, 1])], [], 4)
+    assert kt.raw_request(b"hello", "m", text).inputs[0].data == struct.pack("<I", 5) + b"hello"
+    wide_text = kt.Signature.of([Tensor(name="t", datatype="BYTES", shape=[-1, 2])], [], 4)
+    with pytest.raises(kt.KServeError, match=r"For BYTE datatype raw input, the model must have input shape \[1\]"):
+        kt.raw_request(b"hello", "m", wide_text)

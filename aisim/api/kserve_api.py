@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import json
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -33,10 +34,13 @@ from .kserve_tensors import (
     KServeError,
     Signature,
     check_inputs,
+    compress,
+    compression,
     decompress,
     encode_response,
     generate_outputs,
     parse_request,
+    raw_request,
 )
 from .recording import Recording
 from .server import ServerState
@@ -70,6 +74,8 @@ class KServeHandler(tornado.web.RequestHandler):
 
     def fail(self, error: KServeError) -> None:
         self.set_status(error.status)
+        if error.message == "Unsupported compression type":
+            self.set_header("Accept-Encoding", "gzip, deflate")  # what the server does read (§8.2)
         self.finish(json.dumps({"error": error.message}))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
@@ -148,6 +154,18 @@ class KServeHandler(tornado.web.RequestHandler):
             raise KServeError(500, f"failed to parse the request JSON buffer: Invalid value. at {position}") from None
 
 
+def model_version(text: str | None) -> str | None:
+    """A URL's version as Triton reads it (`GetModelVersionFromString`, a `std::stol`): `01` is version 1;
+    one beyond 64 bits is a 400 (`stol` is what libstdc++'s out-of-range exception says)."""
+    if text is None:
+        return None
+    number = int(text)
+    if number >= 2**63:
+        raise KServeError(400, f"failed to get model version from specified version string '{text}' (details: stol), "
+                               "version should be an integral value > 0")
+    return str(number)
+
+
 def ready_versions(served: ServedModel) -> list[str]:
     """Versions that answer requests, in the scenario's order."""
     return [v for v, life in served.lifecycle.lives.items()
@@ -190,6 +208,7 @@ class ModelHandler(KServeHandler):
         await self.run(lambda: self._get(name, version, action))
 
     async def _get(self, name: str, version: str | None, action: str | None) -> None:
+        version = model_version(version)
         if action == "ready":
             served = self.served(name)
             lives = served.lifecycle.lives
@@ -209,7 +228,9 @@ class ModelHandler(KServeHandler):
             self.finish(json.dumps(model_config(served.model, tensors, indices)))
         elif action == "stats":
             served = self.served(name)
-            if not ready_versions(served):
+            if version is not None:
+                self.ready_version(served, version)  # a named version resolves as for metadata (§8.2)
+            elif not ready_versions(served):
                 raise KServeError(400, f"requested model '{name}' is not available")
             listed = [version] if version is not None else ready_versions(served)
             self.finish(json.dumps({"model_stats": [model_stats(self.state, served, v) for v in listed]}))
@@ -247,11 +268,15 @@ class ModelHandler(KServeHandler):
 
     def _infer(self, name: str, version: str | None) -> Awaitable[None] | None:
         served = self.served(name)
-        chosen = self.ready_version(served, version)
+        chosen = self.ready_version(served, model_version(version))
         model = served.model
         body = decompress(self.request.body, self._header("Content-Encoding"))
-        request = parse_request(body, self._header(HEADER), model.id)
+        header = self._header(HEADER)
         signature = self.signature(model, chosen)
+        if header is not None and header.strip().isdigit() and int(header) == 0:
+            request = raw_request(body, model.id, signature)
+        else:
+            request = parse_request(body, header, model.id)
         batch = check_inputs(request, model.id, signature)
         outputs = generate_outputs(request, signature, batch, model.id, chosen)
         answer = _Answer(model.id, chosen, request, batch, outputs, self.state.recording)
@@ -289,6 +314,11 @@ class ModelHandler(KServeHandler):
         if header_length is not None:
             self.set_header("Content-Type", "application/octet-stream")
             self.set_header(HEADER, str(header_length))
+        accept = self._header("Accept-Encoding")
+        encoding = compression(accept) if accept else "identity"
+        if encoding != "identity":  # the header keeps the JSON part's uncompressed length, as Triton's does
+            self.set_header("Content-Encoding", encoding)
+            payload = compress(payload, encoding)
         self.finish(payload)
         if recording is not None:
             recording.infer(call, answer.model, answer.version, answer.batch, request.inputs, answer.outputs,
@@ -429,7 +459,8 @@ class RepositoryHandler(KServeHandler):
 
 
 class LoggingHandler(KServeHandler):
-    """`GET|POST /v2/logging`: the log settings, updated key by key."""
+    """`GET|POST /v2/logging`: the log settings, updated key by key, checked as Triton's `HandleLogging` checks
+    them (a JSON null leaves a key as it is; a value of the wrong JSON type is TritonJson's 500)."""
 
     def get(self) -> None:
         self.finish(json.dumps(self.state.triton_logging))
@@ -439,18 +470,70 @@ class LoggingHandler(KServeHandler):
 
     def _update(self) -> None:
         body = self.json_body()
+        body = {k: v for k, v in body.items() if v is not None} if isinstance(body, dict) else {}
         if "log_file" in body:
             raise KServeError(501, "log file location can not be updated through network protocol")
+        for key in ("log_info", "log_warning", "log_error"):
+            if key in body and not isinstance(body[key], bool):
+                raise KServeError(500, "attempt to access JSON non-boolean as boolean")
+        level = body.get("log_verbose_level", 0)
+        if not isinstance(level, int) or isinstance(level, bool) or not 0 <= level < 2**64:
+            raise KServeError(500, "attempt to access JSON non-unsigned-integer as unsigned-integer")
+        log_format = body.get("log_format", "default")
+        if not isinstance(log_format, str):
+            raise KServeError(500, "attempt to access JSON non-string as string")
+        if log_format not in ("default", "ISO8601"):
+            raise KServeError(503, f"invalid argument for --log_format, got: {log_format}")
         for key, value in body.items():
             if key in self.state.triton_logging:
                 self.state.triton_logging[key] = value
         self.get()
 
 
+TRACE_NUMBERS = {"trace_rate": (0, 2**32 - 1), "trace_count": (-1, 2**31 - 1), "log_frequency": (0, 2**32 - 1)}
+"""Trace settings sent as numbers in strings, and the range Triton states when one is out of range."""
+
+
+def _trace_setting(key: str, value: Any) -> Any:
+    """One trace setting of a POST as Triton's `HandleTrace` reads it; raises its error."""
+    if key == "trace_level":
+        if not isinstance(value, list):
+            raise KServeError(500, "attempt to access JSON non-array as array")
+        if not all(isinstance(level, str) for level in value):
+            raise KServeError(500, "attempt to access JSON non-string as string")
+        if "OFF" in value:
+            if len(value) > 1:
+                raise KServeError(400, "Expect only one trace level 'OFF' is specified")
+            return ["OFF"]
+        levels = [level for level in ("TIMESTAMPS", "TENSORS") if level in value]
+        return levels or None  # Triton ignores names it does not know
+    if not isinstance(value, str):
+        raise KServeError(500, "attempt to access JSON non-string as string")
+    low, high = TRACE_NUMBERS[key]
+    number = re.match(r"\s*[+-]?\d+", value)  # what `std::stoi` reads
+    if number is None:
+        raise KServeError(400, f"Unable to parse '{key}', got: {value}")
+    parsed = int(number.group())
+    if not -2**31 <= parsed < 2**31:
+        raise KServeError(400, f"Unable to parse '{key}', value is out of range [ {low}, {high} ], got: {value}")
+    if key == "trace_count" and parsed < low:
+        raise KServeError(400, f"Unable to parse 'trace_count'. Expecting value >= {low}, got:{value}")
+    return str(parsed if key == "trace_count" else parsed % 2**32)
+
+
 class TraceHandler(KServeHandler):
-    """`GET|POST /v2[/models/{m}]/trace/setting`: trace settings (a per-model override cleared by null)."""
+    """`GET|POST /v2[/models/{m}]/trace/setting`: trace settings (a per-model override cleared by null). A model
+    must resolve and be ready, as for model ready (§2)."""
 
     def get(self, name: str | None = None) -> None:
+        self.guarded(lambda: self._answer(name))
+
+    def _resolve(self, name: str | None) -> None:
+        if name is not None and not ready_versions(self.served(name)):
+            raise KServeError(404, f"Request for unknown model: '{name}' has no available versions")
+
+    def _answer(self, name: str | None) -> None:
+        self._resolve(name)
         settings = dict(self.state.triton_trace)
         settings.update(self.state.triton_model_trace.get(name or "", {}))
         self.finish(json.dumps(settings))
@@ -459,14 +542,29 @@ class TraceHandler(KServeHandler):
         self.guarded(lambda: self._update(name))
 
     def _update(self, name: str | None) -> None:
+        self._resolve(name)  # before the body is read, as Triton does
         body = self.json_body()
+        body = body if isinstance(body, dict) else {}
+        if "trace_file" in body:
+            raise KServeError(501, "trace file location can not be updated through network protocol")
+        known = [key for key in ("trace_level", "trace_rate", "trace_count", "log_frequency") if key in body]
+        updates = {key: None if body[key] is None else _trace_setting(key, body[key]) for key in known}
         target = self.state.triton_model_trace.setdefault(name, {}) if name else self.state.triton_trace
-        for key, value in body.items():
-            if value is None:
-                target.pop(key, None)
-            else:
+        for key, value in updates.items():
+            if body[key] is None:
+                if name:
+                    target.pop(key, None)  # null clears the model's override (§13)
+            elif value is not None:  # None: a level list with no name Triton knows, which changes nothing
                 target[key] = value
-        self.get(name)
+        self._answer(name)
+
+
+class VersionedTraceHandler(KServeHandler):
+    """Trace settings have no versions: Triton's router matches no handler for the versioned path and answers
+    400 (§1.1; the reference has no text for it, so this is the status's reason phrase, as for 404 and 405)."""
+
+    def prepare(self) -> None:
+        self.fail(KServeError(400, "Bad Request"))
 
 
 class NotFoundHandler(KServeHandler):
@@ -487,6 +585,7 @@ def routes() -> list[Any]:
         (r"/v2/logging", LoggingHandler, {"methods": both}),
         (r"/v2/trace/setting", TraceHandler, {"methods": both}),
         (r"/v2/models/([^/]+)/trace/setting", TraceHandler, {"methods": both}),
+        (r"/v2/models/[^/]+/versions/[0-9]+/trace/setting", VersionedTraceHandler, {"methods": both}),
         (r"/v2/repository/index", IndexHandler, {"methods": post}),
         (r"/v2/repository(?:/([^/]+))?/models/([^/]+)/(load|unload)", RepositoryHandler, {"methods": post}),
         (model + r"(?:/(ready|config|stats))?", ModelHandler, {"methods": get}),

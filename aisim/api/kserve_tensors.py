@@ -10,6 +10,7 @@ always gets the same answer.
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import math
@@ -91,6 +92,56 @@ def decompress(body: bytes, encoding: str | None) -> bytes:
     raise KServeError(501, "Unsupported compression type")
 
 
+def compression(accept_encoding: str | None) -> str:
+    """The response encoding Triton picks from `Accept-Encoding`: the highest-weighted of identity, deflate
+    and gzip, the first on a tie (`http_server.cc` `CompressionTypeUsed`)."""
+    chosen, weight = "identity", 0.0
+    for part in (accept_encoding or "").split(","):
+        name, _, q = part.strip().partition(";q=")
+        try:
+            value = float(q) if q else 1.0
+        except ValueError:
+            continue
+        if name in ("identity", "deflate", "gzip") and value > weight:
+            chosen, weight = name, value
+    return chosen
+
+
+def compress(body: bytes, encoding: str) -> bytes:
+    """`body` in a response encoding (§9): gzip or deflate (zlib format, as Triton's deflate writes it)."""
+    if encoding == "gzip":
+        return gzip.compress(body)
+    return zlib.compress(body) if encoding == "deflate" else body
+
+
+def raw_request(body: bytes, model: str, signature: Signature) -> InferRequest:
+    """A raw binary request (§9, `Inference-Header-Content-Length: 0`): the body is the bytes of the model's
+    only input, at batch 1, and every output goes back in binary. The reference gives no text for a model
+    that does not qualify; these are Triton core's (`infer_request.cc` `Normalize`, checked by Triton's
+    `qa/L0_http` raw-binary tests)."""
+    label = "[request id: <id_unknown>] "
+    if len(signature.inputs) != 1:
+        raise KServeError(400, f"{label}Raw request must only have 1 input (found 1) to be deduced but got "
+                               f"{len(signature.inputs)} inputs in '{model}' model configuration")
+    tensor = signature.inputs[0]
+    dims = tensor.shape[1:] if signature.max_batch_size > 0 else list(tensor.shape)
+    if dims.count(-1) > 1:
+        raise KServeError(400, f"{label}The shape of the raw input '{tensor.name}' can not be deduced because there "
+                               "are more than one variable-sized dimension")
+    if tensor.datatype == "BYTES":
+        if dims != [1]:
+            raise KServeError(400, f"{label}For BYTE datatype raw input, the model must have input shape [1]")
+        data = struct.pack("<I", len(body)) + body
+    else:
+        data = body
+        if -1 in dims:
+            fixed = math.prod(d for d in dims if d != -1) * ITEMSIZE[tensor.datatype]
+            dims = [len(body) // fixed if d == -1 else d for d in dims]
+    shape = [1, *dims] if signature.max_batch_size > 0 else dims
+    return InferRequest("", [InputTensor(tensor.name, tensor.datatype, shape, data)], [],
+                        {"binary_data_output": True})
+
+
 def parse_request(body: bytes, header_length: str | None, model: str) -> InferRequest:
     """Split JSON and binary parts and read every input's bytes."""
     json_part, binary = body, b""
@@ -167,19 +218,58 @@ def _json_data(name: str, datatype: str, shape: list[int], data: Any) -> bytes:
         return b"".join(struct.pack("<I", len(p)) + p for p in pieces)
     if datatype not in NUMPY_TYPES:
         raise KServeError(400, f"invalid datatype for input {name}")
-    code = STRUCT_CODES[datatype] if datatype != "BOOL" else None
-    if code is not None and isinstance(data, list) and len(data) == count <= SMALL_INPUT:
-        try:
-            return struct.pack(f"<{count}{code}", *data)
-        except (struct.error, TypeError, OverflowError):
-            pass  # nested rows, strings, values out of range: numpy reads them (or words the error)
-    try:
-        values = np.asarray(data if data is not None else [], dtype=NUMPY_TYPES[datatype])
-    except (TypeError, ValueError):  # ragged nesting or values of another type
-        raise KServeError(500, f"Unable to parse 'data': attempt to access JSON value as {datatype}") from None
-    if values.size != count:
+    values = data if isinstance(data, list) else [] if data is None else [data]
+    types = set(map(type, values))
+    if list in types:
+        values = list(_flatten(values))
+        types = set(map(type, values))
+    if len(values) != count:
         raise KServeError(500, "Failed to parse 'data' field: shape does not match true shape")
-    return values.tobytes()
+    _check_values(name, datatype, values, types)
+    code = STRUCT_CODES[datatype] if datatype != "BOOL" else None
+    if code is not None and count <= SMALL_INPUT:
+        try:
+            return struct.pack(f"<{count}{code}", *values)
+        except OverflowError:
+            pass  # a float beyond FP32's range: numpy makes it an infinity, as Triton's cast does
+    with np.errstate(over="ignore"):
+        return np.asarray(values, dtype=NUMPY_TYPES[datatype]).tobytes()
+
+
+JSON_TYPES: dict[str, tuple[set[type], str]] = {
+    "BOOL": ({bool}, "attempt to access JSON non-boolean as boolean"),
+    "u": ({int}, "attempt to access JSON non-unsigned-integer as unsigned-integer"),
+    "i": ({int}, "attempt to access JSON non-signed-integer as signed-integer"),
+    "f": ({int, float}, "attempt to access JSON non-number as double"),
+}
+"""What Triton's JSON reader (TritonJson `AsBool` / `AsUInt` / `AsInt` / `AsDouble`) accepts for a datatype
+kind, and its message otherwise: a 500 `Unable to parse 'data': ...`, as for the other ill-typed fields (§8.2)."""
+
+
+def _check_values(name: str, datatype: str, values: list[Any], types: set[type]) -> None:
+    """Values of the wrong JSON type are Triton's 500; integers outside the datatype's range a 400.
+
+    A negative number for an unsigned type, or an integer beyond 64 bits, is a value TritonJson does not
+    read as that kind of integer (the 500 above, as for a negative dimension). Triton casts an
+    in-64-bit but out-of-range integer to the narrower type without a check (`http_server.cc`
+    `ReadDataFromJsonHelper`, marked FIXME there); aisim refuses it instead with a 400 of its own wording
+    (the reference gives none for this case) rather than answer for a value the client did not send.
+    """
+    kind = datatype if datatype == "BOOL" else np.dtype(NUMPY_TYPES[datatype]).kind
+    allowed, message = JSON_TYPES[kind]
+    if not types <= allowed:
+        raise KServeError(500, f"Unable to parse 'data': {message}")
+    if kind not in "iu" or not values:
+        return
+    info = np.iinfo(np.dtype(NUMPY_TYPES[datatype]))
+    low, high = int(info.min), int(info.max)
+    if low <= min(values) and max(values) <= high:
+        return
+    bad = next(v for v in values if not low <= v <= high)
+    if not (0 if kind == "u" else -2**63) <= bad < (2**64 if kind == "u" else 2**63):
+        raise KServeError(500, f"Unable to parse 'data': {message}")
+    raise KServeError(400, f"value {bad} of input '{name}' is out of range for data-type '{datatype}' "
+                           f"(expected {low} to {high})")
 
 
 def _flatten(value: Any) -> Any:
@@ -273,6 +363,9 @@ def generate_outputs(request: InferRequest, signature: Signature, batch: int, mo
     chosen = declared
     if request.outputs:
         wanted = [o.get("name") for o in request.outputs if isinstance(o, dict)]
+        for index, name in enumerate(wanted):
+            if name in wanted[:index]:  # Triton's text as far as the reference knows it (its start is unverified)
+                raise KServeError(400, f"output '{name}' already exists in request")
         chosen = [t for t in declared if not wanted or t.name in wanted]
         unknown = [n for n in wanted if n not in {t.name for t in declared}]
         if unknown:

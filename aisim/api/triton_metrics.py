@@ -2,7 +2,8 @@
 
 `triton-kserve.md` §18: per-model counters with `model` and `version` labels (and `gpu_uuid` when
 the model's instances are on one GPU), failures by `reason` (all four series from the start),
-durations in microseconds, the pending-request gauge, and per-GPU gauges with only `gpu_uuid`.
+durations in microseconds, the pending-request gauge, each loaded version's load time, per-GPU gauges
+with only `gpu_uuid`, and the host's pinned-memory pool and CPU gauges (no labels).
 Counters carry no `_total` suffix and no `_created` series, integral values print without a decimal
 point and label keys are sorted: prometheus_client renames and reformats all of that, so the text is
 written here by hand (pitfall 7 of the reference).
@@ -12,8 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import tornado.web
+
 from ..engine.batcher import TritonEngine
-from .handlers import BaseHandler
+from ..engine.deployment import ServedModel
+from ..engine.lifecycle import load_time_ns
 from .server import ServerState
 
 PER_MODEL = [
@@ -41,6 +45,22 @@ PER_GPU = [
     ("nv_gpu_power_limit", "gauge", "GPU power management limit in watts"),
     ("nv_energy_consumption", "counter", "GPU energy consumption in joules since the Triton Server started"),
 ]
+LOAD_DURATION = ("nv_model_load_duration_secs", "gauge", "Model load time in seconds")
+"""Triton's help text for it is unverified in the reference."""
+PINNED_POOL_BYTES = 268435456
+"""Triton's default pinned memory pool (`--pinned-memory-pool-byte-size`, 256 MiB; reference §18.3)."""
+HOST_MEMORY_BYTES = 64 * 2**30
+"""The host's RAM. aisim does not model the host, so this is a documented stand-in (a 64 GiB server)."""
+HOST = [
+    ("nv_pinned_memory_pool_total_bytes", "gauge", "Pinned memory pool total memory size, in bytes", PINNED_POOL_BYTES),
+    ("nv_pinned_memory_pool_used_bytes", "gauge", "Pinned memory pool used memory size, in bytes", 0),
+    ("nv_cpu_utilization", "gauge", "CPU utilization rate [0.0 - 1.0]", 0),
+    ("nv_cpu_memory_total_bytes", "gauge", "CPU total memory (RAM), in bytes", HOST_MEMORY_BYTES),
+    ("nv_cpu_memory_used_bytes", "gauge", "CPU used memory (RAM), in bytes", 0),
+]
+"""Host gauges: the simulation has no host CPU or RAM, and stages no tensors in pinned memory between
+scrapes, so these are constants: the reference's default pool size, the stand-in RAM size above, and 0
+for what is used (the pool's use and the CPU's load are not modelled)."""
 REASONS = ("OTHER", "BACKEND", "CANCELED", "REJECTED")
 
 
@@ -69,7 +89,7 @@ def _lines(state: ServerState, gauges: dict[str, tuple[float, float, int]]) -> I
             stats = engine.triton
             if name == "nv_inference_request_failure":
                 for reason in REASONS:
-                    count = stats.fail.count if reason == "BACKEND" else 0
+                    count = stats.failures.get(reason, 0)
                     yield f"{name}{labels(**key, reason=reason)} {count}\n"
                 continue
             value = {
@@ -84,6 +104,13 @@ def _lines(state: ServerState, gauges: dict[str, tuple[float, float, int]]) -> I
                 "nv_inference_pending_request_count": engine.pending,
             }[name]
             yield f"{name}{labels(**key)} {number(value)}\n"
+    name, kind, help_text = LOAD_DURATION
+    yield f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n"
+    for served in state.sim.served_models:
+        for version in served.versions:
+            yield f"{name}{labels(model=served.model.id, version=version)} {number(load_seconds(state, served, version))}\n"
+    for name, kind, help_text, host_value in HOST:
+        yield f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n{name} {number(host_value)}\n"
     for name, kind, help_text in PER_GPU:
         yield f"# HELP {name} {help_text}\n# TYPE {name} {kind}\n"
         for device_id, device in state.sim.gpus.items():
@@ -98,6 +125,15 @@ def _lines(state: ServerState, gauges: dict[str, tuple[float, float, int]]) -> I
                 "nv_energy_consumption": energy / 1000,
             }[name]
             yield f"{name}{labels(gpu_uuid=device.uuid)} {number(gauge)}\n"
+
+
+def load_seconds(state: ServerState, served: ServedModel, version: str) -> float:
+    """How long the version's simulated load took (LOADING lasts this long: `engine.lifecycle.load_time_ns`)."""
+    placement = served.model.placement
+    if served.mock or not served.plans or placement is None:
+        return 0.0
+    declared = next(v for v in served.model.versions if v.version == version)
+    return load_time_ns(served.model, declared, state.sim.devices[placement.gpus[0]].resolved()) / 1e9
 
 
 def sample_gpus(state: ServerState) -> dict[str, tuple[float, float, int]]:
@@ -115,8 +151,13 @@ def sample_gpus(state: ServerState) -> dict[str, tuple[float, float, int]]:
     return gauges
 
 
-class MetricsHandler(BaseHandler):
-    """`GET /metrics` in Triton's dialect."""
+class MetricsHandler(tornado.web.RequestHandler):
+    """`GET /metrics` in Triton's dialect: no OpenAI headers (request id, API version) on the answer."""
+
+    state: ServerState
+
+    def initialize(self) -> None:
+        self.state = self.settings["state"]
 
     def get(self) -> None:
         self.set_header("Content-Type", "text/plain; charset=utf-8")

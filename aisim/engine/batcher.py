@@ -62,6 +62,13 @@ class TritonStats:
     """Per batch size: compute_input, compute_infer, compute_output."""
     last_inference_ns: int = -1
     """Simulated time of the last completed inference (-1: none)."""
+    failures: dict[str, int] = field(default_factory=dict)
+    """Failed requests by Triton's reason (§18.1): BACKEND (the backend died), REJECTED (the queue was
+    full), CANCELED (the client went away while the request was queued)."""
+
+    def failed(self, reason: str, ns: int) -> None:
+        self.fail.add(ns)
+        self.failures[reason] = self.failures.get(reason, 0) + 1
 
 
 @dataclass
@@ -162,18 +169,21 @@ class TritonEngine:
         batching = self.kserve.dynamic_batching
         limit = batching.max_queue_size if batching is not None else None
         if limit is not None and len(self.queue) >= limit:
-            self.triton.fail.add(0)
+            self.triton.failed("REJECTED", 0)
             request.conclude("failed", self.kernel.now, self.timeline, QUEUE_FULL)
             return
         self.queue.append(request)
         self._dispatch()
 
     def abort(self, request: Request) -> None:
-        """The client went away: a queued request leaves the queue; a running one finishes unseen."""
+        """The client went away: a queued request leaves the queue, a failure of reason CANCELED (Triton
+        checks for cancellation in its scheduler's queue); one in an execution runs to its end unseen and
+        is counted as served, as Triton does for a backend that does not check for cancellation."""
         if request.done:
             return
         if request in self.queue:
             self.queue.remove(request)
+            self.triton.failed("CANCELED", self.kernel.now - request.arrival)
         request.conclude("aborted", self.kernel.now, self.timeline)
 
     # -- batching ----------------------------------------------------------------------------
@@ -271,11 +281,10 @@ class TritonEngine:
         self.stats.steps += 1
         self.stats.busy_ns += now - started
         for request in batch:
-            if request.done:  # aborted while it ran
-                continue
             if self.dead:
-                stats.fail.add(now - request.arrival)
-                request.conclude("failed", now, self.timeline, ENGINE_DEAD)
+                if not request.done:
+                    stats.failed("BACKEND", now - request.arrival)
+                    request.conclude("failed", now, self.timeline, ENGINE_DEAD)
                 continue
             stats.success.add(now - request.arrival)
             stats.queue.add(started - request.arrival)
@@ -283,6 +292,8 @@ class TritonEngine:
             stats.compute_infer.add(compute_infer)
             stats.compute_output.add(compute_output)
             stats.last_inference_ns = now
+            if request.done:  # aborted while it ran: served, to no one
+                continue
             request.computed = request.prompt
             request.conclude("completed", now, self.timeline)
             if self.on_finish is not None:
@@ -314,7 +325,7 @@ class TritonEngine:
         doomed = list(self.queue)
         self.queue.clear()
         for request in doomed:
-            self.triton.fail.add(now - request.arrival)
+            self.triton.failed("BACKEND", now - request.arrival)
             request.conclude("failed", now, self.timeline, ENGINE_DEAD)
         self.leave_gpus()
         if self.on_crash is not None:

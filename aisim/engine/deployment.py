@@ -310,8 +310,14 @@ class ServedModel:
             self._load(version, now)
 
     def request_unload(self, done: Callable[[], None]) -> None:
-        """Unload every loaded version: they drain the requests they hold, then become UNAVAILABLE."""
+        """Unload every loaded version: they drain the requests they hold, then become UNAVAILABLE. A version
+        whose load failed is UNAVAILABLE already; its reason becomes `unloaded` too (Triton's index then
+        shows it so, and it no longer counts against the server's readiness)."""
         now = self.host.kernel.now
+        for version, life in self.lifecycle.lives.items():
+            if life.state is State.UNAVAILABLE and life.reason != "unloaded":
+                life.reason, life.since = "unloaded", now
+                self.lifecycle.record(now, version, State.UNAVAILABLE.value, "unloaded")
         loaded = [v for v, life in self.lifecycle.lives.items() if life.state in (State.READY, State.DEGRADED)]
         left = [len(loaded)]
 
