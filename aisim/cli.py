@@ -258,6 +258,10 @@ def _memory(args: argparse.Namespace) -> int:
         engine = EngineLimits.model_validate({k: v for k, v in limits.items() if v is not None})
         model = Model.model_validate({"id": args.model, "family": args.model, "engine": engine.model_dump(),
                                       "placement": {"gpus": ["gpu"], "tensorParallel": args.tensor_parallel}})
+        split = model.tensor_parallel_problem()
+        if split:
+            sys.stderr.write(f"aisim memory: --tensor-parallel: {split}\n")
+            return 2
         cases.append((args.model, model, GPU_PROFILES[args.gpu], engine))
     results = []
     for name, model, gpu, engine in cases:

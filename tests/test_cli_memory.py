@@ -48,3 +48,10 @@ def test_weights_larger_than_the_gpu_and_no_room_for_the_cache_are_said_as_vllm_
     assert starved.returncode == 1
     assert "ValueError: No available memory for the cache blocks." in starved.stdout
     assert "fits: NO (nothing is left for the KV cache)" in starved.stdout
+
+
+def test_a_tensor_parallel_size_that_does_not_split_the_heads_is_refused_as_vllm_refuses_it(python: str) -> None:
+    run = _memory(python, "--model", "llama-3-8b", "--gpu", "H100-SXM", "--tensor-parallel", "3")
+    assert run.returncode == 2 and run.stdout == ""
+    assert run.stderr == ("aisim memory: --tensor-parallel: Total number of attention heads (32) must be divisible by "
+                          "tensor parallel size (3).\n")

@@ -39,8 +39,17 @@ def test_multi_gpu_entries_declare_numbered_devices() -> None:
 def test_tensor_parallel_splits_weights_over_gpus() -> None:
     too_big = "gpus:\n  - {id: node, profile: H100-SXM, count: 2}\nmodels:\n  - {id: big, family: llama-3-70b, placement: {gpus: [node]}}\n"
     [(_line, _, path, message)] = errors(too_big)
-    assert path == "$.models[0].family" and "141.1 GB per GPU at tensorParallel 1" in message
+    assert path == "$.models[0].family" and "131.42 GiB per GPU at tensorParallel 1" in message
+    assert "(79.10 GiB)" in message  # one unit on both sides
     assert errors(too_big.replace("[node]}", "[node], tensorParallel: 2}")) == []
+
+
+def test_tensor_parallel_must_split_the_attention_heads_evenly() -> None:
+    """Llama-3-8B has 32 heads: vLLM refuses a tensor-parallel size of 3 at start-up, in these words."""
+    body = "gpus:\n  - {id: node, profile: H100-SXM, count: 4}\nmodels:\n  - {id: m, family: llama-3-8b, placement: {gpus: [node], tensorParallel: 3}}\n"
+    assert errors(body) == [(7, 75, "$.models[0].placement.tensorParallel",  # the value 3
+                             "Total number of attention heads (32) must be divisible by tensor parallel size (3).")]
+    assert errors(body.replace("tensorParallel: 3", "tensorParallel: 4")) == []
 
 
 def test_model_needs_placement_unless_mocked() -> None:
@@ -136,11 +145,13 @@ def test_trace_files_are_checked_for_their_columns(tmp_path: Path, name: str, te
 
 
 def test_trace_sources_take_lengths_from_the_trace() -> None:
-    [(_, _, path, message)] = errors(
+    found = errors(
         "models: [{id: m, latency: {total: 1s}}]\n"
         "workload:\n  sources:\n    - {name: s, model: m, promptTokens: 5, arrival: {kind: trace, file: x.csv}}\n"
     )
-    assert path == "$.workload.sources[0]" and "promptTokens comes from the trace" in message
+    messages = {path: message for _, _, path, message in found}
+    assert "promptTokens comes from the trace" in messages.pop("$.workload.sources[0]")
+    assert list(messages) == ["$.workload.sources[0].arrival.file"]  # the missing file, in the same run
 
 
 def test_models_sharing_a_gpu_cannot_reserve_more_than_all_of_it() -> None:

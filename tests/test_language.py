@@ -7,7 +7,7 @@ import pytest
 from aisim.scenario import check_text, load_scenario, server
 from aisim.scenario.distributions import (
     ConstantDuration,
-    LogNormalCount,
+    LogNormalLength,
     UniformDuration,
 )
 from aisim.scenario.presets import GPU_PROFILES, MODEL_FAMILIES
@@ -53,7 +53,7 @@ def test_default_scenario_resolves_presets_and_shorthands() -> None:
     assert llama.resolved().kv_heads == 8 and llama.weight_bytes() == 16_060_522_496
     assert scenario.gpus[0].resolved().name == "H100-SXM"
     source = scenario.workload.sources[0]
-    assert isinstance(source.prompt_tokens, LogNormalCount) and source.arrival.rate.per_second == 4.0
+    assert isinstance(source.prompt_tokens, LogNormalLength) and source.arrival.rate.per_second == 4.0
 
 
 def test_explicit_numbers_override_a_profile() -> None:

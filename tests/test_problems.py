@@ -5,9 +5,9 @@ from __future__ import annotations
 import json
 import subprocess
 
-from aisim.scenario import check_text
+from aisim.scenario import check_file, check_text
 
-from .conftest import ROOT
+from .conftest import ROOT, TEST_SCENARIOS
 
 FIVE_MISTAKES = """\
 apiVersion: aisim/v1
@@ -65,3 +65,28 @@ def test_json_format_carries_the_same_records(tmp_path, python) -> None:  # type
     assert report["file"] == str(doc) and report["valid"] is False
     assert {p["path"] for p in report["problems"]} >= {"$.gpus[1].streams[0].priority", "$.models[0].placement.gpus[0]"}
     assert set(report["problems"][0]) == {"file", "line", "column", "path", "message", "rule", "severity"}
+
+
+def test_problems_hidden_by_a_broken_sibling_are_reported_once_in_the_same_run() -> None:
+    """A duplicate id, an unknown reference or a cross-field rule shows even when its entry has another mistake."""
+    checked = check_file(TEST_SCENARIOS / "invalid" / "hidden-by-siblings.yaml")
+    errors = [(p.path, p.message) for p in checked.problems if p.severity == "error"]
+    assert len(errors) == len(set(errors)) == 14
+    assert ("$.gpus[1].id", "duplicate GPU id 'gpu0'") in errors
+    assert ("$.models[1].id", "duplicate model name 'm'") in errors
+    assert ("$.faults[1].name", "duplicate fault name 'f1'") in errors
+    assert ("$.faults[0].scope.models[0]", "unknown model 'nosuchmodel'") in errors
+    assert ("$.gpus[0].memoryPool.thresholds", "warning must be below critical") in errors
+
+
+def test_a_duplicate_yaml_key_does_not_stop_the_later_stages() -> None:
+    checked = check_file(TEST_SCENARIOS / "invalid" / "duplicate-key-and-more.yaml")
+    assert [p.rule for p in checked.problems] == ["yaml-duplicate-key", "enum"]
+
+
+def test_arrival_rates_say_what_was_expected() -> None:
+    checked = check_file(TEST_SCENARIOS / "invalid" / "arrival-rates.yaml")
+    messages = [p.message for p in checked.problems]
+    assert messages[0] == "'0/s' is not a rate above 0, like '5/s', '600/min' or '100000/h'"
+    assert messages[3] == "2000000/s is outside the arrival rates aisim draws, from 0.01/h to 1000000/s"
+    assert messages[4].startswith("0.001/h is outside")

@@ -68,3 +68,10 @@ def test_rates_are_exact_integer_ratios() -> None:
 def test_wrong_quantities_are_refused_with_the_expected_form(parse, text) -> None:  # type: ignore[no-untyped-def]
     with pytest.raises(QuantityError, match="is not"):
         parse(text)
+
+
+@pytest.mark.parametrize("text", ["0.0000001ns", "0.5ns", "1.0000000001s"])
+def test_durations_finer_than_a_nanosecond_are_refused_not_rounded(text: str) -> None:
+    with pytest.raises(QuantityError, match="finer than 1ns"):
+        parse_duration(text)
+    assert parse_duration("1.5us") == 1_500

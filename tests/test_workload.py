@@ -93,3 +93,35 @@ def test_taking_many_draws_at_once_gives_what_one_at_a_time_gives() -> None:
     bulk, single = Draws(dist, np.random.default_rng(1), chunk=16), Draws(dist, np.random.default_rng(1), chunk=16)
     for count in (0, 3, 5, 1, 7, 16, 2, 0, 9, 4, 16, 16, 1):  # within a chunk, to its end, across a refill
         assert bulk.take(count) == [single.next() for _ in range(count)], count
+
+
+def test_sampled_prompts_of_zero_tokens_are_raised_to_one() -> None:
+    """A normal of mean 1 draws many 0s: vLLM refuses an empty prompt, and the engine would never schedule one."""
+    arrivals = _arrivals({"name": "z", "model": "m", "arrival": {"kind": "batch", "requests": 500},
+                          "promptTokens": {"kind": "normal", "mean": 1, "stddev": 5}, "outputTokens": 0})
+    assert min(a.prompt for a in arrivals) == 1
+    assert {a.output for a in arrivals} == {0}  # embeddings and classifiers generate nothing
+
+
+def test_trace_rows_of_zero_prompt_tokens_are_raised_to_one(tmp_path: Path) -> None:
+    (tmp_path / "t.jsonl").write_text('{"timestamp": 0, "input_length": 0, "output_length": 0}\n')
+    arrivals = _arrivals({"name": "t", "model": "m", "arrival": {"kind": "trace", "file": "t.jsonl"}}, base_dir=tmp_path)
+    assert [(a.prompt, a.output) for a in arrivals] == [(1, 0)]
+
+
+def test_wide_log_normal_draws_never_overflow_into_negative_values() -> None:
+    from aisim.engine.sampling import sample
+    from aisim.scenario.distributions import LogNormalCount
+
+    draws = sample(LogNormalCount(kind="lognormal", median=10_000_000, sigma=10), np.random.default_rng(1), 10_000)
+    assert draws.min() >= 0
+
+
+def test_long_gaps_end_the_feed_at_the_horizon_instead_of_overflowing() -> None:
+    """A slow, very bursty source without a duration: gaps of centuries would overflow int64 nanoseconds."""
+    from aisim.scenario.workload import MAX_DURATION
+
+    arrivals = _arrivals({"name": "g", "model": "m", "arrival": {"kind": "gamma", "rate": "0.01/h", "cv": 100},
+                          "requests": 100_000, "promptTokens": 10, "outputTokens": 10})
+    times = [a.time for a in arrivals]
+    assert times == sorted(times) and all(0 <= t <= MAX_DURATION for t in times)

@@ -12,19 +12,28 @@ import numpy as np
 from ..scenario.distributions import (
     ConstantCount,
     ConstantDuration,
+    ConstantLength,
     EmpiricalCount,
     EmpiricalDuration,
+    EmpiricalLength,
     LogNormalCount,
     LogNormalDuration,
+    LogNormalLength,
     NormalCount,
     NormalDuration,
+    NormalLength,
     UniformCount,
     UniformDuration,
+    UniformLength,
 )
+
+LARGEST = 2**62
+"""Draws are capped here (146 years in nanoseconds) so that a wide log-normal cannot overflow int64."""
 
 Distribution = (
     ConstantDuration | UniformDuration | NormalDuration | LogNormalDuration | EmpiricalDuration
     | ConstantCount | UniformCount | NormalCount | LogNormalCount | EmpiricalCount
+    | ConstantLength | UniformLength | NormalLength | LogNormalLength | EmpiricalLength
 )
 
 
@@ -59,17 +68,18 @@ class Draws:
 
 
 def sample(dist: Distribution, rng: np.random.Generator, size: int) -> np.ndarray:
-    """`size` draws as int64, never negative; normal and log-normal draws are clipped to min / max."""
-    if isinstance(dist, (ConstantDuration, ConstantCount)):
+    """`size` draws as int64, never negative nor above `LARGEST`; normal and log-normal draws are
+    clipped to min / max."""
+    if isinstance(dist, (ConstantDuration, ConstantCount, ConstantLength)):
         values = np.full(size, float(dist.value))
-    elif isinstance(dist, (UniformDuration, UniformCount)):
-        if isinstance(dist, UniformCount):
+    elif isinstance(dist, (UniformDuration, UniformCount, UniformLength)):
+        if isinstance(dist, (UniformCount, UniformLength)):
             return rng.integers(dist.min, dist.max + 1, size=size, dtype=np.int64)
         values = rng.uniform(dist.min, dist.max, size=size)
-    elif isinstance(dist, (NormalDuration, NormalCount)):
+    elif isinstance(dist, (NormalDuration, NormalCount, NormalLength)):
         values = rng.normal(dist.mean, dist.stddev, size=size)
         values = np.clip(values, dist.min or 0, dist.max if dist.max is not None else None)
-    elif isinstance(dist, (LogNormalDuration, LogNormalCount)):
+    elif isinstance(dist, (LogNormalDuration, LogNormalCount, LogNormalLength)):
         values = np.exp(rng.normal(np.log(max(dist.median, 1)), dist.sigma, size=size))
         if dist.max is not None:
             values = np.minimum(values, dist.max)
@@ -78,4 +88,4 @@ def sample(dist: Distribution, rng: np.random.Generator, size: int) -> np.ndarra
         quantiles = np.array([q for q, _ in points])
         levels = np.array([float(v) for _, v in points])
         values = np.interp(rng.uniform(quantiles[0], quantiles[-1], size=size), quantiles, levels)
-    return np.maximum(np.rint(values), 0).astype(np.int64)
+    return np.clip(np.rint(values), 0, LARGEST).astype(np.int64)

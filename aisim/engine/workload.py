@@ -4,6 +4,13 @@ Each source yields `Arrival`s in time order from its own seeded generator: Poiss
 gaps), gamma (gaps with a chosen coefficient of variation), constant rate, a closed batch at one
 instant, or a trace file (CSV like the Azure LLM trace, or JSONL). Token lengths come from the
 source's distributions or from the trace; shared prefixes and model mixes are drawn per request.
+
+A request has at least one prompt token (vLLM refuses an empty prompt, and the engine would never
+schedule it; validation rejects prompt lengths that are 0): a prompt of 0 drawn from a clipped
+normal or a log-normal, or read from a trace, is raised to 1. Output lengths may be 0 (embeddings,
+classification). A draw above 10,000,000 tokens (the largest length a scenario may write) is
+lowered to it. Arrivals stop at `MAX_DURATION` (720h)
+of simulated time even when the workload is limited by request counts only.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from typing import SupportsInt
 import numpy as np
 
 from ..scenario.workload import (
+    MAX_DURATION,
     ClosedBatch,
     ConstantRate,
     Gamma,
@@ -32,6 +40,8 @@ from .sampling import sample
 
 CHUNK = 1024
 NS = 1_000_000_000
+MAX_TOKENS = 10_000_000
+"""Longest prompt or output a request may have (`RequestTokens`' bound)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +77,8 @@ def _gaps(source: Source, rng: np.random.Generator, size: int) -> np.ndarray:
         gaps = rng.gamma(shape, mean / shape, size)
     else:
         gaps = np.full(size, mean)
-    return np.rint(gaps).astype(np.int64)
+    # a gap past the horizon ends the feed anyway; capping it keeps the chunk's cumsum within int64
+    return np.rint(np.minimum(gaps, MAX_DURATION + 1)).astype(np.int64)
 
 
 def _trace_rows(trace: Trace, base_dir: Path) -> Iterator[tuple[int, int, int]]:
@@ -139,7 +150,7 @@ class SourceFeed:
         chosen = classes.get(source.priority_class or "")
         self.priority = chosen.priority if chosen else 0
         self.stream = (chosen.stream or "") if chosen else ""
-        self.stop_ns = stop_ns
+        self.stop_ns = min(stop_ns, MAX_DURATION) if stop_ns is not None else MAX_DURATION
         self.models = [source.model] if source.model else [m.model for m in source.mix or []]
         weights = np.array([1.0] if source.model else [m.weight for m in source.mix or []])
         self.weights = weights / weights.sum()
@@ -152,7 +163,7 @@ class SourceFeed:
             models = self.rng.choice(len(self.models), size=len(times), p=self.weights) if len(self.models) > 1 else None
             groups, prefixes = self._prefixes(len(times))
             for i in range(len(times)):
-                if (limit is not None and count >= limit) or (self.stop_ns is not None and times[i] > self.stop_ns):
+                if (limit is not None and count >= limit) or times[i] > self.stop_ns:
                     return
                 prompt = int(prompts[i])
                 prefix = int(prefixes[i])
@@ -170,7 +181,7 @@ class SourceFeed:
             rows = list(_trace_rows(arrival, self.base_dir))
             scale = Decimal(repr(arrival.time_scale))
             times = np.array([int(t * scale) for t, _, _ in rows], dtype=np.int64)
-            yield times, np.array([p for _, p, _ in rows]), np.array([o for _, _, o in rows])
+            yield times, _tokens(np.array([p for _, p, _ in rows]), 1), _tokens(np.array([o for _, _, o in rows]), 0)
             return
         if isinstance(arrival, ClosedBatch):
             size = arrival.requests
@@ -184,7 +195,8 @@ class SourceFeed:
 
     def _lengths(self, size: int) -> tuple[np.ndarray, np.ndarray]:
         assert self.source.prompt_tokens is not None and self.source.output_tokens is not None
-        return sample(self.source.prompt_tokens, self.rng, size), sample(self.source.output_tokens, self.rng, size)
+        prompts = sample(self.source.prompt_tokens, self.rng, size)
+        return _tokens(prompts, 1), _tokens(sample(self.source.output_tokens, self.rng, size), 0)
 
     def _prefixes(self, size: int) -> tuple[np.ndarray, np.ndarray]:
         shared = self.source.shared_prefix
@@ -193,3 +205,8 @@ class SourceFeed:
         has = self.rng.random(size) < shared.fraction
         groups = np.where(has, self.index * 1_000_000 + self.rng.integers(0, shared.groups, size), -1)
         return groups, np.where(has, shared.tokens, 0)
+
+
+def _tokens(values: np.ndarray, least: int) -> np.ndarray:
+    """Token counts raised to `least` and lowered to `MAX_TOKENS` (see the module docstring)."""
+    return np.clip(values, least, MAX_TOKENS).astype(np.int64)

@@ -3,7 +3,8 @@
 One family of shapes serves both value kinds; the value type is the generic parameter:
 `constant`, `uniform`, `normal`, `lognormal` and `empirical` (percentile points, interpolated).
 Shorthands keep simple cases short: `200ms` is a constant, `120-350ms` a uniform range; for
-token counts `128` is a constant and `100-2000` a uniform range. The engine samples them.
+token counts `128` is a constant and `100-2000` a uniform range. Prompt lengths (`Length` shapes)
+are at least 1 token in every parameter. The engine samples them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ PERCENTILE_KEY = r"^p(100|[1-9]?[0-9](\.[0-9]+)?)$"
 _DURATION_UNIT = "(" + "|".join(sorted(DURATION_UNITS, key=len, reverse=True)) + ")"
 DURATION_RANGE = rf"^\s*(\d+(?:\.\d+)?)\s*{_DURATION_UNIT}?\s*-\s*(\d+(?:\.\d+)?)\s*{_DURATION_UNIT}\s*$"
 COUNT_RANGE = r"^\s*(\d+)\s*-\s*(\d+)\s*$"
+LENGTH_RANGE = r"^\s*0*([1-9]\d*)\s*-\s*0*([1-9]\d*)\s*$"
 
 
 class _Named(Spec):
@@ -60,6 +62,12 @@ class Normal(_Named, Generic[V]):
     stddev: V = Field(description="Standard deviation.")
     min: V | None = Field(None, description="Lower clip; samples below it are raised to it (0 when absent).")
     max: V | None = Field(None, description="Upper clip; samples above it are lowered to it.")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Normal[V]:
+        if self.min is not None and self.max is not None and self.min > self.max:  # type: ignore[operator]
+            raise ValueError("min must not exceed max")
+        return self
 
 
 class LogNormal(_Named, Generic[V]):
@@ -118,6 +126,11 @@ TokenCount = Annotated[int, Field(ge=0, le=10_000_000)]
 """A number of tokens."""
 
 
+RequestTokens = Annotated[int, Field(ge=1, le=10_000_000)]
+"""A request's prompt length: at least one token, as vLLM refuses an empty prompt (and the engine
+would never schedule a request with nothing to prefill)."""
+
+
 class ConstantDuration(Constant[Duration]):
     """Always the same duration."""
 
@@ -158,6 +171,28 @@ class EmpiricalCount(Empirical[TokenCount]):
     """A token count interpolated between percentile points."""
 
 
+class ConstantLength(Constant[RequestTokens]):
+    """Always the same request length."""
+
+
+class UniformLength(Uniform[RequestTokens]):
+    """A request length uniform between `min` and `max`."""
+
+
+class NormalLength(Normal[RequestTokens]):
+    """A normal request length, clipped at `min` and `max`; the engine raises draws below 1 to 1."""
+
+    stddev: TokenCount = Field(description="Standard deviation.")
+
+
+class LogNormalLength(LogNormal[RequestTokens]):
+    """A log-normal request length: `median` and `sigma` of the log."""
+
+
+class EmpiricalLength(Empirical[RequestTokens]):
+    """A request length interpolated between percentile points."""
+
+
 _DurationShape = Annotated[
     ConstantDuration | UniformDuration | NormalDuration | LogNormalDuration | EmpiricalDuration,
     Field(discriminator="kind"),
@@ -172,11 +207,22 @@ DURATION_SHORTHAND = {
     "pattern": f"({DURATION_PATTERN})|({DURATION_RANGE})",
     "x-aisim-expected": "a duration like '200ms', a range like '120-350ms', or a distribution mapping with 'kind'",
 }
+_LengthShape = Annotated[
+    ConstantLength | UniformLength | NormalLength | LogNormalLength | EmpiricalLength,
+    Field(discriminator="kind"),
+]
 _COUNT_EXPECTED = "a token count like 128, a range like '100-2000', or a distribution mapping with 'kind'"
 COUNT_SHORTHAND = {
     "anyOf": [
         {"type": "integer", "minimum": 0},
         {"type": "string", "pattern": COUNT_RANGE, "x-aisim-expected": _COUNT_EXPECTED},
+    ],
+}
+_LENGTH_EXPECTED = "a token count of at least 1 like 128, a range like '100-2000', or a distribution mapping with 'kind'"
+LENGTH_SHORTHAND = {
+    "anyOf": [
+        {"type": "integer", "minimum": 1},
+        {"type": "string", "pattern": LENGTH_RANGE, "x-aisim-expected": _LENGTH_EXPECTED},
     ],
 }
 
@@ -196,3 +242,11 @@ CountDistribution = Annotated[
     ),
 ]
 """A distribution of token counts; `128` and `100-2000` are shorthands."""
+LengthDistribution = Annotated[
+    _LengthShape,
+    BeforeValidator(
+        _expand_count,
+        json_schema_input_type=Annotated[int | str, WithJsonSchema(LENGTH_SHORTHAND)] | _LengthShape,
+    ),
+]
+"""A distribution of prompt lengths (at least 1 token); `128` and `100-2000` are shorthands."""

@@ -87,7 +87,9 @@ class Scope(Spec):
     """Names of API keys from `server.apiKeys`."""
 
 
-class _FaultCommon(Spec):
+class FaultCommon(Spec):
+    """The fields every fault kind has (checked alone when the kind is unknown)."""
+
     name: Identifier | None = None
     """Name used in the timeline, the report and the TUI's fault catalogue."""
     trigger: Trigger
@@ -96,7 +98,7 @@ class _FaultCommon(Spec):
     """What the fault applies to."""
 
 
-class _TimedFault(_FaultCommon):
+class _TimedFault(FaultCommon):
     @model_validator(mode="after")
     def _timed(self) -> _TimedFault:
         if self.trigger.kind not in ("at", "every"):
@@ -112,7 +114,7 @@ class _DeviceFault(_TimedFault):
         return self
 
 
-class ApiError(_FaultCommon):
+class ApiError(FaultCommon):
     """Answer a request with an API error (429, 401, 400, 404, 500, 503)."""
 
     kind: Literal["api_error"]
@@ -127,7 +129,7 @@ class ApiError(_FaultCommon):
     """`retry-after` sent with a rate-limit error (default 1s)."""
 
 
-class Timeout(_FaultCommon):
+class Timeout(FaultCommon):
     """Hold the request without answering, then close the connection."""
 
     kind: Literal["timeout"]
@@ -136,7 +138,7 @@ class Timeout(_FaultCommon):
     """How long to hold the request."""
 
 
-class _StreamFault(_FaultCommon):
+class _StreamFault(FaultCommon):
     after_tokens: int = Field(1, ge=0)
     """Streamed tokens before the fault."""
 

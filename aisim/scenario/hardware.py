@@ -78,14 +78,16 @@ class Thresholds(Spec):
         return self
 
 
-class _PoolCommon(Spec):
+class PoolCommon(Spec):
+    """The fields every allocator's pool has (checked alone when the allocator is unknown)."""
+
     reserved_fraction: float = Field(0.0, ge=0, lt=1)
     """Share of the GPU's capacity held outside the pool (CUDA context, other processes)."""
     thresholds: Thresholds = Thresholds()
     """Warning and critical usage thresholds (0.85 / 0.92)."""
 
 
-class CachingPool(_PoolCommon):
+class CachingPool(PoolCommon):
     """PyTorch's CUDA caching allocator: 512 B rounding, 2 MiB / 20 MiB segments, split and merge."""
 
     allocator: Literal["caching"]
@@ -100,7 +102,7 @@ class CachingPool(_PoolCommon):
     """Reclaim cached blocks proactively above this usage (`garbage_collection_threshold`)."""
 
 
-class BuddyPool(_PoolCommon):
+class BuddyPool(PoolCommon):
     """A binary buddy allocator: power-of-two blocks that split in halves and merge with their buddy."""
 
     allocator: Literal["buddy"]
@@ -109,7 +111,7 @@ class BuddyPool(_PoolCommon):
     """Smallest block; requests are rounded up to a power of two at least this large."""
 
 
-class SlabPool(_PoolCommon):
+class SlabPool(PoolCommon):
     """A slab allocator: fixed size classes carved from equal slabs; larger requests get their own segment."""
 
     allocator: Literal["slab"]

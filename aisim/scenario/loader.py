@@ -1,9 +1,12 @@
 """Load a scenario: YAML with positions, then JSON Schema, then pydantic, then cross-references.
 
-Each stage adds problem records instead of stopping, so one run reports every mistake. A
+Each stage adds problem records instead of stopping, so one run reports every mistake (a duplicate
+key or a bad tag in the YAML does not stop the later stages, which see the first value, or null). A
 pydantic error at a place the schema already reported is dropped (same mistake, said twice).
-Cross-reference checks run on the parts that are valid on their own. Warnings (fields that
-are accepted but not simulated yet) come only for an otherwise valid document.
+Names and references are checked on the raw data, whatever else is wrong with an entry; capacity
+checks run on the GPU and model entries that are valid on their own. Identical records are reported
+once. Warnings (fields that are accepted but not simulated yet) come only for an otherwise valid
+document.
 """
 
 from __future__ import annotations
@@ -20,7 +23,12 @@ from .document import API_VERSION, Scenario
 from .problems import PathPart, Problem, ScenarioError
 from .repository import read_repository
 from .source import Source, parse
-from .validation import json_type_name, pydantic_problems, schema_problems
+from .validation import (
+    common_problems,
+    json_type_name,
+    pydantic_problems,
+    schema_problems,
+)
 
 
 @dataclass
@@ -43,13 +51,21 @@ def check_text(text: str, file: str = "<scenario>", base_dir: Path | None = None
     source = parse(text, file)
     problems = list(source.problems)
     scenario = None
-    if source.readable and not problems:
-        scenario = _validate(source, base, problems)
+    if source.readable and (source.data is not None or not problems):
+        later: list[Problem] = []
+        scenario = _validate(source, base, later)
+        problems += [p for p in later if (p.path, p.line, p.column) not in _replaced(source.problems)]
     errors = [p for p in problems if p.severity == "error"]
     if errors:
         scenario = None
-    problems.sort(key=lambda p: (p.line, p.column, p.path, p.message))
+    problems = sorted(set(problems), key=lambda p: (p.line, p.column, p.path, p.message))
     return Checked(file, scenario, problems, base)
+
+
+def _replaced(problems: list[Problem]) -> set[tuple[str, int, int]]:
+    """Where YAML problems left a null in place of a value (an unsupported tag, a recursive alias): the
+    later stages would only say that null is of the wrong type there."""
+    return {(p.path, p.line, p.column) for p in problems if p.rule in ("yaml-tag", "yaml-alias")}
 
 
 def check_file(path: str | Path) -> Checked:
@@ -98,10 +114,11 @@ def _validate(source: Source, base_dir: Path, problems: list[Problem]) -> Scenar
         scenario = Scenario.model_validate(data)
     except ValidationError as error:
         problems.extend(pydantic_problems(source, error, covered))
+        problems.extend(common_problems(source, data, covered))
     except (TypeError, ValueError, RecursionError) as error:  # defensive: never a traceback
         problems.append(source.problem([], f"cannot be read as a scenario: {error}", "document"))
     parts = crossref.Parts.of(scenario) if scenario else crossref.Parts.salvage(data)
-    problems.extend(crossref.check(parts, source, base_dir))
+    problems.extend(crossref.check(parts, data, source, base_dir))
     if scenario is not None and not any(p.severity == "error" for p in problems):
         problems.extend(planned_warnings(scenario, source))
     return scenario

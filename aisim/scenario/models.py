@@ -437,6 +437,15 @@ class Model(Spec):
         """The runtime personality: the model's own, or its family's default."""
         return self.runtime or self.resolved().default_runtime
 
+    def tensor_parallel_problem(self) -> str | None:
+        """vLLM's check at start-up (`ModelConfig.verify_with_parallel_config`), in its words: the attention
+        heads must split evenly over the tensor-parallel GPUs. None when they do (or nothing is split)."""
+        tp = self.placement.tensor_parallel if self.placement else 1
+        heads = self.resolved().heads if tp > 1 and not self.mock else None
+        if heads and heads % tp:
+            return f"Total number of attention heads ({heads}) must be divisible by tensor parallel size ({tp})."
+        return None
+
     def weight_bytes(self) -> int:
         """Bytes of weights, from the parameter count and dtype."""
         arch = self.resolved()

@@ -4,7 +4,8 @@ Every quantity in a scenario is written with its unit and stored in one integer 
 nanoseconds, sizes in bytes, bandwidths in bytes per second, compute in FLOP/s, power in
 milliwatts, and rates as an integer count per integer period. Decimal digits are read with
 `decimal.Decimal`, so `1.1s` is exactly 1_100_000_000 ns; a result finer than the unit (a third
-of a byte) is rounded to the nearest integer.
+of a byte) is rounded to the nearest integer, except for durations: simulated time is whole
+nanoseconds, so a duration finer than that (`0.5ns`, `1.0000000001s`) is refused, not rounded.
 
 In YAML a quantity must be a string with a unit (the JSON Schema says so). Python callers may
 also pass the integer in its storage unit, so `Duration` accepts `5_000_000` as 5 ms.
@@ -54,16 +55,17 @@ RATE_PERIODS: dict[str, int] = {
 COUNT_SUFFIXES: dict[str, int] = {"": 1, "K": 10**3, "M": 10**6, "B": 10**9, "T": 10**12}
 
 
-def _alternation(units: dict[str, int]) -> str:
+def alternation(units: dict[str, int]) -> str:
+    """A regex alternation of the units, longest first (so `min` wins over `m`)."""
     return "|".join(re.escape(u) for u in sorted(units, key=len, reverse=True) if u)
 
 
-DURATION_PATTERN = rf"^\s*{_NUMBER}\s*({_alternation(DURATION_UNITS)})\s*$"
-SIZE_PATTERN = rf"^\s*{_NUMBER}\s*({_alternation(SIZE_UNITS)})\s*$"
-BANDWIDTH_PATTERN = rf"^\s*{_NUMBER}\s*({_alternation(SIZE_UNITS)})\s*/\s*s\s*$"
+DURATION_PATTERN = rf"^\s*{_NUMBER}\s*({alternation(DURATION_UNITS)})\s*$"
+SIZE_PATTERN = rf"^\s*{_NUMBER}\s*({alternation(SIZE_UNITS)})\s*$"
+BANDWIDTH_PATTERN = rf"^\s*{_NUMBER}\s*({alternation(SIZE_UNITS)})\s*/\s*s\s*$"
 FLOPS_PATTERN = rf"^\s*{_NUMBER}\s*([GTP]?)\s*FLOP(?:S|/s)\s*$"
-POWER_PATTERN = rf"^\s*{_NUMBER}\s*({_alternation(POWER_UNITS)})\s*$"
-RATE_PATTERN = rf"^\s*{_NUMBER}\s*/\s*({_alternation(RATE_PERIODS)})\s*$"
+POWER_PATTERN = rf"^\s*{_NUMBER}\s*({alternation(POWER_UNITS)})\s*$"
+RATE_PATTERN = rf"^\s*{_NUMBER}\s*/\s*({alternation(RATE_PERIODS)})\s*$"
 COUNT_PATTERN = rf"^\s*{_NUMBER}\s*([KMBT]?)\s*$"
 
 
@@ -71,7 +73,8 @@ class QuantityError(ValueError):
     """A string that is not the quantity it should be."""
 
 
-def _scaled(text: str, pattern: str, scale: Callable[[str], int], expected: str) -> int:
+def _scaled(text: str, pattern: str, scale: Callable[[str], int], expected: str, whole: str | None = None) -> int:
+    """The quantity in its storage unit; with `whole`, one that is not a whole number of units is refused."""
     match = re.match(pattern, text)
     if match is None:
         raise QuantityError(f"{text!r} is not {expected}")
@@ -79,10 +82,12 @@ def _scaled(text: str, pattern: str, scale: Callable[[str], int], expected: str)
         value = Decimal(match.group(1)) * scale(match.group(2))
     except InvalidOperation as error:  # pragma: no cover - the pattern admits only decimals
         raise QuantityError(f"{text!r} is not {expected}") from error
+    if whole is not None and value != value.to_integral_value():
+        raise QuantityError(f"{text!r} is finer than {whole}")
     return int(value.to_integral_value())
 
 
-def _parser(pattern: str, units: dict[str, int], expected: str) -> Callable[[Any], int]:
+def _parser(pattern: str, units: dict[str, int], expected: str, whole: str | None = None) -> Callable[[Any], int]:
     def parse(value: Any) -> int:
         if isinstance(value, bool):
             raise QuantityError(f"{value!r} is not {expected}")
@@ -90,7 +95,7 @@ def _parser(pattern: str, units: dict[str, int], expected: str) -> Callable[[Any
             return value
         if not isinstance(value, str):
             raise QuantityError(f"{value!r} is not {expected}")
-        return _scaled(value, pattern, units.__getitem__, expected)
+        return _scaled(value, pattern, units.__getitem__, expected, whole)
 
     parse.__doc__ = f"Parse {expected} into an integer."
     return parse
@@ -104,7 +109,7 @@ POWER_EXPECTED = "a power, like '700W'"
 RATE_EXPECTED = "a rate, like '5/s', '600/min' or '100000/h'"
 COUNT_EXPECTED = "a count, like 8030261248, '8.03B' or '512K'"
 
-parse_duration = _parser(DURATION_PATTERN, DURATION_UNITS, DURATION_EXPECTED)
+parse_duration = _parser(DURATION_PATTERN, DURATION_UNITS, DURATION_EXPECTED, "1ns, the resolution of simulated time")
 parse_size = _parser(SIZE_PATTERN, SIZE_UNITS, SIZE_EXPECTED)
 parse_bandwidth = _parser(BANDWIDTH_PATTERN, SIZE_UNITS, BANDWIDTH_EXPECTED)
 parse_flops = _parser(FLOPS_PATTERN, FLOP_UNITS, FLOPS_EXPECTED)

@@ -10,13 +10,16 @@ from __future__ import annotations
 import difflib
 import functools
 import re
-from collections.abc import Iterator, Mapping
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, get_args
 
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import ValidationError as SchemaError
 from pydantic import ValidationError
 
+from .base import Spec
+from .faults import Fault, FaultCommon
+from .hardware import MemoryPool, PoolCommon
 from .problems import PathPart, Problem
 from .schema import scenario_schema
 from .source import Source
@@ -28,12 +31,14 @@ def _validator() -> Draft202012Validator:
 
 
 def schema_problems(source: Source) -> tuple[list[Problem], list[list[PathPart]]]:
-    """Every JSON Schema violation of the document, and the document paths they cover."""
+    """Every JSON Schema violation of the document, and the document paths they cover: those of the
+    errors shown, so that a pydantic rule elsewhere in the same union member is still reported."""
     problems: list[Problem] = []
     covered: list[list[PathPart]] = []
     for error in _validator().iter_errors(source.data):
-        problems.extend(_explain(source, error))
-        covered.append(source.locate(list(error.absolute_path))[1])
+        for leaf in _leaves(error):
+            problems.extend(_explain(source, leaf))
+            covered.append(source.locate(list(leaf.absolute_path))[1])
     return problems, covered
 
 
@@ -62,24 +67,22 @@ def _type_mismatch(errors: list[SchemaError], parent: SchemaError) -> bool:
     )
 
 
-def _explain(source: Source, error: SchemaError) -> list[Problem]:
-    problems = []
-    for leaf in _leaves(error):
-        parts: list[PathPart] = list(leaf.absolute_path)
-        if leaf.validator == "additionalProperties" and isinstance(leaf.instance, dict):
-            schema = _schema(leaf)
-            known = list(schema.get("properties", {}))
-            for key in _unexpected(leaf.instance, schema):
-                hint = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-                text = f"unknown key {key!r}" + (f"; did you mean {hint[0]!r}?" if hint else _allowed(known))
-                problems.append(source.problem([*parts, key], text, "additionalProperties", at_key=True))
-            continue
-        if leaf.validator == "required":
-            key = _missing_key(leaf)
-            problems.append(source.problem(parts, f"missing required key {key!r}", "required", extra=[key]))
-            continue
-        problems.append(source.problem(parts, _message(leaf), str(leaf.validator)))
-    return problems
+def _explain(source: Source, leaf: SchemaError) -> list[Problem]:
+    """The problems one leaf error stands for (an unknown-keys error names each key)."""
+    parts: list[PathPart] = list(leaf.absolute_path)
+    if leaf.validator == "additionalProperties" and isinstance(leaf.instance, dict):
+        schema = _schema(leaf)
+        known = list(schema.get("properties", {}))
+        problems = []
+        for key in _unexpected(leaf.instance, schema):
+            hint = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
+            text = f"unknown key {key!r}" + (f"; did you mean {hint[0]!r}?" if hint else _allowed(known))
+            problems.append(source.problem([*parts, key], text, "additionalProperties", at_key=True))
+        return problems
+    if leaf.validator == "required":
+        key = _missing_key(leaf)
+        return [source.problem(parts, f"missing required key {key!r}", "required", extra=[key])]
+    return [source.problem(parts, _message(leaf), str(leaf.validator))]
 
 
 def _missing_key(error: SchemaError) -> str:
@@ -162,11 +165,13 @@ def _article(types: Any) -> str:
     return names.get(types, str(types))
 
 
-def pydantic_problems(source: Source, error: ValidationError, covered: list[list[PathPart]]) -> list[Problem]:
-    """Problems for pydantic's errors that no schema problem already reports (cross-field rules)."""
+def pydantic_problems(source: Source, error: ValidationError, covered: list[list[PathPart]],
+                      prefix: Sequence[PathPart] = ()) -> list[Problem]:
+    """Problems for pydantic's errors that no schema problem already reports (cross-field rules);
+    `prefix` is the document path of the validated value."""
     problems = []
     for item in error.errors(include_url=False):
-        loc = list(item["loc"])
+        loc = [*prefix, *item["loc"]]
         _, walked = source.locate(loc)
         if any(_related(walked, other) for other in covered):
             continue
@@ -178,3 +183,39 @@ def pydantic_problems(source: Source, error: ValidationError, covered: list[list
 def _related(a: list[PathPart], b: list[PathPart]) -> bool:
     shorter = min(len(a), len(b))
     return a[:shorter] == b[:shorter]
+
+
+def _tags(union: Any, key: str) -> set[str]:
+    """The tag values of a tagged union (`Annotated[A | B, Field(discriminator=key)]`)."""
+    members = get_args(get_args(union)[0])
+    return {tag for member in members for tag in get_args(member.model_fields[key].annotation)}
+
+
+_UNTAGGED: list[tuple[str, str, str, Any, type[Spec]]] = [
+    ("gpus", "memoryPool", "allocator", MemoryPool, PoolCommon),
+    ("faults", "", "kind", Fault, FaultCommon),
+]
+"""(list, key in its items or '' for the item itself, tag key, the union, the fields all its members share)."""
+
+
+def common_problems(source: Source, data: Any, covered: list[list[PathPart]]) -> list[Problem]:
+    """Problems of the fields shared by every member of a tagged union, in a value whose tag is unknown.
+
+    pydantic stops at an unknown tag, so without this `thresholds` of an `allocator: bump` pool (or
+    the trigger of a fault of an unknown kind) would go unchecked until the tag is fixed. Missing keys
+    are left out: the member the user meant may not need them.
+    """
+    problems: list[Problem] = []
+    for section, key, tag, union, common in _UNTAGGED:
+        items = data.get(section) if isinstance(data, dict) else None
+        for i, item in enumerate(items if isinstance(items, list) else []):
+            value = item.get(key) if key and isinstance(item, dict) else item
+            if not isinstance(value, dict) or value.get(tag) in _tags(union, tag):
+                continue
+            names = {info.alias or name for name, info in common.model_fields.items()}
+            try:
+                common.model_validate({k: v for k, v in value.items() if k in names})
+            except ValidationError as error:
+                path: list[PathPart] = [section, i, key] if key else [section, i]
+                problems += [p for p in pydantic_problems(source, error, covered, path) if p.rule != "missing"]
+    return problems

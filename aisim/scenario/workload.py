@@ -4,13 +4,53 @@ from __future__ import annotations
 
 from typing import Annotated, ClassVar, Literal
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, WithJsonSchema, model_validator
 
 from .base import Spec
-from .distributions import CountDistribution
+from .distributions import CountDistribution, LengthDistribution
 from .hardware import Identifier
 from .models import ModelName
-from .units import Duration, RateValue
+from .units import DURATION_UNITS, RATE_PERIODS, Duration, Rate, RateValue, alternation
+
+MIN_RATE = Rate(1, 100 * DURATION_UNITS["h"])
+"""Slowest arrival rate, 0.01/h: one arrival in 100 hours on average."""
+MAX_RATE = Rate(1_000_000, DURATION_UNITS["s"])
+"""Fastest arrival rate, 1000000/s: a mean gap of 1us, so gaps in whole nanoseconds keep time moving."""
+RATE_ABOVE_ZERO = rf"^\s*(?=[\d.]*[1-9])(\d+(?:\.\d+)?|\.\d+)\s*/\s*({alternation(RATE_PERIODS)})\s*$"
+_RATE_EXPECTED = "a rate above 0, like '5/s', '600/min' or '100000/h'"
+MAX_DURATION = 720 * DURATION_UNITS["h"]
+"""Longest workload, 720h (30 days): arrivals are drawn up to this simulated time at most."""
+
+
+def _arrival_rate(rate: Rate) -> Rate:
+    """Arrival gaps are drawn as `period / count` nanoseconds: 0 would divide by zero, and rates outside
+    [`MIN_RATE`, `MAX_RATE`] give gaps that overflow or round to 0 (time would never move on)."""
+    if rate.count == 0:
+        raise ValueError(f"{rate} is not {_RATE_EXPECTED}")
+    slow = rate.count * MIN_RATE.period_ns < MIN_RATE.count * rate.period_ns
+    fast = rate.count * MAX_RATE.period_ns > MAX_RATE.count * rate.period_ns
+    if slow or fast:
+        shown = f"{rate.per_second * 3600:.12g}/h" if slow else f"{rate.per_second:.12g}/s"
+        raise ValueError(f"{shown} is outside the arrival rates aisim draws, from 0.01/h to 1000000/s")
+    return rate
+
+
+ArrivalRate = Annotated[
+    RateValue,
+    AfterValidator(_arrival_rate),
+    WithJsonSchema({"type": "string", "pattern": RATE_ABOVE_ZERO, "x-aisim-expected": _RATE_EXPECTED}),
+]
+"""A rate of arrivals: above 0, from 0.01/h to 1000000/s."""
+
+
+def _workload_duration(value: int) -> int:
+    if value > MAX_DURATION:
+        raise ValueError("a workload lasts at most 720h (30 days) of simulated time")
+    return value
+
+
+WorkloadDuration = Annotated[Duration, AfterValidator(_workload_duration)]
+"""A workload's duration: at most `MAX_DURATION`, so a run always ends."""
 
 
 class Poisson(Spec):
@@ -18,7 +58,7 @@ class Poisson(Spec):
 
     kind: Literal["poisson"]
     """Arrival process."""
-    rate: RateValue
+    rate: ArrivalRate
     """Mean arrival rate (`5/s`)."""
 
 
@@ -27,7 +67,7 @@ class Gamma(Spec):
 
     kind: Literal["gamma"]
     """Arrival process."""
-    rate: RateValue
+    rate: ArrivalRate
     """Mean arrival rate."""
     cv: float = Field(gt=0, le=100)
     """Coefficient of variation of the gaps (1 is Poisson)."""
@@ -38,7 +78,7 @@ class ConstantRate(Spec):
 
     kind: Literal["constant"]
     """Arrival process."""
-    rate: RateValue
+    rate: ArrivalRate
     """Arrival rate."""
 
 
@@ -133,10 +173,11 @@ class Source(Spec):
     """A weighted mix of models instead of `model`."""
     arrival: Arrival
     """Arrival process."""
-    prompt_tokens: CountDistribution | None = None
-    """Prompt lengths (from the trace when the arrival is a trace)."""
+    prompt_tokens: LengthDistribution | None = None
+    """Prompt lengths, at least 1 token (from the trace when the arrival is a trace)."""
     output_tokens: CountDistribution | None = None
-    """Output lengths; each request generates exactly this many tokens (from the trace for a trace)."""
+    """Output lengths; each request generates exactly this many tokens, 0 for embedding and classification
+    requests (from the trace for a trace)."""
     priority_class: Identifier | None = None
     """Priority class (from `priorityClasses`) of this source's requests."""
     shared_prefix: SharedPrefix | None = None
@@ -162,8 +203,8 @@ class Workload(Spec):
 
     sources: list[Source] = Field(min_length=1)
     """Request sources, merged in arrival order."""
-    duration: Duration | None = None
-    """Stop arrivals after this simulated time."""
+    duration: WorkloadDuration | None = None
+    """Stop arrivals after this simulated time (at most 720h)."""
     requests: int | None = Field(None, ge=1)
     """Stop after this many arrivals in all."""
 
