@@ -90,3 +90,12 @@ def test_arrival_rates_say_what_was_expected() -> None:
     assert messages[0] == "'0/s' is not a rate above 0, like '5/s', '600/min' or '100000/h'"
     assert messages[3] == "2000000/s is outside the arrival rates aisim draws, from 0.01/h to 1000000/s"
     assert messages[4].startswith("0.001/h is outside")
+
+
+def test_a_rate_limit_of_zero_is_refused_not_a_500_at_the_first_request() -> None:
+    """The limiter divides by the rate: `0/min` validated and then failed every request with a 500."""
+    body = ("apiVersion: aisim/v1\nkind: Scenario\nmetadata: {name: t}\n"
+            "models: [{id: m, latency: {total: 1ms}}]\nserver:\n  rateLimits: {requests: 0/min, tokens: 100/min}\n")
+    problems = check_text(body, "t.yaml").problems
+    assert [(p.path, p.message) for p in problems] == [
+        ("$.server.rateLimits.requests", "'0/min' is not a rate above 0, like '5/s', '600/min' or '100000/h'")]

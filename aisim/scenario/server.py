@@ -9,7 +9,7 @@ from pydantic import Field, field_validator
 from .base import Spec
 from .distributions import DurationDistribution
 from .hardware import Identifier
-from .units import ByteSize, Duration, RateValue
+from .units import ByteSize, Duration, PositiveRate
 
 Personality = Literal["openai", "vllm", "kserve", "vllm-metrics", "triton-metrics", "dcgm-metrics", "admin"]
 PLANNED_PERSONALITIES: dict[str, str] = {}
@@ -54,9 +54,9 @@ class ApiKey(Spec):
 class RateLimits(Spec):
     """Request and token rate limits (RPM / TPM), answered with 429 and `x-ratelimit-*` headers."""
 
-    requests: RateValue | None = None
+    requests: PositiveRate | None = None
     """Requests allowed (`600/min`)."""
-    tokens: RateValue | None = None
+    tokens: PositiveRate | None = None
     """Prompt plus completion tokens allowed (`90000/min`)."""
     per: Literal["key", "global"] = "key"
     """Count per API key or for the whole server."""

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
+from pydantic import AfterValidator, BeforeValidator, PlainSerializer, WithJsonSchema
 
 _NUMBER = r"(\d+(?:\.\d+)?|\.\d+)"
 
@@ -178,3 +178,20 @@ RateValue = Annotated[
     WithJsonSchema({"type": "string", "pattern": RATE_PATTERN, "x-aisim-expected": RATE_EXPECTED}),
 ]
 """An exact rate, written as `5/s`."""
+
+RATE_ABOVE_ZERO = rf"^\s*(?=[\d.]*[1-9])(\d+(?:\.\d+)?|\.\d+)\s*/\s*({alternation(RATE_PERIODS)})\s*$"
+RATE_ABOVE_ZERO_EXPECTED = "a rate above 0, like '5/s', '600/min' or '100000/h'"
+
+
+def _above_zero(rate: Rate) -> Rate:
+    if rate.count == 0:
+        raise ValueError(f"{rate} is not {RATE_ABOVE_ZERO_EXPECTED}")
+    return rate
+
+
+PositiveRate = Annotated[
+    RateValue,
+    AfterValidator(_above_zero),
+    WithJsonSchema({"type": "string", "pattern": RATE_ABOVE_ZERO, "x-aisim-expected": RATE_ABOVE_ZERO_EXPECTED}),
+]
+"""A rate above 0 (arrivals and rate limits divide by it)."""
