@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import time
 import zlib
 from collections.abc import Iterator
@@ -372,3 +373,29 @@ def test_logging_and_trace_updates_are_checked_as_triton_checks_them(server: str
     updated = httpx.post(f"{server}/v2/trace/setting", json={"trace_level": ["TENSORS", "TIMESTAMPS"], "trace_rate": "10"})
     assert (updated.json()["trace_level"], updated.json()["trace_rate"]) == (["TIMESTAMPS", "TENSORS"], "10")
     httpx.post(f"{server}/v2/trace/setting", json={"trace_level": ["OFF"], "trace_rate": "1000"})
+
+
+def test_classification_returns_each_entrys_top_classes_as_triton_writes_them(
+        client: triton.InferenceServerClient) -> None:
+    """`class_count=3` on resnet50's [2, 10] FP32 output: per batch entry, the three largest of the values
+    the same request gets unclassified, largest first, as `value:index` strings (six decimals)."""
+    raw = client.infer("resnet50", [image(2)]).as_numpy("output")
+    for binary in (True, False):
+        ranked = client.infer("resnet50", [image(2)],
+                              outputs=[triton.InferRequestedOutput("output", binary_data=binary, class_count=3)])
+        assert ranked.get_output("output")["datatype"] == "BYTES"
+        classes = ranked.as_numpy("output")
+        assert classes.shape == (2, 3)
+        for entry, row in zip(classes, raw):
+            best = sorted(range(10), key=lambda i: -row[i])[:3]
+            words = [c.decode() if isinstance(c, bytes) else c for c in entry]  # JSON data comes back as str
+            assert words == [f"{row[i]:f}:{i}" for i in best]
+    numbers = triton.InferInput("INPUT0", [1, 16], "INT32")
+    numbers.set_data_from_numpy(np.arange(16, dtype=np.int32).reshape(1, 16))
+    text = triton.InferInput("TEXT", [1, 2], "BYTES")
+    text.set_data_from_numpy(np.array([[b"ab", b"cde"]], dtype=np.object_))
+    top = client.infer("simple", [numbers, text], outputs=[triton.InferRequestedOutput("OUTPUT0", class_count=2)])
+    assert all(re.fullmatch(rb"\d+:\d+", c) for c in top.as_numpy("OUTPUT0")[0])  # integers print as integers
+    with pytest.raises(InferenceServerException, match="class result not available for output due to unsupported "
+                                                          "type 'BYTES'"):
+        client.infer("simple", [numbers, text], outputs=[triton.InferRequestedOutput("LABELS", class_count=1)])

@@ -375,6 +375,7 @@ def generate_outputs(request: InferRequest, signature: Signature, batch: int, mo
         seed.update(given.name.encode())
         seed.update(given.data)
     digest = seed.digest()
+    classes = _classification_counts(request.outputs) if request.outputs else {}
     produced = []
     for index, tensor in enumerate(chosen):
         dims = [max(d, 1) for d in tensor.shape]
@@ -382,8 +383,51 @@ def generate_outputs(request: InferRequest, signature: Signature, batch: int, mo
             dims[0] = batch
         count = math.prod(dims)
         stream = hashlib.shake_128(digest + index.to_bytes(4, "little"))
-        produced.append((tensor, dims, _values(tensor.datatype, count, stream)))
+        data = _values(tensor.datatype, count, stream)
+        top = classes.get(tensor.name)
+        produced.append(_classified(tensor, dims, data, top, batched) if top else (tensor, dims, data))
     return produced
+
+
+CLASSIFIABLE = ("UINT8", "UINT16", "UINT32", "UINT64", "INT8", "INT16", "INT32", "INT64", "FP32", "FP64")
+"""The datatypes Triton's classification extension ranks (`classification.cc` `TopkClassifications`)."""
+
+
+def _classification_counts(outputs: list[Any]) -> dict[str, int]:
+    """Each requested output's `classification` parameter (the top-k count asked for), when non-zero."""
+    counts = {}
+    for output in outputs:
+        parameters = output.get("parameters") if isinstance(output, dict) else None
+        count = parameters.get("classification") if isinstance(parameters, dict) else None
+        if count is None:
+            continue
+        if not isinstance(count, int) or isinstance(count, bool) or count < 0:
+            raise KServeError(500, "Unable to parse 'classification': attempt to access JSON non-unsigned-integer as "
+                                   "unsigned-integer")
+        if count:
+            counts[str(output.get("name"))] = count
+    return counts
+
+
+def _classified(tensor: Tensor, dims: list[int], data: bytes, top: int, batched: bool) -> tuple[Tensor, list[int], bytes]:
+    """Triton's classification extension: an output replaced, per batch entry, by its `top` largest values,
+    largest first, as BYTES strings `value:index` (C++ `std::to_string`: a float with six decimals), shape
+    [batch, top] (or [top] for a model that does not batch). Ties keep the lower index first (Triton's
+    unstable sort leaves their order open). aisim models no label files, so no `:label` part."""
+    if tensor.datatype not in CLASSIFIABLE:
+        raise KServeError(400, f"class result not available for output due to unsupported type '{tensor.datatype}'")
+    values = np.frombuffer(data, dtype=NUMPY_TYPES[tensor.datatype])
+    rows = values.reshape(dims[0] if batched and dims else 1, -1)
+    top = min(top, rows.shape[1])
+    floating = tensor.datatype.startswith("FP")
+    words = []
+    for row in rows:
+        for index in np.argsort(-row.astype(np.float64), kind="stable")[:top]:
+            value = row[index]
+            words.append((f"{float(value):f}" if floating else str(int(value))) + f":{index}")
+    shape = [rows.shape[0], top] if batched and dims else [top]
+    packed = b"".join(struct.pack("<I", len(w)) + w.encode() for w in words)
+    return Tensor(name=tensor.name, datatype="BYTES", shape=shape), shape, packed
 
 
 def _values(datatype: str, count: int, stream: Any) -> bytes:
