@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import time
 from collections.abc import Iterator
 
 import httpx
@@ -177,10 +178,10 @@ def test_embeddings_float_base64_and_dimensions(lenient: openai.OpenAI, url: str
 
 
 def test_responses_api_plain_and_streamed(client: openai.OpenAI) -> None:
-    response = client.responses.create(model="llama", input="Say hi", max_output_tokens=10)
+    response = client.responses.create(model="llama", input="Say hi", max_output_tokens=400)
     assert response.object == "response" and response.status == "completed" and response.output_text
-    assert response.usage.output_tokens <= 10
-    with client.responses.stream(model="llama", input="Say hi", max_output_tokens=10) as stream:
+    assert response.usage.output_tokens <= 256 and response.incomplete_details is None
+    with client.responses.stream(model="llama", input="Say hi", max_output_tokens=400) as stream:
         kinds = [event.type for event in stream]
         final = stream.get_final_response()
     assert kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] == "response.completed"
@@ -264,3 +265,190 @@ def test_ids_are_unique_and_differ_between_servers_started_with_the_same_seed() 
                 answer = httpx.post(f"{base}/v1/chat/completions", json=body, timeout=30)
                 seen += [answer.json()["id"], answer.headers["x-request-id"]]
     assert len(set(seen)) == len(seen) == 12
+
+
+def _events(response: httpx.Response) -> list[dict]:  # type: ignore[type-arg]
+    """The JSON payloads of an SSE body (chat and completions: `data:` lines, without [DONE])."""
+    return [json.loads(line[6:]) for line in response.text.split("\n") if line.startswith("data: {")]
+
+
+@pytest.mark.parametrize("n", [2, 3])
+@pytest.mark.parametrize("seed", [1, 2, 3, 4])
+def test_streamed_choices_open_in_index_order_for_the_sdk_accumulator(aisim_server: str, url: str, n: int,
+                                                                      seed: int) -> None:
+    """The SDK's `stream()` helper appends a choice it has not seen: choice 1 before choice 0 was an IndexError
+    (the default scenario's mock draws each choice's time to first token, so any choice may start first)."""
+    messages = [{"role": "user", "content": f"Tell me a story {seed}"}]
+    client = openai.OpenAI(base_url=f"{aisim_server}/v1", api_key="sk-any", _strict_response_validation=True,
+                           max_retries=0)
+    try:
+        with client.chat.completions.stream(model="gpt-4-turbo-mock", messages=messages, n=n, seed=seed,
+                                            max_tokens=5) as stream:
+            final = stream.get_final_completion()
+    except openai.LengthFinishReasonError as cut:  # the helper refuses an answer cut short, once it has it all
+        final = cut.completion
+    assert [c.index for c in final.choices] == list(range(n)) and all(c.message.content for c in final.choices)
+    raw = httpx.post(f"{url}/v1/chat/completions", json={"model": "quick", "messages": messages, "n": n, "seed": seed,
+                                                          "max_tokens": 30, "stream": True}, timeout=30)
+    opening = [c["choices"][0] for c in _events(raw)[:n]]
+    assert [(c["index"], c["delta"].get("role")) for c in opening] == [(i, "assistant") for i in range(n)]
+
+
+WEATHER_REQUIRED = {"tools": [WEATHER], "tool_choice": "required"}
+
+
+@pytest.mark.parametrize("cap", [{"max_completion_tokens": 1}, {"max_tokens": 2}])
+def test_the_token_cap_cuts_tool_call_arguments(client: openai.OpenAI, url: str, cap: dict) -> None:  # type: ignore[type-arg]
+    limit = next(iter(cap.values()))
+    messages = [{"role": "user", "content": "Weather in Oslo?"}]
+    reply = client.chat.completions.create(model="llama", messages=messages, **WEATHER_REQUIRED, **cap)
+    [call] = reply.choices[0].message.tool_calls
+    assert reply.choices[0].finish_reason == "length" and reply.usage.completion_tokens == limit
+    assert call.function.name == "get_weather" and len(call.function.arguments) < len('{"city": ')
+    chunks = _events(httpx.post(f"{url}/v1/chat/completions", timeout=30, json={
+        "model": "llama", "messages": messages, "stream": True, "stream_options": {"include_usage": True},
+        **WEATHER_REQUIRED, **cap}))
+    fragments = [t["function"]["arguments"] for c in chunks if c["choices"]
+                 for t in c["choices"][0]["delta"].get("tool_calls") or []]
+    assert "".join(fragments) == call.function.arguments
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"] and c["choices"][0]["finish_reason"]] == ["length"]
+    assert chunks[-1]["usage"]["completion_tokens"] == limit
+
+
+def test_responses_cut_by_max_output_tokens_end_incomplete(client: openai.OpenAI) -> None:
+    response = client.responses.create(model="llama", input="Say a lot", max_output_tokens=3)
+    assert response.status == "incomplete" and response.incomplete_details.reason == "max_output_tokens"
+    assert response.usage.output_tokens == 3 and response.output[0].status == "incomplete"
+    events = list(client.responses.create(model="llama", input="Say a lot", max_output_tokens=3, stream=True))
+    assert events[-1].type == "response.incomplete" and "response.completed" not in [e.type for e in events]
+    final = events[-1].response
+    assert final.status == "incomplete" and final.incomplete_details.reason == "max_output_tokens"
+    tools = [{"type": "function", "name": "get_weather", "parameters": WEATHER["function"]["parameters"]}]
+    called = client.responses.create(model="llama", input="Weather?", tools=tools, tool_choice="required",
+                                     max_output_tokens=1)
+    assert called.status == "incomplete" and called.usage.output_tokens == 1
+    assert called.output[0].type == "function_call" and len(called.output[0].arguments) < len('{"city": ')
+
+
+def test_responses_keep_their_creation_time_and_echo_the_previous_response_id(client: openai.OpenAI) -> None:
+    """`previous_response_id` is echoed, not looked up: aisim stores no responses and the reference says
+    nothing of an unknown id."""
+    events = list(client.responses.create(model="quick", input="hi", stream=True, previous_response_id="resp_earlier"))
+    first, last = events[0].response, events[-1].response
+    assert last.status == "completed" and first.created_at == last.created_at <= last.completed_at
+    assert first.previous_response_id == last.previous_response_id == "resp_earlier"
+    plain = client.responses.create(model="quick", input="hi", previous_response_id="resp_unknown")
+    assert plain.previous_response_id == "resp_unknown"
+
+
+def test_ping_is_health_and_load_counts_requests_in_flight(url: str) -> None:
+    assert httpx.get(f"{url}/ping").status_code == httpx.post(f"{url}/ping").status_code == 200
+    assert httpx.get(f"{url}/load").json() == {"server_load": 0}
+    body = {"model": "llama", "messages": [{"role": "user", "content": "x"}], "max_tokens": 3000, "ignore_eos": True,
+            "stream": True}
+    with httpx.stream("POST", f"{url}/v1/chat/completions", json=body, timeout=30) as response:
+        lines = response.iter_lines()
+        next(lines)
+        assert httpx.get(f"{url}/load").json() == {"server_load": 1}
+    for _ in range(100):  # the server sees the client go
+        if httpx.get(f"{url}/load").json()["server_load"] == 0:
+            break
+        time.sleep(0.02)
+    assert httpx.get(f"{url}/load").json() == {"server_load": 0}
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}], "n": 2}),
+    ("/v1/completions", {"prompt": "Once upon", "n": 2}),
+])
+def test_continuous_usage_stats_put_a_running_usage_on_every_chunk(url: str, path: str, body: dict) -> None:  # type: ignore[type-arg]
+    chunks = _events(httpx.post(f"{url}{path}", timeout=30, json={
+        "model": "quick", "max_tokens": 12, "stream": True, **body,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True}}))
+    assert all("usage" in c for c in chunks)
+    counts = [c["usage"]["completion_tokens"] for c in chunks]
+    assert counts == sorted(counts) and counts[-1] == counts[-2] > 0
+    assert all(c["usage"]["total_tokens"] == c["usage"]["prompt_tokens"] + c["usage"]["completion_tokens"] for c in chunks)
+    if path.endswith("chat/completions"):
+        assert [c["usage"]["completion_tokens"] for c in chunks[:2]] == [0, 0]  # the role chunks
+    plain = _events(httpx.post(f"{url}{path}", timeout=30, json={
+        "model": "quick", "max_tokens": 12, "stream": True, **body, "stream_options": {"continuous_usage_stats": True}}))
+    assert not any("usage" in c for c in plain)  # honoured only with include_usage, as vLLM does
+
+
+def test_null_means_the_default_for_fields_vllm_declares_optional(client: openai.OpenAI, url: str) -> None:
+    chat = {"model": "quick", "messages": [{"role": "user", "content": "hi"}], "n": None, "logprobs": None,
+            "stream": None, "parallel_tool_calls": None, "stop": None, "stream_options": None}
+    answer = httpx.post(f"{url}/v1/chat/completions", json=chat, timeout=30)
+    assert answer.status_code == 200 and len(answer.json()["choices"]) == 1
+    assert answer.json()["choices"][0]["logprobs"] is None
+    streamed = httpx.post(f"{url}/v1/chat/completions", timeout=30, json={
+        **chat, "stream": True, "stream_options": {"include_usage": None, "continuous_usage_stats": None}})
+    assert streamed.status_code == 200 and streamed.text.endswith("data: [DONE]\n\n")
+    completion = httpx.post(f"{url}/v1/completions", timeout=30, json={
+        "model": "quick", "prompt": "hi", "echo": None, "stream": None, "logprobs": None})
+    assert completion.status_code == 200 and completion.json()["choices"][0]["text"]
+    response = httpx.post(f"{url}/v1/responses", timeout=30, json={
+        "model": "quick", "input": "hi", "stream": None, "store": None, "metadata": None, "parallel_tool_calls": None})
+    assert response.status_code == 200 and response.json()["metadata"] == {} and response.json()["store"] is True
+    not_optional = httpx.post(f"{url}/v1/completions", json={"model": "quick", "prompt": "hi", "n": None})
+    assert not_optional.status_code == 400 and not_optional.json()["error"]["param"] == "n"  # vLLM: `n: int = 1`
+
+
+@pytest.mark.parametrize("messages", [
+    [{"role": "user", "content": "Hi"}],
+    [{"role": "system", "content": "You are terse."}, {"role": "user", "content": "Hi there, how are you?"}],
+    [{"role": "user", "name": "ann", "content": [{"type": "text", "text": "What is this?"},
+                                                 {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]},
+     {"role": "assistant", "tool_calls": [{"id": "call_1", "type": "function",
+                                           "function": {"name": "get_weather", "arguments": "{\"city\": \"Oslo\"}"}}]},
+     {"role": "tool", "tool_call_id": "call_1", "content": "sunny"}],
+])
+def test_tokenize_counts_messages_as_chat_usage_does(client: openai.OpenAI, url: str, messages: list) -> None:  # type: ignore[type-arg]
+    counts = []
+    for tools in ({}, {"tools": [WEATHER]}):
+        chat = client.chat.completions.create(model="quick", messages=messages, max_tokens=1, **tools)
+        tokens = httpx.post(f"{url}/tokenize", json={"model": "quick", "messages": messages, "return_token_strs": True,
+                                                     **tools}).json()
+        assert tokens["count"] == len(tokens["tokens"]) == len(tokens["token_strs"]) == chat.usage.prompt_tokens
+        counts.append(tokens["count"])
+    bare = httpx.post(f"{url}/tokenize", json={"messages": messages, "add_generation_prompt": False}).json()
+    assert bare["count"] == counts[0] - 3  # without the reply's primer, <|start|>assistant<|message|>
+
+
+@pytest.mark.parametrize("path, body, param, code", [
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "hi"}, {"role": "tool", "content": "sunny"}]},
+     "messages.[1].tool_call_id", None),
+    ("/v1/chat/completions", {"messages": [{"role": "user"}]}, "messages.[0].content", "missing_required_parameter"),
+    ("/v1/chat/completions", {"messages": [{"role": "system"}, {"role": "user", "content": "x"}]},
+     "messages.[0].content", "missing_required_parameter"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": 5}]}, "messages.[0].content", "invalid_type"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "stop": 5}, "stop", "invalid_type"),
+    ("/v1/chat/completions", {"messages": [{"role": "user", "content": "x"}], "logit_bias": {"50256": 150}},
+     "logit_bias.50256", "integer_above_max_value"),
+    ("/v1/completions", {"prompt": "x", "logit_bias": {"50256": -101}}, "logit_bias.50256", "integer_below_min_value"),
+    ("/v1/completions", {"prompt": "x", "best_of": 2, "stream": True}, "best_of", None),
+    ("/v1/embeddings", {"input": ["a"] * 2049}, "input", "array_above_max_length"),
+])
+def test_mistakes_the_reference_names_are_400s_with_openais_param(url: str, path: str, body: dict, param: str,  # type: ignore[type-arg]
+                                                                  code: str | None) -> None:
+    answer = httpx.post(f"{url}{path}", json={"model": "embedder" if "embeddings" in path else "quick", **body},
+                        timeout=30)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert (error["param"], error["code"]) == (param, code) and error["message"]
+
+
+def test_the_limits_themselves_are_accepted(url: str) -> None:
+    chat = {"model": "quick", "messages": [{"role": "assistant", "content": None, "tool_calls": []},
+                                           {"role": "user", "content": "x"}], "logit_bias": {"1": 100, "2": -100}}
+    assert httpx.post(f"{url}/v1/chat/completions", json=chat, timeout=30).status_code == 200
+    assert httpx.post(f"{url}/v1/completions", json={"model": "quick", "prompt": "x", "best_of": 2}).status_code == 200
+    assert httpx.post(f"{url}/v1/embeddings", json={"model": "embedder", "input": ["a"] * 2048}, timeout=60).status_code == 200
+
+
+def test_a_405_names_the_methods_the_path_takes(url: str) -> None:
+    wrong = httpx.get(f"{url}/v1/chat/completions")
+    assert wrong.status_code == 405 and wrong.headers["Allow"] == "POST"
+    assert httpx.delete(f"{url}/v1/models").headers["Allow"] == "GET"
+    assert httpx.put(f"{url}/ping").headers["Allow"] == "GET, POST"

@@ -97,6 +97,20 @@ def test_a_mid_stream_disconnect_fault_cuts_the_stream(url: str) -> None:
     assert 1 <= len(pieces) <= 6
 
 
+def test_a_mock_engine_feeds_the_token_counters() -> None:
+    with running_server(TEST_SCENARIOS / "serve" / "fast-mock.yaml") as base:
+        client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
+        replies = [client.chat.completions.create(model="quick", messages=USER, max_tokens=5) for _ in range(3)]
+        streamed = client.chat.completions.create(model="quick", messages=USER, max_tokens=5, stream=True,
+                                                  stream_options={"include_usage": True})
+        replies.append(list(streamed)[-1])
+        samples = _metrics(base)
+    assert _value(samples, "vllm:request_success_total", model_name="quick") == 4
+    assert _value(samples, "vllm:prompt_tokens_total", model_name="quick") == sum(r.usage.prompt_tokens for r in replies)
+    assert _value(samples, "vllm:generation_tokens_total", model_name="quick") == sum(
+        r.usage.completion_tokens for r in replies)
+
+
 def test_a_client_that_disconnects_mid_stream_frees_its_kv_blocks() -> None:
     with running_server(TEST_SCENARIOS / "serve" / "fast-mock.yaml") as base:
         with httpx.stream("POST", f"{base}/v1/chat/completions", timeout=30,

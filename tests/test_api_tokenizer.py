@@ -18,9 +18,11 @@ from hypothesis import strategies as st
 
 from aisim.api import tokenizer as tokenizer_module
 from aisim.api.tokenizer import (
+    TEMPLATE_TOKEN,
     HeuristicTokenizer,
     Tokenizer,
     UnknownTokenizerError,
+    chat_prompt_ids,
     chat_prompt_tokens,
     default_tokenizer,
     get_tokenizer,
@@ -229,6 +231,19 @@ def test_chat_prompt_counts_fields_and_template() -> None:
     )
     assert chat_prompt_tokens(messages, CharTokenizer()) == expected
     assert CharTokenizer().chat_prompt_tokens(messages) == expected
+    for tokenizer in (CharTokenizer(), TOKENIZER):  # /tokenize's ids follow the template chat counts
+        ids = chat_prompt_ids(messages, tokenizer)
+        assert len(ids) == chat_prompt_tokens(messages, tokenizer)
+        assert len(chat_prompt_ids(messages, tokenizer, add_generation_prompt=False)) == len(ids) - 3
+        assert "Be brief." in tokenizer.decode(ids) and tokenizer.decode(ids).count(TEMPLATE_TOKEN) == 4 * 3 + 85 + 3 + 3 + 1
+
+
+@settings(max_examples=50, deadline=None)
+@given(st.lists(st.fixed_dictionaries({"role": st.sampled_from(["system", "user", "assistant", "tool"]),
+                                       "content": st.text(max_size=40)},
+                                      optional={"name": st.text(max_size=8)}), min_size=1, max_size=4))
+def test_tokenize_ids_and_chat_count_agree_on_any_messages(messages: list[dict[str, Any]]) -> None:
+    assert len(chat_prompt_ids(messages, TOKENIZER)) == chat_prompt_tokens(messages, TOKENIZER)
 
 
 def test_chat_prompt_of_openai_cookbook_example_is_near_the_published_count() -> None:

@@ -15,6 +15,7 @@ from .handlers import (
     GenerationHandler,
     chat_prompt,
     last_user,
+    running_usage,
     token_logprobs,
     usage,
 )
@@ -80,14 +81,18 @@ class ChatHandler(GenerationHandler):
         head = {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": body.model,
                 "system_fingerprint": FINGERPRINT}
 
+        emitted = [0] * len(answers)
+        continuous = body.continuous_usage
+
         def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
+            if continuous and not extra:
+                extra = {"usage": running_usage(prompt_tokens, sum(emitted))}
             return "data: " + json.dumps({**head, "choices": choices, **extra}, separators=(",", ":")) + "\n\n"
 
         # the common chunk (a content piece, no logprobs) is a template around the JSON of the piece
         opening = chunk([{"index": 0, "delta": {"content": ""}, "logprobs": None, "finish_reason": None}])
         cut = opening.index('"content":""') + len('"content":')
         templates = [(opening[:cut].replace('"index":0', f'"index":{i}', 1), opening[cut + 2:]) for i in range(len(answers))]
-        emitted = [0] * len(answers)
         broken = [False]
 
         def on_event(index: int, event: str) -> None:
@@ -95,14 +100,16 @@ class ChatHandler(GenerationHandler):
             if event == "token":
                 if broken[0]:
                     return
-                if not emitted[index]:
-                    first = {"role": "assistant", "content": None if a.tool_calls else "", "refusal": None}
-                    self.push(chunk([{"index": index, "delta": first, "logprobs": None, "finish_reason": None}]))
+                if not any(emitted):  # every choice's role chunk, in index order, before any content (as vLLM
+                    # sends them): the SDK's accumulator appends choices as they come, so index 0 must come first
+                    for i, other in enumerate(answers):
+                        first = {"role": "assistant", "content": None if other.tool_calls else "", "refusal": None}
+                        self.push(chunk([{"index": i, "delta": first, "logprobs": None, "finish_reason": None}]))
                 position = emitted[index]
                 emitted[index] += 1
                 if self._fault_in_stream(fault, sum(emitted), broken):
                     return
-                if a.tool_calls or body.logprobs:
+                if a.tool_calls or body.logprobs or continuous:
                     self.push(chunk([self._delta(index, a, position, body)]))
                 else:
                     before, after = templates[index]

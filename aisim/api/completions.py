@@ -13,7 +13,13 @@ import numpy as np
 from ..engine.workload import Arrival
 from . import errors
 from .generation import Answer, Ask, answer
-from .handlers import FINGERPRINT, GenerationHandler, token_logprobs, usage
+from .handlers import (
+    FINGERPRINT,
+    GenerationHandler,
+    running_usage,
+    token_logprobs,
+    usage,
+)
 from .protocol import CompletionRequest, EmbeddingRequest
 
 
@@ -64,8 +70,11 @@ class CompletionHandler(GenerationHandler):
         if body.stream:
             self.start_stream()
             emitted = [0] * len(answers)
+            continuous = body.continuous_usage
 
             def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
+                if continuous and not extra:
+                    extra = {"usage": running_usage(usage_prompt, sum(emitted))}
                 return "data: " + json.dumps({**head, "choices": choices, **extra}, separators=(",", ":")) + "\n\n"
 
             def on_event(index: int, event: str) -> None:

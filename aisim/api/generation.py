@@ -15,7 +15,8 @@ own seeded generator picks one.
 - Tools: with `tool_choice` `required` or a named function, and with `auto` when the last
   message is the user's (not a tool result), the answer is one tool call whose arguments are
   generated from the tool's `parameters` schema; `finish_reason` is `tool_calls` (`stop` when a
-  named function was forced, as OpenAI reports it).
+  named function was forced, as OpenAI reports it); a token cap shorter than the arguments cuts
+  them (`finish_reason: length`), as it cuts text.
 """
 
 from __future__ import annotations
@@ -122,8 +123,11 @@ def answer(ask: Ask, index: int, content: ContentSource, length: Any, tokenizer:
     draws = _Draws(ask, index)
     call = _tool_call(ask, draws.rng, tokenizer) if ask.tools and ask.tool_choice != "none" else None
     if call is not None:
-        forced = isinstance(ask.tool_choice, dict)
-        return Answer([], "stop" if forced else "tool_calls", [call], _logprobs(ask, draws, len(call.pieces)))
+        finish = "stop" if isinstance(ask.tool_choice, dict) else "tool_calls"
+        if ask.cap is not None and len(call.pieces) > ask.cap:  # the cap cuts the arguments, as it cuts text
+            call.pieces = call.pieces[: ask.cap]
+            call.arguments, finish = "".join(call.pieces), "length"
+        return Answer([], finish, [call], _logprobs(ask, draws, len(call.pieces)))
     dist = length or DEFAULT_LENGTH
     natural = max(round(dist.value), 0) if isinstance(dist, ConstantCount) else int(sample(dist, draws.rng, 1)[0])
     target = ask.cap if ask.ignore_eos and ask.cap else max(natural, 1)

@@ -57,7 +57,10 @@ class BaseHandler(tornado.web.RequestHandler):
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:
         reason = self._reason or "error"
-        if status_code == 405:
+        if status_code == 405:  # with the methods the path takes, as HTTP requires (RFC 9110 §15.5.6)
+            allowed = [m for m in self.SUPPORTED_METHODS
+                       if getattr(type(self), m.lower()) is not getattr(tornado.web.RequestHandler, m.lower())]
+            self.set_header("Allow", ", ".join(allowed))
             body = ApiError(405, "Method Not Allowed", "invalid_request_error").body()
         else:
             body = ApiError(status_code, reason, "server_error" if status_code >= 500 else "invalid_request_error").body()
@@ -124,10 +127,32 @@ class BaseHandler(tornado.web.RequestHandler):
             pass  # a fault dropped the connection on purpose: nothing to answer, nothing to log
 
 
+class ServerLoad:
+    """vLLM's server load (`GET /load`): the generating requests in flight, from their arrival at the
+    handler to the end of their answer (streams included)."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+
+
 class GenerationHandler(BaseHandler):
     """Common path of the endpoints that generate tokens."""
 
     endpoint = ""
+
+    def initialize(self, load: ServerLoad | None = None) -> None:
+        super().initialize()
+        self.load = load
+
+    async def guarded(self, work: Callable[[], Awaitable[None]]) -> None:
+        if self.load is None:
+            await super().guarded(work)
+            return
+        self.load.requests += 1
+        try:
+            await super().guarded(work)
+        finally:
+            self.load.requests -= 1
 
     async def begin(self, kind: type[Body]) -> tuple[Body, Model, Any]:
         """The common start: parse the body, find the model, meet a fault that acts before the answer.
@@ -267,6 +292,11 @@ def usage(prompt: int, completion: int) -> dict[str, Any]:
             "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
             "completion_tokens_details": {"reasoning_tokens": 0, "audio_tokens": 0, "accepted_prediction_tokens": 0,
                                           "rejected_prediction_tokens": 0}}
+
+
+def running_usage(prompt: int, completion: int) -> dict[str, int]:
+    """The cumulative `usage` of a chunk under vLLM's `continuous_usage_stats` (its three counts only)."""
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
 
 
 def token_logprobs(answer_: Answer, start: int, end: int, top: int) -> list[dict[str, Any]]:

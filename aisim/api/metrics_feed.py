@@ -38,6 +38,8 @@ class MetricsFeed:
         """Finished requests not yet observed, per (model, engine): prometheus_client's histograms cost
         tens of microseconds per request one by one, so they are applied in bulk, at the latest on a scrape."""
         self._count = 0
+        self._stepped: set[tuple[str, int]] = set()
+        """(model, engine) of the engines that report their steps (and so their tokens) themselves."""
         for served in state.sim.served_models:
             model = served.model
             caches = [CacheConfig(block_size=p.block_size, num_gpu_blocks=p.num_blocks if p.has_kv else None,
@@ -53,6 +55,7 @@ class MetricsFeed:
             for index, engine in enumerate(engines):
                 if isinstance(engine, Replica):
                     engine.on_step = lambda replica, report, name=model.id, index=index: self._step(name, index, report)
+                    self._stepped.add((model.id, index))
 
     @staticmethod
     def _states(engines: Sequence[object]) -> list[SchedulerState]:
@@ -103,6 +106,11 @@ class MetricsFeed:
         pending, self._pending, self._count = self._pending, collections.defaultdict(list), 0
         for (model, engine), requests in pending.items():
             self.metrics.record_finished_many(model, engine, requests)
+            if (model, engine) not in self._stepped:  # a mock engine: its tokens, counted as vLLM does (a
+                # prompt once its first token came, every generated token)
+                self.metrics.record_tokens(model, engine=engine,
+                                           prompt_tokens=sum(r.prompt_tokens for r in requests if r.ttft is not None),
+                                           generation_tokens=sum(r.generation_tokens for r in requests))
 
     def scrape(self) -> tuple[bytes, str]:
         """The text exposition and its content type (vLLM's, Prometheus text 0.0.4)."""

@@ -12,7 +12,7 @@ from . import errors
 from .chat import ChatHandler
 from .completions import CompletionHandler, EmbeddingHandler
 from .errors import ApiError
-from .handlers import BaseHandler
+from .handlers import BaseHandler, ServerLoad
 from .responses import ResponsesHandler
 
 
@@ -25,13 +25,28 @@ class NotFoundHandler(BaseHandler):
 
 
 class HealthHandler(BaseHandler):
-    """vLLM's `/health`: 200 with an empty body, 503 once an engine has died."""
+    """vLLM's `/health`: 200 with an empty body, 503 once an engine has died; also `GET` / `POST /ping`,
+    SageMaker's alias of it."""
 
     def get(self) -> None:
         self.set_header("Content-Type", "text/plain")
         if any(served.crash for served in self.state.sim.served_models):
             self.set_status(503)
         self.finish(b"")
+
+    def post(self) -> None:
+        self.get()
+
+
+class LoadHandler(BaseHandler):
+    """vLLM's `GET /load`: `{"server_load": N}`, the generating requests in flight."""
+
+    def initialize(self, load: ServerLoad) -> None:  # type: ignore[override]
+        super().initialize()
+        self.load = load
+
+    def get(self) -> None:
+        self.finish(json.dumps({"server_load": self.load.requests}))
 
 
 class ModelsHandler(BaseHandler):
@@ -69,12 +84,15 @@ class ModelsHandler(BaseHandler):
 
 def routes() -> list[Any]:
     """URL patterns of the OpenAI personality (model ids may contain slashes, raw or %2F)."""
+    load = {"load": ServerLoad()}  # one count per server, shared by the handlers that generate and `/load`
     return [
         (r"/health", HealthHandler),
+        (r"/ping", HealthHandler),
+        (r"/load", LoadHandler, load),
         (r"/v1/models", ModelsHandler),
         (r"/v1/models/(.+)", ModelsHandler),
-        (r"/v1/chat/completions", ChatHandler),
-        (r"/v1/completions", CompletionHandler),
-        (r"/v1/embeddings", EmbeddingHandler),
-        (r"/v1/responses", ResponsesHandler),
+        (r"/v1/chat/completions", ChatHandler, load),
+        (r"/v1/completions", CompletionHandler, load),
+        (r"/v1/embeddings", EmbeddingHandler, load),
+        (r"/v1/responses", ResponsesHandler, load),
     ]

@@ -9,7 +9,8 @@ with OpenAI's message style: "Missing required parameter: 'messages'." (`missing
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypeVar
+import re
+from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -18,6 +19,10 @@ from .errors import ApiError, invalid
 
 class _Body(BaseModel):
     model_config = ConfigDict(extra="allow")
+
+    nullable: ClassVar[frozenset[str]] = frozenset()
+    """Fields whose `null` means "the default": vLLM declares them Optional and the OpenAI spec nullable
+    (clients such as guidellm send explicit nulls). `parse` drops them before validation."""
 
 
 class Message(_Body):
@@ -37,6 +42,27 @@ class Message(_Body):
         return "".join(str(p.get("text", "")) for p in parts if isinstance(p, dict))
 
 
+def _check_roles(messages: list[Message]) -> None:
+    """The fields each role requires (`shared/reference/openai-api.md` §1.1): content for all but an
+    assistant's, a `tool_call_id` for a tool result, a `name` for a function result. (Checked by the request,
+    not by each message: one loop costs less than a validator call per message.)"""
+    for index, message in enumerate(messages):
+        if message.content is not None and message.role in _CONTENT_ONLY:
+            continue  # the common case, in one test
+        where = f"messages.[{index}]"
+        if message.role == "tool" and message.tool_call_id is None:
+            raise ValueError(f"{where}.tool_call_id|Missing parameter 'tool_call_id': messages with role 'tool' must "
+                             "have a 'tool_call_id'.")
+        if message.role == "function" and message.name is None:
+            raise ValueError(f"{where}.name|Missing required parameter: '{where}.name'.|missing_required_parameter")
+        if message.content is None and message.role != "assistant":
+            raise ValueError(f"{where}.content|Missing required parameter: '{where}.content'.|missing_required_parameter")
+
+
+_CONTENT_ONLY = frozenset({"system", "developer", "user", "assistant"})
+"""Roles that need nothing but content."""
+
+
 class StreamOptions(_Body):
     include_usage: bool = False
     continuous_usage_stats: bool = False
@@ -54,10 +80,15 @@ class Tool(_Body):
     function: Function
 
 
+MAX_EMBEDDING_INPUTS = 2048
+"""Inputs of one embeddings request (an array of strings or of token arrays), per the spec."""
+
 Stop = str | Annotated[list[str], Field(max_length=4)] | None
 
 
 class _Sampling(_Body):
+    nullable = frozenset({"stream"})
+
     model: str
     n: int = Field(1, ge=1, le=128)
     stream: bool = False
@@ -69,6 +100,7 @@ class _Sampling(_Body):
     presence_penalty: float | None = Field(None, ge=-2, le=2)
     frequency_penalty: float | None = Field(None, ge=-2, le=2)
     user: str | None = None
+    logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = None
     priority: int = 0
 
     @model_validator(mode="after")
@@ -87,9 +119,16 @@ class _Sampling(_Body):
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 
+    @property
+    def continuous_usage(self) -> bool:
+        """vLLM's `continuous_usage_stats`: a cumulative `usage` on every chunk (only with `include_usage`)."""
+        return self.include_usage and bool(self.stream_options and self.stream_options.continuous_usage_stats)
+
 
 class ChatRequest(_Sampling):
     """`POST /v1/chat/completions`."""
+
+    nullable = frozenset({"stream", "n", "logprobs", "parallel_tool_calls"})
 
     messages: list[Message] = Field(min_length=1)
     max_tokens: int | None = Field(None, ge=1)
@@ -103,6 +142,7 @@ class ChatRequest(_Sampling):
 
     @model_validator(mode="after")
     def _consistent(self) -> ChatRequest:
+        _check_roles(self.messages)
         if self.top_logprobs is not None and not self.logprobs:
             raise ValueError("top_logprobs|`top_logprobs` can only be set when `logprobs` is true.")
         if isinstance(self.tool_choice, dict):
@@ -131,13 +171,25 @@ class ChatRequest(_Sampling):
 
 
 class CompletionRequest(_Sampling):
-    """`POST /v1/completions`."""
+    """`POST /v1/completions` (vLLM's `n` is not Optional here: null stays a 400)."""
+
+    nullable = frozenset({"stream", "echo"})
 
     prompt: str | list[str] | list[int] | list[list[int]]
     max_tokens: int | None = Field(16, ge=1)
     logprobs: int | None = Field(None, ge=0, le=5)
     echo: bool = False
     suffix: str | None = None
+    best_of: int | None = Field(None, ge=1)
+
+    @model_validator(mode="after")
+    def _best_of_is_not_streamed(self) -> CompletionRequest:
+        if self.stream and self.best_of is not None and self.best_of > 1:
+            raise ValueError("best_of|Invalid 'best_of': results cannot be streamed when best_of is greater than 1.")
+        if self.best_of is not None and self.best_of < self.n:
+            raise ValueError(f"best_of|Invalid 'best_of': best_of ({self.best_of}) must be greater than or equal to "
+                             f"n ({self.n}).")
+        return self
 
 
 class EmbeddingRequest(_Body):
@@ -153,11 +205,17 @@ class EmbeddingRequest(_Body):
     def _not_empty(self) -> EmbeddingRequest:
         if self.input == "" or self.input == []:
             raise ValueError("input|'$.input' is invalid. Please check the API reference: https://platform.openai.com/docs/api-reference.")
+        if isinstance(self.input, list) and len(self.input) > MAX_EMBEDDING_INPUTS and not isinstance(self.input[0], int):
+            raise ValueError(f"input|Invalid 'input': array too long. Expected an array with maximum length "
+                             f"{MAX_EMBEDDING_INPUTS}, but got an array with length {len(self.input)} instead."
+                             "|array_above_max_length")
         return self
 
 
 class ResponseRequest(_Body):
     """`POST /v1/responses` (a flat tool shape, `text.format` for structured output)."""
+
+    nullable = frozenset({"stream", "parallel_tool_calls", "store", "metadata"})
 
     model: str
     input: str | list[dict[str, Any]] = ""
@@ -174,9 +232,30 @@ class ResponseRequest(_Body):
     metadata: dict[str, Any] = Field(default_factory=dict)
     store: bool = True
     user: str | None = None
+    previous_response_id: str | None = None
+
+
+class TokenizeRequest(_Body):
+    """vLLM's `POST /tokenize`: a `prompt`, or chat `messages` (with `tools`) under the chat template."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[Message] | None = None
+    tools: list[Tool] | None = None
+    add_generation_prompt: bool = True
+    return_token_strs: bool = False
+
+    @model_validator(mode="after")
+    def _roles(self) -> TokenizeRequest:
+        _check_roles(self.messages or [])
+        return self
 
 
 Body = TypeVar("Body", bound=BaseModel)
+
+_BRANCH = re.compile(r"str|int|float|bool|none|[a-z-]+\[.*\]")
+"""The names pydantic gives union branches and validators in an error's `loc` (`str`, `list[str]`,
+`function-after[...]`): not fields, so not in OpenAI's `param` (`messages.[0].content`, `stop`)."""
 
 _TYPE_WORDS = {"string": "a string", "int": "an integer", "float": "a number", "bool": "a boolean",
                "list": "an array", "dict": "an object", "model": "an object", "literal": "one of the allowed values"}
@@ -186,6 +265,12 @@ def parse(kind: type[Body], data: Any) -> Body:
     """Validate a JSON body; the first mistake becomes the 400 OpenAI would send."""
     if not isinstance(data, dict):
         raise invalid("The request body must be a JSON object.", None)
+    nullable: frozenset[str] = getattr(kind, "nullable", frozenset())
+    if nullable and None in data.values():  # (a plain scan here: a pydantic validator costs more per request)
+        data = {k: v for k, v in data.items() if v is not None or k not in nullable}
+    options = data.get("stream_options")
+    if isinstance(options, dict) and None in options.values():  # both of its fields are nullable
+        data = {**data, "stream_options": {k: v for k, v in options.items() if v is not None}}
     try:
         return kind.model_validate(data)
     except ValidationError as error:
@@ -194,7 +279,7 @@ def parse(kind: type[Body], data: Any) -> Body:
 
 def _explain(error: ValidationError, data: dict[str, Any]) -> ApiError:
     first = error.errors(include_url=False)[0]
-    loc = [str(part) for part in first["loc"] if not str(part).startswith(("function-", "union["))]
+    loc = [f"[{part}]" if isinstance(part, int) else part for part in first["loc"] if not _BRANCH.fullmatch(str(part))]
     param = ".".join(loc) or None
     kind = first["type"]
     if kind == "missing":
@@ -202,8 +287,9 @@ def _explain(error: ValidationError, data: dict[str, Any]) -> ApiError:
             return invalid("you must provide a model parameter", None)
         return invalid(f"Missing required parameter: '{param}'.", param, "missing_required_parameter")
     if kind == "value_error" and "|" in str(first.get("ctx", {}).get("error", "")):
-        where, message = str(first["ctx"]["error"]).split("|", 1)
-        return invalid(message, where)
+        # "param|message[|code]" from a validator; its param is relative to where the validator ran
+        where, message, *code = str(first["ctx"]["error"]).split("|", 2)
+        return invalid(message, ".".join([*loc, where]), *code)
     value = first.get("input")
     if kind in ("greater_than_equal", "greater_than"):
         limit = first["ctx"].get("ge", first["ctx"].get("gt"))

@@ -6,6 +6,9 @@ import json
 import time
 from typing import Any
 
+from pydantic import ValidationError
+
+from .errors import invalid
 from .generation import Answer, Ask, answer
 from .handlers import GenerationHandler, chat_prompt, last_user
 from .protocol import Message, ResponseRequest
@@ -29,15 +32,19 @@ class ResponsesHandler(GenerationHandler):
                 content = item.get("content")
                 if isinstance(content, list):
                     content = [{"type": "text", "text": p.get("text", "")} for p in content if isinstance(p, dict)]
-                found.append(Message(role=item.get("role", "user"), content=content))
+                found.append(Message(role=item.get("role", "user"), content="" if content is None else content))
             elif item.get("type") == "function_call_output":
-                found.append(Message(role="tool", content=str(item.get("output", "")), tool_call_id=item.get("call_id")))
+                found.append(Message(role="tool", content=str(item.get("output", "")),
+                                     tool_call_id=str(item.get("call_id", ""))))
         return found or [Message(role="user", content="")]
 
     async def respond(self) -> None:
         state = self.state
         body, model, _fault = await self.begin(ResponseRequest)
-        messages = self.messages(body)
+        try:
+            messages = self.messages(body)
+        except ValidationError as error:  # an input item that is no chat message (a role of its own, say)
+            raise invalid(f"Invalid 'input': {error.errors()[0]['msg']}.", "input") from None
         prompt_tokens = state.tokenizer.chat_prompt_tokens([m.model_dump(exclude_none=True) for m in messages])
         budget = self.admit(model, prompt_tokens, body.max_output_tokens)
         prompt = chat_prompt(messages)
@@ -57,13 +64,16 @@ class ResponsesHandler(GenerationHandler):
         [call] = self.submit(model, prompt_tokens, [result], 0, body.stream)
         response_id = "resp_" + state.new_id(12)
         item_id = ("fc_" if result.tool_calls else "msg_") + state.new_id(12)
-        skeleton = self._response(body, response_id, "in_progress", [], None)
+        created = int(time.time())
+        # the cap cut the answer: the response ends `incomplete` (§5.3), its item too
+        status = "incomplete" if result.finish_reason == "length" else "completed"
+        skeleton = self._response(body, response_id, created, "in_progress", [], None)
         if not body.stream:
             if not await self.settle([call], [result.finish_reason], body.max_output_tokens):
                 return
-            output = [self._item(result, item_id, "completed")]
+            output = [self._item(result, item_id, status)]
             usage = self.usage(prompt_tokens, result.tokens)
-            self.finish(json.dumps(self._response(body, response_id, "completed", output, usage)))
+            self.finish(json.dumps(self._response(body, response_id, created, status, output, usage)))
             return
         self.start_stream()
         sequence = [0]
@@ -85,7 +95,7 @@ class ResponsesHandler(GenerationHandler):
                 if event == "failed":
                     failed[0] = True
                     error = self.engine_error(call)
-                    emit("response.failed", response={**self._response(body, response_id, "failed", [], None),
+                    emit("response.failed", response={**self._response(body, response_id, created, "failed", [], None),
                                                       "error": {"code": "server_error", "message": error.message}})
                 return
             if position[0] == 0:
@@ -109,7 +119,7 @@ class ResponsesHandler(GenerationHandler):
             return
         if self.gone:
             return
-        final = self._item(result, item_id, "completed")
+        final = self._item(result, item_id, status)
         if result.tool_calls:
             call_ = result.tool_calls[0]
             emit("response.function_call_arguments.done", item_id=item_id, output_index=0, name=call_.name,
@@ -119,7 +129,7 @@ class ResponsesHandler(GenerationHandler):
                  logprobs=[])
             emit("response.content_part.done", item_id=item_id, output_index=0, content_index=0, part=final["content"][0])
         emit("response.output_item.done", output_index=0, item=final)
-        emit("response.completed", response=self._response(body, response_id, "completed", [final],
+        emit(f"response.{status}", response=self._response(body, response_id, created, status, [final],
                                                            self.usage(prompt_tokens, result.tokens)))
         self.finish()
 
@@ -139,13 +149,16 @@ class ResponsesHandler(GenerationHandler):
                 "output_tokens_details": {"reasoning_tokens": 0}, "total_tokens": prompt + output}
 
     @staticmethod
-    def _response(body: ResponseRequest, response_id: str, status: str, output: list[dict[str, Any]],
+    def _response(body: ResponseRequest, response_id: str, created: int, status: str, output: list[dict[str, Any]],
                   usage: dict[str, Any] | None) -> dict[str, Any]:
-        now = int(time.time())
-        return {"id": response_id, "object": "response", "created_at": now, "status": status,
-                "completed_at": now if status == "completed" else None, "error": None, "incomplete_details": None,
+        """The response object; `created_at` is the creation time in every event, `completed_at` the end's.
+        `previous_response_id` is echoed as given: responses are not stored, so an id is not looked up."""
+        return {"id": response_id, "object": "response", "created_at": created, "status": status,
+                "completed_at": int(time.time()) if status == "completed" else None, "error": None,
+                "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,
                 "instructions": body.instructions, "max_output_tokens": body.max_output_tokens, "model": body.model,
-                "output": output, "parallel_tool_calls": body.parallel_tool_calls, "previous_response_id": None,
+                "output": output, "parallel_tool_calls": body.parallel_tool_calls,
+                "previous_response_id": body.previous_response_id,
                 "reasoning": {"effort": None, "summary": None}, "store": body.store, "temperature": body.temperature or 1.0,
                 "text": body.text or {"format": {"type": "text"}}, "tool_choice": body.tool_choice, "tools": body.tools,
                 "top_p": body.top_p or 1.0, "truncation": "disabled", "usage": usage, "user": body.user,

@@ -62,7 +62,8 @@ Chat prompts (`chat_prompt_tokens`) follow OpenAI's published counting rule (the
 of the message encoded (role, content, name, tool_call_id, ...), 1 more for a `name`, and 3 for the
 primer of the reply (`<|start|>assistant<|message|>`). aisim adds what that rule leaves out: list
 content counts its text and refusal parts and `IMAGE_PART_TOKENS` per image; each tool call counts
-its function name and arguments plus `TOKENS_PER_TOOL_CALL` for its framing.
+its function name and arguments plus `TOKENS_PER_TOOL_CALL` for its framing. `chat_prompt_ids` gives
+the ids of that same template (vLLM's `/tokenize` of `messages`), so the two always agree.
 
 Other tokenizers plug in by name with `register_tokenizer`; `get_tokenizer(name)` builds each one
 once.
@@ -74,7 +75,7 @@ import bisect
 import operator
 import re
 import string
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, Protocol
 
 TOKENS_PER_MESSAGE = 3
@@ -88,6 +89,8 @@ TOKENS_PER_TOOL_CALL = 3
 IMAGE_PART_TOKENS = 85
 """An image content part: OpenAI's price of a `detail: low` image (GPT-4o); higher detail costs more."""
 DEFAULT_TOKENIZER = "heuristic"
+TEMPLATE_TOKEN = "\ue000"
+"""The text of a chat-template token in `chat_prompt_ids`: a private-use character, one piece."""
 
 
 class Tokenizer(Protocol):
@@ -260,37 +263,59 @@ class HeuristicTokenizer(Tokenizer):
 
 def chat_prompt_tokens(messages: list[dict[str, Any]], tokenizer: Tokenizer) -> int:
     """Prompt tokens of chat `messages`: their fields plus the chat template (see the module docstring)."""
-    total = REPLY_PRIMER_TOKENS
-    for message in messages:
-        total += TOKENS_PER_MESSAGE
-        for key, value in message.items():
-            if key == "content":
-                total += _content_tokens(value, tokenizer)
-            elif key == "tool_calls":
-                total += sum(_call_tokens(call.get("function") or {}, tokenizer) for call in value or [])
-            elif key == "function_call" and isinstance(value, dict):
-                total += _call_tokens(value, tokenizer)
-            elif isinstance(value, str):
-                total += tokenizer.count(value) + (TOKENS_PER_NAME if key == "name" else 0)
+    count = tokenizer.count
+    total = 0
+    for segment in _chat_template(messages):
+        total += segment if isinstance(segment, int) else count(segment)
     return total
 
 
-def _content_tokens(content: Any, tokenizer: Tokenizer) -> int:
-    if isinstance(content, str):
-        return tokenizer.count(content)
-    total = 0
+def chat_prompt_ids(messages: list[dict[str, Any]], tokenizer: Tokenizer, add_generation_prompt: bool = True) -> list[int]:
+    """The ids of the prompt `chat_prompt_tokens` counts (vLLM's `/tokenize` of `messages`): the same template,
+    so that the two agree. Text is encoded; a template token (`<|start|>`, an image, ...) is the id of
+    `TEMPLATE_TOKEN`. Without `add_generation_prompt`, the reply's primer is left out."""
+    mark = tokenizer.encode(TEMPLATE_TOKEN)[:1]
+    ids: list[int] = []
+    for segment in _chat_template(messages, add_generation_prompt):
+        ids += mark * segment if isinstance(segment, int) else tokenizer.encode(segment)
+    return ids
+
+
+def _chat_template(messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> Iterator[str | int]:
+    """The chat template of `messages` in order, as text to tokenize (a str) and runs of template tokens (an int)."""
+    for message in messages:
+        yield 1  # <|start|>, then the role (a string field like the others)
+        for key, value in message.items():
+            if value.__class__ is str:  # the common case first: a role, a text content, a name
+                yield value
+                if key == "name":
+                    yield TOKENS_PER_NAME
+            elif key == "content":
+                yield from _content(value)
+            elif key == "tool_calls":
+                for call in value or []:
+                    yield from _call(call.get("function") or {})
+            elif key == "function_call" and isinstance(value, dict):
+                yield from _call(value)
+        yield TOKENS_PER_MESSAGE - 1  # <|message|> and <|end|>
+    if add_generation_prompt:
+        yield REPLY_PRIMER_TOKENS
+
+
+def _content(content: Any) -> Iterator[str | int]:
     for part in content if isinstance(content, list) else []:
         kind = part.get("type") if isinstance(part, dict) else None
         if kind in ("text", "refusal") and isinstance(part.get(kind), str):
-            total += tokenizer.count(part[kind])
+            yield part[kind]
         elif kind == "image_url":
-            total += IMAGE_PART_TOKENS
-    return total
+            yield IMAGE_PART_TOKENS
 
 
-def _call_tokens(function: dict[str, Any], tokenizer: Tokenizer) -> int:
-    return TOKENS_PER_TOOL_CALL + sum(tokenizer.count(function[k]) for k in ("name", "arguments")
-                                      if isinstance(function.get(k), str))
+def _call(function: dict[str, Any]) -> Iterator[str | int]:
+    yield TOKENS_PER_TOOL_CALL
+    for key in ("name", "arguments"):
+        if isinstance(function.get(key), str):
+            yield function[key]
 
 
 class UnknownTokenizerError(LookupError):

@@ -13,6 +13,8 @@ from typing import Any
 
 from .errors import ApiError, invalid
 from .handlers import BaseHandler
+from .protocol import TokenizeRequest, parse
+from .tokenizer import chat_prompt_ids
 
 VLLM_VERSION = "0.34.0"
 
@@ -25,35 +27,28 @@ def _vllm_error(status: int, message: str, kind: str, param: str | None = None) 
 
 
 class TokenizeHandler(BaseHandler):
-    """`POST /tokenize`: a prompt or chat messages to token ids."""
+    """`POST /tokenize`: a prompt, or chat messages under the template chat's `usage` counts, to token ids."""
 
     async def post(self) -> None:
         async def work() -> None:
-            body = self.json_body()
-            if not isinstance(body, dict) or ("prompt" not in body and "messages" not in body):
+            body = parse(TokenizeRequest, self.json_body())
+            if body.prompt is None and body.messages is None:
                 raise invalid("Either `prompt` or `messages` must be given.", "prompt")
-            model = self.find_model(body.get("model") or self.state.scenario.models[0].id)
+            model = self.find_model(body.model or self.state.scenario.models[0].id)
             tokenizer = self.state.tokenizer
-            if "messages" in body:
-                text = "".join(f"<|{m.get('role', 'user')}|>{_text(m.get('content'))}" for m in body["messages"]
-                               if isinstance(m, dict))
-                if body.get("add_generation_prompt", True):
-                    text += "<|assistant|>"
+            if body.messages is not None:
+                ids = chat_prompt_ids([m.model_dump(exclude_none=True) for m in body.messages], tokenizer,
+                                      body.add_generation_prompt)
+                if body.tools:  # as chat counts them: the tool definitions are part of the prompt
+                    ids += tokenizer.encode(json.dumps([t.function.model_dump() for t in body.tools]))
             else:
-                text = str(body["prompt"])
-            ids = tokenizer.encode(text)
+                ids = tokenizer.encode(body.prompt or "")
             answer: dict[str, Any] = {"count": len(ids), "max_model_len": self.state.max_model_len(model), "tokens": ids}
-            if body.get("return_token_strs"):
-                answer["token_strs"] = tokenizer.pieces(text)
+            if body.return_token_strs:
+                answer["token_strs"] = [tokenizer.decode([i]) for i in ids]
             self.finish(json.dumps(answer))
 
         await self.guarded(work)
-
-
-def _text(content: Any) -> str:
-    if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-    return "" if content is None else str(content)
 
 
 class DetokenizeHandler(BaseHandler):

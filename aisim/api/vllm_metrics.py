@@ -350,6 +350,13 @@ class VllmMetrics:
         series.prefix_queries.inc(prefix_cache_queries)
         series.prefix_hits.inc(prefix_cache_hits)
 
+    def record_tokens(self, model: str, *, engine: int = 0, prompt_tokens: int = 0, generation_tokens: int = 0) -> None:
+        """Tokens processed outside engine steps (`vllm:prompt_tokens`, `vllm:generation_tokens`): an engine
+        that reports no steps (a mock one) counts its requests' tokens this way, without `iteration_tokens`."""
+        series = self._engine(model, engine)
+        series.prompt_tokens.inc(prompt_tokens)
+        series.generation_tokens.inc(generation_tokens)
+
     def record_finished(self, model: str, *, engine: int = 0, finished_reason: FinishedReason,
                         prompt_tokens: int, generation_tokens: int, max_tokens: int | None, e2e: float,
                         queue: float | None, prefill: float | None = None, decode: float | None = None,
