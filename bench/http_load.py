@@ -38,10 +38,20 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def wrk(url: str, body: object, seconds: int, connections: int, pid: int) -> tuple[float, float]:
-    """Requests per second of `wrk` POSTing `body` (JSON) to `url`, and the CPU microseconds the server
-    process `pid` spent per request meanwhile; fails on any non-2xx answer."""
-    used = cpu_seconds(pid)
+def stolen_seconds(core: int = 0) -> float:
+    """Time the hypervisor has given a core's turn to other guests so far (`/proc/stat`, the steal column):
+    on a shared VM, the noise that makes one run of the same server slower than the next."""
+    for line in Path("/proc/stat").read_text().splitlines():
+        if line.startswith(f"cpu{core} "):
+            return int(line.split()[8]) / os.sysconf("SC_CLK_TCK")
+    return 0.0
+
+
+def wrk(url: str, body: object, seconds: int, connections: int, pid: int) -> tuple[float, float, float]:
+    """Requests per second of `wrk` POSTing `body` (JSON) to `url`, the CPU microseconds the server process
+    `pid` (on core 0) spent per request meanwhile, and the share of core 0 the host stole; fails on any
+    non-2xx answer."""
+    used, stolen = cpu_seconds(pid), stolen_seconds()
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write('wrk.method = "POST"\nwrk.headers["Content-Type"] = "application/json"\n'
                      f"wrk.body = {json.dumps(json.dumps(body))}\n")
@@ -50,16 +60,18 @@ def wrk(url: str, body: object, seconds: int, connections: int, pid: int) -> tup
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     if errors:
         raise RuntimeError(f"{errors.group(1)} failed responses:\n{out}")
-    used = cpu_seconds(pid) - used
+    used, stolen = cpu_seconds(pid) - used, stolen_seconds() - stolen
     requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
-    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1)), used / requests * 1e6  # type: ignore[union-attr]
+    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    return rate, used / requests * 1e6, stolen / seconds
 
 
 def compare(scenario: Path, path: str, body: object, target: float, what: str, description: str) -> None:
     """Requests/s of `aisim serve SCENARIO` against a bare Tornado handler that returns the body aisim
     answered, both pinned to one core, under the same `wrk` load, in alternating rounds (a shared machine's
     speed drifts by 10-20 % between runs of a few seconds: one run of each gave ratios from 0.55 to 0.70
-    for the same build); prints each round (with each server's CPU time per request) and the median of the rounds' ratios."""
+    for the same build); prints each round (with each server's CPU time per request and the share of its core the host stole)
+    and the median of the rounds' ratios."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--seconds", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=5)
@@ -83,12 +95,13 @@ def compare(scenario: Path, path: str, body: object, target: float, what: str, d
             time.sleep(0.2)
             rounds = []
             for _ in range(args.rounds):
-                baseline, bare_cpu = wrk(f"http://127.0.0.1:{bare_port}{path}", body, args.seconds, args.connections,
-                                         bare.pid)
-                measured, aisim_cpu = wrk(url, body, args.seconds, args.connections, aisim.pid)
+                baseline, bare_cpu, bare_stolen = wrk(f"http://127.0.0.1:{bare_port}{path}", body, args.seconds,
+                                                      args.connections, bare.pid)
+                measured, aisim_cpu, aisim_stolen = wrk(url, body, args.seconds, args.connections, aisim.pid)
                 rounds.append((baseline, measured))
-                print(f"round     bare {baseline:,.0f} requests/s ({bare_cpu:.0f} us CPU each), aisim {measured:,.0f} "
-                      f"requests/s ({aisim_cpu:.0f} us CPU each): {measured / baseline:.2f}", flush=True)
+                print(f"round     bare {baseline:,.0f} requests/s ({bare_cpu:.0f} us CPU each, {bare_stolen:.0%} stolen), "
+                      f"aisim {measured:,.0f} requests/s ({aisim_cpu:.0f} us CPU each, {aisim_stolen:.0%} stolen): "
+                      f"{measured / baseline:.2f}", flush=True)
         finally:
             bare.terminate()
     finally:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import httpx
 import numpy as np
-from http_load import cpu_seconds, free_port
+from http_load import cpu_seconds, free_port, stolen_seconds
 
 ROOT = Path(__file__).resolve().parent.parent
 GAP_S = 0.020
@@ -70,7 +70,7 @@ def main() -> None:
     try:
         server.stdout.readline()  # type: ignore[union-attr]
         url = f"http://127.0.0.1:{port}/v1/chat/completions"
-        cpu = cpu_seconds(server.pid)
+        cpu, stolen = cpu_seconds(server.pid), stolen_seconds()
         if args.client == "node":
             started = time.perf_counter()
             out = subprocess.run(["taskset", "-c", "1", "node", str(ROOT / "bench" / "stream_client.mjs"), url,
@@ -80,7 +80,7 @@ def main() -> None:
         else:
             results, wall = asyncio.run(drive(url, args.streams, args.tokens))
         rss = peak_rss_mb(server.pid)
-        cpu = cpu_seconds(server.pid) - cpu
+        cpu, stolen = cpu_seconds(server.pid) - cpu, stolen_seconds() - stolen
     finally:
         server.terminate()
     gaps = np.concatenate([np.diff(s) for s in results if len(s) > 1])
@@ -101,6 +101,7 @@ def main() -> None:
     print(f"server    peak RSS {rss:.0f} MB; CPU {cpu:.2f} s, {cpu / tokens * 1e6:.0f} us per token, "
           f"{cpu / busy * 100:.0f} % of its core over the {busy:.1f} s the streams ran (near 100 %: saturated, the "
           f"machine is too slow for this load; well below with late tokens: other work took the core)")
+    print(f"host      {stolen:.2f} s of the server's core stolen by the hypervisor during the run ({stolen / wall:.0%})")
     print(f"target    p99 within 5 ms: {'PASS' if np.percentile(stray_ms, 99) <= 5 else 'FAIL'}; "
           f">= 95 % of the asked rate: {'PASS' if rate >= 0.95 * asked else 'FAIL'}")
 
