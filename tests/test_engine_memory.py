@@ -131,17 +131,24 @@ def test_an_onnx_runtime_arena_takes_regions_doubling_in_size_and_keeps_them() -
     assert [arena.extension(size) for size in sizes] == [mib, 0, 2 * mib, 0, 10 * mib, 0, 11 * mib]
 
 
-def test_a_triton_execution_frees_its_own_memory_and_not_another_instance_s() -> None:
-    """Two instances of a Python-backend model run at once; the first to end used to free both executions'
-    activations. At every event, each busy instance holds exactly one run's."""
+def _python_backend(instances: int) -> tuple[Simulation, TritonEngine]:
+    """A Python-backend Triton model (batch 1) with `instances` instances on a T4, and four requests arriving at
+    once; the workload is started, no event has run."""
     model = {"id": "py", "family": "resnet-50", "runtime": "python", "placement": {"gpus": ["g"]},
-             "kserve": {"maxBatchSize": 1, "instanceGroups": [{"count": 2}]}}
+             "kserve": {"maxBatchSize": 1, "instanceGroups": [{"count": instances}]}}
     sources = [{"name": "b", "model": "py", "arrival": {"kind": "batch", "requests": 4}, "promptTokens": 1,
                 "outputTokens": 0}]
     sim = Simulation(scenario([model], sources, gpus=[{"id": "g", "profile": "T4"}]))
     (engine,) = sim.served_models[0].engines
     assert isinstance(engine, TritonEngine)
     sim.start_workload()
+    return sim, engine
+
+
+def test_a_triton_execution_frees_its_own_memory_and_not_another_instance_s() -> None:
+    """Two instances of a Python-backend model run at once; the first to end used to free both executions'
+    activations. At every event, each busy instance holds exactly one run's."""
+    sim, engine = _python_backend(instances=2)
     overlapping = 0
     while sim.kernel.peek() is not None:
         sim.kernel.step()
@@ -155,14 +162,7 @@ def test_a_triton_request_given_up_in_the_queue_is_canceled_and_one_given_up_whi
     """One instance, four requests at once: the first runs, three queue. The client of the running one and
     of one queued one go away: the queued one leaves the queue as a CANCELED failure, the running one
     finishes (counted as served: Triton does not stop an execution under way)."""
-    model = {"id": "py", "family": "resnet-50", "runtime": "python", "placement": {"gpus": ["g"]},
-             "kserve": {"maxBatchSize": 1, "instanceGroups": [{"count": 1}]}}
-    sources = [{"name": "b", "model": "py", "arrival": {"kind": "batch", "requests": 4}, "promptTokens": 1,
-                "outputTokens": 0}]
-    sim = Simulation(scenario([model], sources, gpus=[{"id": "g", "profile": "T4"}]))
-    (engine,) = sim.served_models[0].engines
-    assert isinstance(engine, TritonEngine)
-    sim.start_workload()
+    sim, engine = _python_backend(instances=1)
     while len(sim.requests) < 4 or not any(i.busy for i in engine.instances):
         sim.kernel.step()
     running, queued = sim.requests[0], sim.requests[2]
