@@ -399,3 +399,26 @@ def test_classification_returns_each_entrys_top_classes_as_triton_writes_them(
     with pytest.raises(InferenceServerException, match="class result not available for output due to unsupported "
                                                           "type 'BYTES'"):
         client.infer("simple", [numbers, text], outputs=[triton.InferRequestedOutput("LABELS", class_count=1)])
+
+
+def test_a_load_with_a_config_override_serves_the_new_batching_and_instances(tmp_path: Path) -> None:
+    """`load_model(config=...)`: the model comes back with the override's max batch size and instance count
+    (config, and an over-large batch refused with the new limit); a config that is not a ModelConfig is a 400."""
+    with running_server(TEST_SCENARIOS / "serve" / "triton.yaml") as url:
+        client = triton.InferenceServerClient(url.removeprefix("http://"))
+        override = {"max_batch_size": 4, "dynamic_batching": {"preferred_batch_size": [2, 4]},
+                    "instance_group": [{"count": 3}]}
+        client.load_model("resnet50", config=json.dumps(override))
+        config = client.get_model_config("resnet50")
+        assert config["max_batch_size"] == 4 and [g["count"] for g in config["instance_group"]] == [3]
+        assert config["dynamic_batching"]["preferred_batch_size"] == [2, 4]
+        assert [i["name"] for i in config["input"]] == ["input"]  # what the override does not name stays
+        assert client.is_model_ready("resnet50")
+        with pytest.raises(InferenceServerException, match="inference request batch-size must be <= 4"):
+            client.infer("resnet50", [image(8)])
+        assert client.infer("resnet50", [image(4)]).as_numpy("output").shape == (4, 10)
+        with pytest.raises(InferenceServerException) as error:
+            client.load_model("resnet50", config="{not json")
+        assert error.value.status() == "400" and "the config override is not a ModelConfig" in error.value.message()
+        with pytest.raises(InferenceServerException, match="not a ModelConfig"):
+            client.load_model("resnet50", config=json.dumps({"max_batch_size": "many"}))

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import tornado.web
+from pydantic import ValidationError
 
 from ..engine.batcher import QUEUE_FULL, TritonEngine
 from ..engine.deployment import ServedModel
@@ -28,6 +29,7 @@ from ..engine.lifecycle import State
 from ..engine.live import Call
 from ..engine.workload import Arrival
 from ..scenario.models import KServe, Model, Tensor, Version
+from ..scenario.repository import kserve_section
 from .kserve_tensors import (
     HEADER,
     InferRequest,
@@ -44,7 +46,7 @@ from .kserve_tensors import (
 )
 from .recording import Recording
 from .server import ServerState
-from .triton_config import model_config, platform_of
+from .triton_config import model_config, model_config_types, platform_of
 
 TRITON_VERSION = "2.61.0"
 EXTENSIONS = ["classification", "sequence", "model_repository", "model_repository(unload_dependents)",
@@ -429,8 +431,18 @@ class RepositoryHandler(KServeHandler):
             raise KServeError(500, f"failed to load '{name}', failed to poll from model repository")
         served = self.state.served(model)
         if action == "load":
-            self._check_load_body()
-            problem = await self.state.live.act(served.request_load)
+            override = self._load_override(served)
+            if override is not None and override != (served.model.kserve or KServe()):
+                # a new config: the version is built again (unloaded, then loaded with it; Triton keeps the old
+                # instances serving until the new ones are ready, aisim has the model unavailable meanwhile)
+                def rebuild(done: Callable[[str], None]) -> None:
+                    served.reconfigure(override)
+                    served.request_load(done)
+
+                await self._unload(served)
+                problem = await self.state.live.act(rebuild)
+            else:
+                problem = await self.state.live.act(served.request_load)
             if self.state.recording is not None:
                 self.state.recording.load(model.id, served.lifecycle.active, self.request.request_time(), problem)
             if problem:
@@ -438,24 +450,58 @@ class RepositoryHandler(KServeHandler):
                 raise KServeError(400, f"load failed for model '{name}': version {version} is at UNAVAILABLE state: "
                                        f"{problem};\n")
         else:
-            unloaded: Callable[[Callable[[bool], None]], None] = lambda done: served.request_unload(lambda: done(True))
-            await self.state.live.act(unloaded)
+            await self._unload(served)
         self.clear_header("Content-Type")
         self.finish()
 
-    def _check_load_body(self) -> None:
-        """A load may carry a config and files (base64); aisim checks they decode, and serves the scenario's model."""
+    async def _unload(self, served: ServedModel) -> None:
+        """Unload every loaded version, returning once they have drained."""
+        unloaded: Callable[[Callable[[bool], None]], None] = lambda done: served.request_unload(lambda: done(True))
+        await self.state.live.act(unloaded)
+
+    def _load_override(self, served: ServedModel) -> KServe | None:
+        """A load's `config` override (§10.2, a `ModelConfig` as a JSON string) as the model's new batching and
+        instances, or None without one; `file:` overrides only need to decode (aisim serves no model files).
+
+        Triton uses the override in place of `config.pbtxt`; aisim takes from it what it simulates, the fields
+        the override names (`max_batch_size`, `dynamic_batching`, `instance_group`), and keeps the rest of the
+        model as the scenario declares it. The reference has no error texts here: these are aisim's."""
         body = self.json_body()
         parameters = body.get("parameters") if isinstance(body, dict) else None
         parameters = parameters if isinstance(parameters, dict) else {}
         files = [k for k in parameters if k.startswith("file:")]
-        if files and "config" not in parameters:  # Triton's wording is not in the reference: aisim's own
+        if files and "config" not in parameters:
             raise KServeError(400, "'file:' overrides need a 'config' parameter")
         for key in files:
             try:
                 base64.b64decode(parameters[key], validate=True)
             except (ValueError, TypeError):
                 raise KServeError(400, f"failed to decode '{key}' as base64") from None
+        text = parameters.get("config")
+        if text is None:
+            return None
+        name = served.model.id
+        from google.protobuf import json_format
+
+        try:
+            document = json.loads(text) if isinstance(text, str) else None
+            if not isinstance(document, dict):
+                raise TypeError("not a JSON object in a string")
+            config = json_format.ParseDict(document, model_config_types().ModelConfig())
+        except (ValueError, TypeError, json_format.ParseError) as error:
+            raise KServeError(400, f"failed to load '{name}', the config override is not a ModelConfig: {error}") from None
+        given = kserve_section(config, list(self.state.sim.gpus))
+        current = (served.model.kserve or KServe()).model_dump(by_alias=True, exclude_none=True)
+        named = {"max_batch_size": "maxBatchSize", "dynamic_batching": "dynamicBatching",
+                 "instance_group": "instanceGroups"}
+        merged = {**current, **{key: given[key] for field, key in named.items() if field in document and key in given}}
+        if "dynamic_batching" in document and "dynamicBatching" not in given:
+            merged.pop("dynamicBatching", None)
+        try:
+            return KServe.model_validate(merged)
+        except ValidationError as error:
+            raise KServeError(400, f"failed to load '{name}', the config override cannot be served: "
+                                   f"{error.errors(include_url=False)[0]['msg']}") from None
 
 
 class LoggingHandler(KServeHandler):

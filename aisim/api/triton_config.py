@@ -27,7 +27,7 @@ def platform_of(model: Model) -> str:
     return (model.kserve.platform if model.kserve and model.kserve.platform else None) or platform or backend
 
 
-def _pb() -> Any:
+def model_config_types() -> Any:
     try:
         from tritonclient.grpc import model_config_pb2
     except (ImportError, RuntimeError) as error:
@@ -37,7 +37,7 @@ def _pb() -> Any:
 
 def model_config(model: Model, tensors: tuple[list[Tensor], list[Tensor]], device_indices: list[list[int]]) -> dict[str, Any]:
     """The `/config` answer for a model: its inputs and outputs, batching and instance groups."""
-    pb = _pb()
+    pb = model_config_types()
     from google.protobuf import json_format
 
     kserve = model.kserve or KServe()

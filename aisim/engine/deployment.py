@@ -292,6 +292,11 @@ class ServedModel:
 
     # -- repository control (Triton's load and unload API) -----------------------------------
 
+    def reconfigure(self, kserve: KServe) -> None:
+        """A Triton load with a config override: the versions built from now on batch and run their instances
+        as `kserve` says (the model's other settings are unchanged)."""
+        self.model = self.model.model_copy(update={"kserve": kserve})
+
     def request_load(self, done: Callable[[str], None]) -> None:
         """Load the serving version now (or load it again: it keeps serving meanwhile); `done` gets ''
         or why it failed, once the simulated load time has passed."""

@@ -102,7 +102,7 @@ def _model(folder: Path, devices: list[str]) -> dict[str, Any]:
                                     "value { string_value: \"resnet-50\" } } or put an ONNX file in the version folder")
     entry["versions"] = [{"version": str(number), "inputs": inputs, "outputs": outputs} for number, _ in versions]
     entry["lifecycle"] = {"initialVersion": str(versions[-1][0])}
-    entry["kserve"] = _kserve(config, devices)
+    entry["kserve"] = kserve_section(config, devices)
     entry["placement"] = {"gpus": list(dict.fromkeys(d for g in entry["kserve"]["instanceGroups"] for d in g["gpus"]))}
     return entry
 
@@ -124,7 +124,9 @@ def _tensor(tensor: Any, batched: bool) -> dict[str, Any]:
             "shape": ([-1] if batched else []) + list(tensor.dims)}
 
 
-def _kserve(config: Any, devices: list[str]) -> dict[str, Any]:
+def kserve_section(config: Any, devices: list[str]) -> dict[str, Any]:
+    """A Triton `ModelConfig` (protobuf) as a scenario model's `kserve` section (camelCase, unvalidated);
+    `devices` are the GPU ids an instance group's `gpus` indices name."""
     from tritonclient.grpc import model_config_pb2
 
     kserve: dict[str, Any] = {"platform": config.platform or config.backend, "maxBatchSize": config.max_batch_size}
