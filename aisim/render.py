@@ -40,7 +40,8 @@ def _section(title: str, section: dict[str, Any]) -> list[str]:
     throughput = section.get("throughput")
     if throughput:
         lines.append(f"  throughput: {throughput['requests_per_s']:.2f} req/s, "
-                     f"{throughput['input_tokens_per_s']:,.0f} input tok/s, {throughput['output_tokens_per_s']:,.0f} output tok/s")
+                     f"{throughput['input_tokens_per_s']:,.0f} input tok/s, {throughput['output_tokens_per_s']:,.0f} output tok/s "
+                     f"over the {throughput['span_s']:,.1f} s from the first arrival to the last completion")
     engine = section.get("engine")
     if engine and "instances" in engine:
         batch = "-" if engine["mean_batch"] is None else f"{engine['mean_batch']:.2f}"
@@ -56,7 +57,7 @@ def _section(title: str, section: dict[str, Any]) -> list[str]:
         kv = section["kv_usage"]
         memory = section["memory_gib"]
         usage = f"KV usage: peak {kv['peak'] * 100:.1f} %, mean {kv['mean'] * 100:.1f} %; " if kv else ""
-        lines.append(f"  {usage}preemptions {section['preemptions']}; peak memory {memory['peak_used']:.2f} of "
+        lines.append(f"  {usage}preemptions {section['preemptions']}; peak memory used {memory['peak_used']:.2f} of "
                      f"{memory['capacity']:.2f} GiB")
     return lines
 

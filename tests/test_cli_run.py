@@ -83,3 +83,18 @@ def test_the_text_report_shows_each_versions_state_and_rollbacks(python: str) ->
     xid = _aisim(python, "run", str(SCENARIOS / "xid.yaml"), "--json")
     model = next(iter(json.loads(xid.stdout)["models"].values()))
     assert model["state"] == model["versions"]["states"][model["versions"]["active"]] == "DEGRADED"
+
+
+def test_throughput_says_its_span_and_peak_memory_says_it_is_used(python: str) -> None:
+    """Throughput is over the requests' span, busy over the whole run: with --until 1h both must say so."""
+    text = _aisim(python, "run", "--until", "1h")
+    assert text.returncode == 0, text.stderr
+    llama = text.stdout.split("model llama3-8b-sim (simulated)\n")[1].split("\n\n")[0]
+    match = re.search(r"output tok/s over the ([\d.]+) s from the first arrival to the last completion\n", llama)
+    assert match and 50 < float(match.group(1)) < 100  # the traffic's minute, not the 3,600 simulated s
+    assert re.search(r"; peak memory used [\d.]+ of [\d.]+ GiB$", llama)
+    report = json.loads(_aisim(python, "run", "--until", "1h", "--json").stdout)
+    model = report["models"]["llama3-8b-sim"]
+    throughput = model["throughput"]
+    assert f"over the {throughput['span_s']:.1f} s" in llama
+    assert abs(throughput["requests_per_s"] * throughput["span_s"] - model["requests"]["completed"]) < 0.01

@@ -164,3 +164,29 @@ def test_models_sharing_a_gpu_cannot_reserve_more_than_all_of_it() -> None:
     assert (line, path) == (7, "$.models[1].engine.gpuMemoryUtilization")
     assert message.startswith("GPU 'g' is oversubscribed") and "1.10 (a 0.6, b 0.5)" in message
     assert errors(body.replace("0.5}", "0.4}")) == []
+
+
+def test_a_batch_must_arrive_within_the_workloads_duration() -> None:
+    """Arrivals stop at `duration`: a batch after it would validate and bring no request."""
+    body = (
+        "models: [{id: m, latency: {total: 1s}}]\n"
+        "workload:\n  duration: 5s\n  sources:\n"
+        "    - {name: s, model: m, arrival: {kind: batch, requests: 8, at: 1h}, promptTokens: 10, outputTokens: 10}\n"
+    )
+    assert errors(body) == [(8, 67, "$.workload.sources[0].arrival.at",  # the value 1h
+                             ("the batch arrives at 1h, after the workload's duration (5s), so it brings no request: "
+                              "at must be at most 5s"))]
+    assert errors(body.replace("at: 1h", "at: 5s")) == []  # a batch at the duration still arrives
+    broken = errors(body.replace("5s", "5 parsecs"))  # reported once, by the schema
+    assert [path for _, _, path, _ in broken] == ["$.workload.duration"]
+    [(_, _, path, message)] = errors(body.replace("  duration: 5s\n", "").replace("at: 1h", "at: 721h"))
+    assert path == "$.workload.sources[0].arrival.at" and "after the longest workload (720h)" in message
+
+
+def test_an_oom_fault_may_ask_for_more_than_its_gpu() -> None:
+    """The hog takes `size` or, when less is free, all that is free (`OutOfMemory`): 200GiB on an 80 GB GPU
+    means "all of it", so validation leaves it alone."""
+    assert errors(
+        "gpus: [{id: g, profile: H100-SXM}]\nmodels: [{id: m, family: llama-3-8b, placement: {gpus: [g]}}]\n"
+        "faults:\n  - {kind: oom, size: 200GiB, trigger: {at: 1s}, scope: {gpus: [g]}}\n"
+    ) == []

@@ -4,7 +4,9 @@ Intervals follow vLLM's metric definitions (`vllm-engine-and-perf-model.md` §2)
 arrival to first scheduled, TTFT arrival to first token, ITL the gap between consecutive tokens
 of a request (a preemption's recompute is charged to it), E2E arrival to last token. Statistics
 are over completed requests (ITL over all their token gaps). Throughput divides by the span from
-the first arrival to the last completion. KV usage is time-weighted over the engine's steps. With
+the first arrival to the last completion (`span_s`), while busy fractions and KV usage are over the
+whole simulated time; KV usage is time-weighted over the engine's steps. `memory_gib.peak_used` is the
+memory the engine used at its KV peak, not what the GPU's pool reserved (its `gpus` section). With
 GPU telemetry on, each GPU has a `telemetry` section (`GpuTelemetry.summary`).
 """
 
@@ -68,12 +70,13 @@ def _request_section(requests: list[Request], engines: Iterable[Engine]) -> dict
     section["e2e"] = _stats(np.array([r.finished_at for r in completed], dtype=np.int64) - arrival)
     section["queue"] = _stats(np.array([r.scheduled_at for r in completed], dtype=np.int64) - arrival)
     if completed:
-        span = (max(r.finished_at for r in completed) - min(r.arrival for r in requests)) / NS
-        span = span or 1e-9
+        span_s = (max(r.finished_at for r in completed) - min(r.arrival for r in requests)) / NS
+        span = span_s or 1e-9
         section["throughput"] = {
             "requests_per_s": _round(len(completed) / span),
             "input_tokens_per_s": _round(sum(r.prompt for r in completed) / span),
             "output_tokens_per_s": _round(sum(r.generated for r in completed) / span),
+            "span_s": _round(span_s),
         }
     else:
         section["throughput"] = None

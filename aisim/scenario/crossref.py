@@ -1,8 +1,9 @@
-"""Checks that need valid GPU and model entries: stream priority ranges, capacities, context lengths.
+"""Checks that need valid GPU, model and workload entries: stream priority ranges, capacities, context
+lengths, batch arrival times.
 
-They need a resolved hardware profile or architecture, so they run on the entries that validate on
-their own (`Parts`): a broken GPU or model entry is skipped here, while the rest of the document is
-still checked. Names and references are checked on the raw document (`references`), whatever else
+They need a resolved hardware profile or architecture, or parsed durations, so they run on the entries
+that validate on their own (`Parts`): a broken GPU or model entry is skipped here, while the rest of
+the document is still checked. Names and references are checked on the raw document (`references`), whatever else
 is wrong with an entry.
 """
 
@@ -22,28 +23,43 @@ from .models import Model
 from .presets import GIB
 from .problems import PathPart, Problem
 from .source import Source
+from .units import DURATION_UNITS
+from .workload import MAX_DURATION, Arrival, ClosedBatch, WorkloadDuration
 
 Report = Callable[[Sequence[PathPart], str, str], None]
 
 
 @dataclass
 class Parts:
-    """The valid GPU and model entries of a document; an invalid one is None, so indices stay those of the file."""
+    """The valid GPU and model entries and workload arrivals of a document; an invalid one is None, so indices
+    stay those of the file. `duration` is when arrivals stop (`MAX_DURATION` when the workload gives none), None
+    when it is not valid."""
 
     gpus: list[Gpu | None] = field(default_factory=list)
     models: list[Model | None] = field(default_factory=list)
+    arrivals: list[Arrival | None] = field(default_factory=list)
+    duration: int | None = None
 
     @classmethod
     def of(cls, scenario: Scenario) -> Parts:
         """All parts of a valid scenario."""
-        return cls(list(scenario.gpus), list(scenario.models))
+        workload = scenario.workload
+        if workload is None:
+            return cls(list(scenario.gpus), list(scenario.models))
+        duration = MAX_DURATION if workload.duration is None else workload.duration
+        return cls(list(scenario.gpus), list(scenario.models), [s.arrival for s in workload.sources], duration)
 
     @classmethod
     def salvage(cls, data: Any) -> Parts:
         """The parts of an invalid document that validate on their own."""
         if not isinstance(data, dict):
             return cls()
-        return cls(_each(data.get("gpus"), Gpu), _each(data.get("models"), Model))
+        workload = data["workload"] if isinstance(data.get("workload"), dict) else {}
+        sources = workload.get("sources")
+        arrivals = [s.get("arrival") if isinstance(s, dict) else None for s in sources] if isinstance(sources, list) else None
+        duration = workload.get("duration")
+        return cls(_each(data.get("gpus"), Gpu), _each(data.get("models"), Model), _each(arrivals, Arrival),
+                   MAX_DURATION if duration is None else _each([duration], WorkloadDuration)[0])
 
 
 def _each(values: Any, kind: Any) -> list[Any]:
@@ -73,6 +89,7 @@ def check(parts: Parts, data: Any, source: Source, base_dir: Path) -> list[Probl
 
     devices = _check_gpus(parts, report)
     _check_models(parts, devices, report)
+    _check_arrivals(parts, report)
     return problems
 
 
@@ -155,3 +172,26 @@ def _check_placement(i: int, model: Model, devices: dict[str, Gpu], report: Repo
                 f"exceed the memory of GPU {smallest.id!r} ({capacity / GIB:.2f} GiB)",
                 "capacity",
             )
+
+
+def _check_arrivals(parts: Parts, report: Report) -> None:
+    """A closed batch arrives before the workload stops drawing arrivals (after that it brings no request)."""
+    if parts.duration is None:
+        return
+    limit = "the longest workload" if parts.duration == MAX_DURATION else "the workload's duration"
+    for i, arrival in _present(parts.arrivals):
+        if isinstance(arrival, ClosedBatch) and arrival.at > parts.duration:
+            report(
+                ["workload", "sources", i, "arrival", "at"],
+                f"the batch arrives at {_duration(arrival.at)}, after {limit} ({_duration(parts.duration)}), so it "
+                f"brings no request: at must be at most {_duration(parts.duration)}",
+                "arrival-time",
+            )
+
+
+def _duration(ns: int) -> str:
+    """A duration in the largest unit that writes it whole (`1h`, `1500ms`)."""
+    for unit in ("h", "min", "s", "ms", "us"):
+        if ns and ns % DURATION_UNITS[unit] == 0:
+            return f"{ns // DURATION_UNITS[unit]}{unit}"
+    return f"{ns}ns"

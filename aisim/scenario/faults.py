@@ -168,13 +168,14 @@ class OutOfMemory(_DeviceFault):
     """Another process allocates memory on the scoped GPUs (a memory hog), so that later allocations run out.
 
     It takes `size` bytes or, when less is free, all that is free (a process allocating in chunks
-    until it has what it wants or CUDA refuses).
+    until it has what it wants or CUDA refuses). So a `size` larger than the GPU is no mistake: the
+    hog then takes all the memory that is free when it fires.
     """
 
     kind: Literal["oom"]
     """Fault kind."""
     size: ByteSize
-    """Bytes the hog allocates."""
+    """Bytes the hog allocates; it gets at most what is free (a size above the GPU's memory takes all that is free)."""
     hold: Duration | None = None
     """How long it holds them (forever when absent)."""
 
