@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import json
+import math
 import time
 from collections.abc import Iterator
 
@@ -104,6 +105,58 @@ def test_n_choices_and_logprobs(client: openai.OpenAI) -> None:
         assert "".join(t.token for t in tokens) == choice.message.content
         assert all(t.logprob <= 0 and len(t.top_logprobs) == 2 for t in tokens)
     assert reply.usage.completion_tokens == sum(len(c.logprobs.content) for c in reply.choices)
+
+
+def _a_distribution(token: str, logprob: float, top: list[tuple[str, float]]) -> None:
+    """The sampled token leads its top list with its own log-probability, the list is sorted, its tokens are
+    distinct, and their probabilities add to at most 1."""
+    assert top[0] == (token, logprob)
+    values = [value for _, value in top]
+    assert values == sorted(values, reverse=True) and len({t for t, _ in top}) == len(top)
+    assert sum(math.exp(v) for v in values) <= 1
+
+
+def test_logprobs_are_a_distribution_led_by_the_sampled_token(client: openai.OpenAI, lenient: openai.OpenAI) -> None:
+    ask = {"model": "quick", "messages": [{"role": "user", "content": "hi"}], "logprobs": True, "seed": 4}
+    reply = client.chat.completions.create(**ask, top_logprobs=5)
+    content = reply.choices[0].logprobs.content
+    for item in content:
+        assert len(item.top_logprobs) == 5
+        _a_distribution(item.token, item.logprob, [(t.token, t.logprob) for t in item.top_logprobs])
+    assert client.chat.completions.create(**ask, top_logprobs=5).choices[0].logprobs == reply.choices[0].logprobs
+    streamed = [t for c in client.chat.completions.create(**ask, top_logprobs=5, stream=True)
+                if c.choices and c.choices[0].logprobs for t in c.choices[0].logprobs.content]
+    assert streamed == content
+    widest = client.chat.completions.create(**ask, top_logprobs=20).choices[0].logprobs.content
+    assert all(len(item.top_logprobs) == 20 for item in widest)
+    for item in widest:
+        _a_distribution(item.token, item.logprob, [(t.token, t.logprob) for t in item.top_logprobs])
+    completion = lenient.completions.create(model="quick", prompt="Once upon a time", logprobs=3, seed=4).choices[0]
+    logprobs = completion.logprobs
+    for token, value, top in zip(logprobs.tokens, logprobs.token_logprobs, logprobs.top_logprobs):
+        assert len(top) == 3
+        _a_distribution(token, value, list(top.items()))
+
+
+def test_echo_with_logprobs_covers_the_prompt_and_offsets_index_into_the_text(url: str) -> None:
+    """vLLM: with `echo` and `logprobs`, the prompt's tokens come first (the first one's log-probability null)."""
+    prompt = "Once upon a time, in a land"
+    body = {"model": "quick", "prompt": prompt, "echo": True, "logprobs": 2, "max_tokens": 6, "seed": 3}
+    whole = httpx.post(f"{url}/v1/completions", json=body, timeout=30).json()
+    chunks = [c["choices"][0] for c in _events(httpx.post(f"{url}/v1/completions", json={**body, "stream": True},
+                                                          timeout=30)) if c["choices"]]
+    streamed = {key: [v for c in chunks if c["logprobs"] for v in c["logprobs"][key]]
+                for key in ("tokens", "token_logprobs", "top_logprobs", "text_offset")}
+    prompt_tokens = httpx.post(f"{url}/tokenize", json={"model": "quick", "prompt": prompt}).json()["count"]
+    for text, logprobs in [(whole["choices"][0]["text"], whole["choices"][0]["logprobs"]),
+                           ("".join(c["text"] for c in chunks), streamed)]:
+        tokens, offsets = logprobs["tokens"], logprobs["text_offset"]
+        assert text.startswith(prompt) and "".join(tokens) == text
+        assert offsets[0] == 0 and all(text[o:o + len(t)] == t for o, t in zip(offsets, tokens))
+        assert len(tokens) == prompt_tokens + whole["usage"]["completion_tokens"]
+        assert logprobs["token_logprobs"][0] is None and logprobs["top_logprobs"][0] is None
+        assert all(isinstance(v, float) for v in logprobs["token_logprobs"][1:])
+    assert streamed == whole["choices"][0]["logprobs"]
 
 
 WEATHER = {"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {
@@ -331,14 +384,57 @@ def test_responses_cut_by_max_output_tokens_end_incomplete(client: openai.OpenAI
 
 
 def test_responses_keep_their_creation_time_and_echo_the_previous_response_id(client: openai.OpenAI) -> None:
-    """`previous_response_id` is echoed, not looked up: aisim stores no responses and the reference says
-    nothing of an unknown id."""
-    events = list(client.responses.create(model="quick", input="hi", stream=True, previous_response_id="resp_earlier"))
+    earlier = client.responses.create(model="quick", input="hi")
+    events = list(client.responses.create(model="quick", input="hi", stream=True, previous_response_id=earlier.id))
     first, last = events[0].response, events[-1].response
     assert last.status == "completed" and first.created_at == last.created_at <= last.completed_at
-    assert first.previous_response_id == last.previous_response_id == "resp_earlier"
-    plain = client.responses.create(model="quick", input="hi", previous_response_id="resp_unknown")
-    assert plain.previous_response_id == "resp_unknown"
+    assert first.previous_response_id == last.previous_response_id == earlier.id
+    plain = client.responses.create(model="quick", input="hi", previous_response_id=earlier.id)
+    assert plain.previous_response_id == earlier.id
+
+
+def test_stored_responses_are_retrieved_continued_and_deleted(client: openai.OpenAI, url: str) -> None:
+    question = "What is the capital of France?"
+    first = client.responses.create(model="quick", input=question, instructions="Be brief.")
+    assert client.responses.retrieve(first.id) == first
+    second = client.responses.create(model="quick", input="And of Spain?", previous_response_id=first.id)
+    # the earlier turn's input and output count in `input_tokens` (its instructions do not carry over)
+    conversation = [{"role": "user", "content": question}, {"role": "assistant", "content": first.output_text},
+                    {"role": "user", "content": "And of Spain?"}]
+    tokens = httpx.post(f"{url}/tokenize", json={"model": "quick", "messages": conversation}).json()
+    assert second.usage.input_tokens == tokens["count"]
+    streamed = list(client.responses.create(model="quick", input="And Italy?", previous_response_id=second.id,
+                                            stream=True))[-1].response
+    assert streamed.usage.input_tokens > second.usage.input_tokens + second.usage.output_tokens
+    assert client.responses.retrieve(streamed.id).output_text == streamed.output_text
+    unstored = client.responses.create(model="quick", input="hi", store=False)
+    with pytest.raises(openai.NotFoundError) as missing:
+        client.responses.retrieve(unstored.id)
+    assert missing.value.body["message"] == f"Response with id '{unstored.id}' not found."
+    with pytest.raises(openai.NotFoundError) as unknown:
+        client.responses.create(model="quick", input="hi", previous_response_id=unstored.id)
+    assert (unknown.value.code, unknown.value.param) == ("previous_response_not_found", "previous_response_id")
+    assert unknown.value.body["message"] == f"Previous response with id '{unstored.id}' not found."
+    deleted = httpx.delete(f"{url}/v1/responses/{first.id}")
+    assert deleted.status_code == 200 and deleted.json() == {"id": first.id, "object": "response.deleted", "deleted": True}
+    client.responses.delete(second.id)
+    for gone in (first.id, second.id):
+        with pytest.raises(openai.NotFoundError):
+            client.responses.retrieve(gone)
+    again = httpx.delete(f"{url}/v1/responses/{first.id}")
+    assert again.status_code == 404 and set(again.json()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_the_response_store_keeps_only_the_most_recent() -> None:
+    """A server runs for days: the store forgets its oldest responses beyond its limit (10,000 by default)."""
+    from aisim.api.protocol import Message
+    from aisim.api.responses import MAX_STORED, ResponseStore, StoredResponse
+
+    store = ResponseStore(limit=3)
+    for index in range(5):
+        store.put(f"resp_{index}", StoredResponse({"id": f"resp_{index}"}, [Message(role="user", content="x")]))
+    assert len(store) == 3 and store.get("resp_1") is None and store.get("resp_4") is not None
+    assert ResponseStore().limit == MAX_STORED == 10_000
 
 
 def test_ping_is_health_and_load_counts_requests_in_flight(url: str) -> None:

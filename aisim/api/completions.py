@@ -12,11 +12,12 @@ import numpy as np
 
 from ..engine.workload import Arrival
 from . import errors
-from .generation import Answer, Ask, answer
+from .generation import Answer, Ask, answer, prompt_logprobs
 from .handlers import (
     FINGERPRINT,
     GenerationHandler,
     running_usage,
+    token_logprob,
     token_logprobs,
     usage,
 )
@@ -54,11 +55,14 @@ class CompletionHandler(GenerationHandler):
         prompt_tokens = max(tokens for _, tokens in prompts)
         budget = self.admit(model, prompt_tokens, body.max_tokens)
         answers: list[Answer] = []
+        echoed: list[list[dict[str, Any]]] = []  # per prompt, its tokens' log-probabilities (echo with logprobs)
         for text, _ in prompts:
             ask = Ask(text, text, "user", model.id, min(body.max_tokens or budget, budget), body.stops, body.seed,
                       bool((body.model_extra or {}).get("ignore_eos")), logprobs=body.logprobs is not None,
                       fallback_seed=state.next_seed())
             answers += [answer(ask, i, state.contents[model.id], model.content.tokens, state.tokenizer) for i in range(body.n)]
+            if body.echo and body.logprobs is not None:
+                echoed.append(self._prompt_logprobs(ask, state.tokenizer.pieces(text), body.logprobs))
         await self.network()
         self.calls = [state.live.submit(Arrival(0, "api", model.id, prompts[i // body.n][1], a.tokens, body.priority, -1, 0),
                                         body.stream) for i, a in enumerate(answers)]
@@ -70,6 +74,7 @@ class CompletionHandler(GenerationHandler):
         if body.stream:
             self.start_stream()
             emitted = [0] * len(answers)
+            written = [0] * len(answers)  # characters of each choice's text sent so far
             continuous = body.continuous_usage
 
             def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
@@ -85,7 +90,11 @@ class CompletionHandler(GenerationHandler):
                     text = a.pieces[position] if position < len(a.pieces) else ""
                     if position == 0 and body.echo:
                         text = prompts[index // body.n][0] + text
-                    logprobs = self._logprobs(a, position, position + 1, body.logprobs) if body.logprobs is not None else None
+                    logprobs = None
+                    if body.logprobs is not None:
+                        prompt = echoed[index // body.n] if echoed and position == 0 else []
+                        logprobs = self._logprobs(a, position, position + 1, body.logprobs, prompt, written[index])
+                    written[index] += len(text)
                     self.push(chunk([{"text": text, "index": index, "logprobs": logprobs, "finish_reason": None}]))
                     return
                 if event == "failed":  # the end: finished, failed or aborted
@@ -108,19 +117,31 @@ class CompletionHandler(GenerationHandler):
         choices = []
         for index, a in enumerate(answers):
             text = (prompts[index // body.n][0] if body.echo else "") + a.text
-            logprobs = self._logprobs(a, 0, len(a.pieces), body.logprobs) if body.logprobs is not None else None
+            logprobs = (self._logprobs(a, 0, len(a.pieces), body.logprobs, echoed[index // body.n] if echoed else [], 0)
+                        if body.logprobs is not None else None)
             choices.append({"text": text, "index": index, "logprobs": logprobs, "finish_reason": a.finish_reason})
         self.finish(json.dumps({**head, "choices": choices, "usage": usage(usage_prompt, sum(a.tokens for a in answers))}))
 
     @staticmethod
-    def _logprobs(a: Answer, start: int, end: int, top: int) -> dict[str, Any]:
-        items = token_logprobs(a, start, end, top)
-        offsets, offset = [], len("".join(a.pieces[:start]))
+    def _prompt_logprobs(ask: Ask, pieces: list[str], top: int) -> list[dict[str, Any]]:
+        """The echoed prompt's tokens as `token_logprob` items; the first has no log-probability (vLLM's `null`)."""
+        values = prompt_logprobs(ask, len(pieces))
+        return [{"token": piece, "logprob": None, "top_logprobs": None} if value is None
+                else token_logprob(piece, value, max(top, 1), index) for index, (piece, value) in enumerate(zip(pieces, values))]
+
+    @staticmethod
+    def _logprobs(a: Answer, start: int, end: int, top: int, prompt: list[dict[str, Any]], offset: int) -> dict[str, Any]:
+        """The `logprobs` of tokens `start`..`end`, after the echoed `prompt`'s items if any; `offset` is where they
+        begin in the choice's whole text (echoed prompt included), so every `text_offset` indexes into it. Each
+        `top_logprobs` holds at least the sampled token, as the API always returns it."""
+        items = prompt + token_logprobs(a, start, end, max(top, 1))
+        offsets = []
         for item in items:
             offsets.append(offset)
             offset += len(item["token"])
         return {"tokens": [i["token"] for i in items], "token_logprobs": [i["logprob"] for i in items],
-                "top_logprobs": [{t["token"]: t["logprob"] for t in i["top_logprobs"]} for i in items],
+                "top_logprobs": [None if i["top_logprobs"] is None else {t["token"]: t["logprob"] for t in i["top_logprobs"]}
+                                 for i in items],
                 "text_offset": offsets}
 
 

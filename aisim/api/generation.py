@@ -184,6 +184,18 @@ def _tool_call(ask: Ask, rng: np.random.Generator, tokenizer: Tokenizer) -> Tool
     return ToolCall(call_id, tool["name"], arguments, tokenizer.pieces(arguments))
 
 
+PROMPT_DRAWS = 2**32
+"""The generator key of a prompt's log-probabilities (choices use their index, at most 127)."""
+
+
+def prompt_logprobs(ask: Ask, count: int) -> list[float | None]:
+    """Log-probabilities of the prompt's `count` tokens, for completions that `echo` the prompt with `logprobs`:
+    None for the first token, which follows nothing (as vLLM sends it), and less confident than sampled tokens
+    (nobody chose the prompt to suit the model). The same for every choice of a prompt."""
+    rng = np.random.default_rng([ask.mixed_seed, PROMPT_DRAWS])
+    return [None] + [round(float(v), 6) for v in -np.abs(rng.normal(0, 2.0, max(count - 1, 0)))]
+
+
 def _logprobs(ask: Ask, draws: _Draws, count: int) -> list[float]:
     """A log-probability per token: mostly confident (near 0), now and then not."""
     if not ask.logprobs:

@@ -13,7 +13,7 @@ from .chat import ChatHandler
 from .completions import CompletionHandler, EmbeddingHandler
 from .errors import ApiError
 from .handlers import BaseHandler, ServerLoad
-from .responses import ResponsesHandler
+from .responses import ResponsesHandler, StoredResponseHandler
 
 
 class NotFoundHandler(BaseHandler):
@@ -95,4 +95,5 @@ def routes() -> list[Any]:
         (r"/v1/completions", CompletionHandler, load),
         (r"/v1/embeddings", EmbeddingHandler, load),
         (r"/v1/responses", ResponsesHandler, load),
+        (r"/v1/responses/([^/]+)", StoredResponseHandler),
     ]

@@ -1,17 +1,91 @@
-"""`POST /v1/responses`, with its SSE event sequence (`event:` + `data:`, `sequence_number`, no [DONE])."""
+"""`POST /v1/responses`, with its SSE event sequence (`event:` + `data:`, `sequence_number`, no [DONE]),
+and `GET` / `DELETE /v1/responses/{id}` of the responses it stored."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
 
-from .errors import invalid
+from .errors import ApiError, invalid
 from .generation import Answer, Ask, answer
-from .handlers import GenerationHandler, chat_prompt, last_user
+from .handlers import BaseHandler, GenerationHandler, chat_prompt, last_user
 from .protocol import Message, ResponseRequest
+
+MAX_STORED = 10_000
+"""Responses a server keeps for `GET /v1/responses/{id}` and `previous_response_id`: the most recent ones."""
+
+
+@dataclass
+class StoredResponse:
+    body: dict[str, Any]
+    """The response object, as `GET /v1/responses/{id}` returns it."""
+    messages: list[Message]
+    """The conversation up to and including this response's output, without `instructions` (OpenAI does not
+    carry them over to the next turn): what a request naming it as `previous_response_id` continues."""
+
+
+class ResponseStore:
+    """The responses created with `store: true` (the default). A server runs for days, so the store is bounded:
+    it keeps the `MAX_STORED` (10,000) most recent responses and forgets the oldest, which then answer 404 as
+    responses past OpenAI's retention do. Each entry's conversation fits the model's context window (a longer
+    one is refused before it is stored), which bounds an entry's size too."""
+
+    def __init__(self, limit: int = MAX_STORED) -> None:
+        self.limit = limit
+        self._items: OrderedDict[str, StoredResponse] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def put(self, response_id: str, stored: StoredResponse) -> None:
+        self._items[response_id] = stored
+        while len(self._items) > self.limit:
+            self._items.popitem(last=False)
+
+    def get(self, response_id: str) -> StoredResponse | None:
+        return self._items.get(response_id)
+
+    def delete(self, response_id: str) -> bool:
+        return self._items.pop(response_id, None) is not None
+
+
+def not_found(response_id: str) -> ApiError:
+    """OpenAI's (and vLLM's) answer to an id it does not hold."""
+    return ApiError(404, f"Response with id '{response_id}' not found.", "invalid_request_error")
+
+
+def previous_not_found(response_id: str) -> ApiError:
+    """An unknown `previous_response_id`: 404 with OpenAI's text and code (as clients that recover from it match
+    them; the reference does not cite it, public client code does)."""
+    return ApiError(404, f"Previous response with id '{response_id}' not found.", "invalid_request_error",
+                    "previous_response_id", "previous_response_not_found")
+
+
+class StoredResponseHandler(BaseHandler):
+    """`GET /v1/responses/{id}` (the stored response object) and `DELETE /v1/responses/{id}`
+    (`{id, object: "response.deleted", deleted: true}`); an id not stored is a 404."""
+
+    async def get(self, response_id: str) -> None:
+        async def work() -> None:
+            stored = self.state.responses.get(response_id)
+            if stored is None:
+                raise not_found(response_id)
+            self.finish(json.dumps(stored.body))
+
+        await self.guarded(work)
+
+    async def delete(self, response_id: str) -> None:
+        async def work() -> None:
+            if not self.state.responses.delete(response_id):
+                raise not_found(response_id)
+            self.finish(json.dumps({"id": response_id, "object": "response.deleted", "deleted": True}))
+
+        await self.guarded(work)
 
 
 class ResponsesHandler(GenerationHandler):
@@ -24,9 +98,10 @@ class ResponsesHandler(GenerationHandler):
 
     @staticmethod
     def messages(body: ResponseRequest) -> list[Message]:
-        found = [Message(role="system", content=body.instructions)] if body.instructions else []
+        """The request's `input` as chat messages (`instructions` apart)."""
         if isinstance(body.input, str):
-            return found + [Message(role="user", content=body.input)]
+            return [Message(role="user", content=body.input)]
+        found = []
         for item in body.input:
             if item.get("type", "message") == "message":
                 content = item.get("content")
@@ -36,15 +111,31 @@ class ResponsesHandler(GenerationHandler):
             elif item.get("type") == "function_call_output":
                 found.append(Message(role="tool", content=str(item.get("output", "")),
                                      tool_call_id=str(item.get("call_id", ""))))
-        return found or [Message(role="user", content="")]
+        return found
+
+    @staticmethod
+    def reply(result: Answer) -> Message:
+        """A response's output as the assistant message a later turn reads."""
+        if result.tool_calls:
+            return Message(role="assistant", tool_calls=[{"id": c.id, "type": "function", "function": {
+                "name": c.name, "arguments": c.arguments}} for c in result.tool_calls])
+        return Message(role="assistant", content=result.text)
 
     async def respond(self) -> None:
         state = self.state
         body, model, _fault = await self.begin(ResponseRequest)
+        history: list[Message] = []
+        if body.previous_response_id is not None:  # the earlier turns' input and output are this one's too
+            previous = state.responses.get(body.previous_response_id)
+            if previous is None:
+                raise previous_not_found(body.previous_response_id)
+            history = previous.messages
         try:
-            messages = self.messages(body)
+            conversation = history + self.messages(body)
         except ValidationError as error:  # an input item that is no chat message (a role of its own, say)
             raise invalid(f"Invalid 'input': {error.errors()[0]['msg']}.", "input") from None
+        instructions = [Message(role="system", content=body.instructions)] if body.instructions else []
+        messages = (instructions + conversation) or [Message(role="user", content="")]
         prompt_tokens = state.tokenizer.chat_prompt_tokens([m.model_dump(exclude_none=True) for m in messages])
         budget = self.admit(model, prompt_tokens, body.max_output_tokens)
         prompt = chat_prompt(messages)
@@ -73,7 +164,9 @@ class ResponsesHandler(GenerationHandler):
                 return
             output = [self._item(result, item_id, status)]
             usage = self.usage(prompt_tokens, result.tokens)
-            self.finish(json.dumps(self._response(body, response_id, created, status, output, usage)))
+            whole = self._response(body, response_id, created, status, output, usage)
+            self.keep(body, whole, conversation, result)
+            self.finish(json.dumps(whole))
             return
         self.start_stream()
         sequence = [0]
@@ -129,9 +222,15 @@ class ResponsesHandler(GenerationHandler):
                  logprobs=[])
             emit("response.content_part.done", item_id=item_id, output_index=0, content_index=0, part=final["content"][0])
         emit("response.output_item.done", output_index=0, item=final)
-        emit(f"response.{status}", response=self._response(body, response_id, created, status, [final],
-                                                           self.usage(prompt_tokens, result.tokens)))
+        whole = self._response(body, response_id, created, status, [final], self.usage(prompt_tokens, result.tokens))
+        self.keep(body, whole, conversation, result)
+        emit(f"response.{status}", response=whole)
         self.finish()
+
+    def keep(self, body: ResponseRequest, response: dict[str, Any], conversation: list[Message], result: Answer) -> None:
+        """Store a finished response (unless `store: false`) with the conversation a next turn continues."""
+        if body.store:
+            self.state.responses.put(response["id"], StoredResponse(response, conversation + [self.reply(result)]))
 
     @staticmethod
     def _item(result: Answer, item_id: str, status: str, empty: bool = False) -> dict[str, Any]:
@@ -151,8 +250,7 @@ class ResponsesHandler(GenerationHandler):
     @staticmethod
     def _response(body: ResponseRequest, response_id: str, created: int, status: str, output: list[dict[str, Any]],
                   usage: dict[str, Any] | None) -> dict[str, Any]:
-        """The response object; `created_at` is the creation time in every event, `completed_at` the end's.
-        `previous_response_id` is echoed as given: responses are not stored, so an id is not looked up."""
+        """The response object; `created_at` is the creation time in every event, `completed_at` the end's."""
         return {"id": response_id, "object": "response", "created_at": created, "status": status,
                 "completed_at": int(time.time()) if status == "completed" else None, "error": None,
                 "incomplete_details": {"reason": "max_output_tokens"} if status == "incomplete" else None,

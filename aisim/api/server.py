@@ -13,7 +13,7 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import tornado.httpserver
@@ -33,6 +33,9 @@ from .metrics_feed import MetricsFeed
 from .ratelimit import RateLimiter
 from .recording import Recording
 from .tokenizer import Tokenizer, default_tokenizer
+
+if TYPE_CHECKING:
+    from .responses import ResponseStore
 
 DEFAULT_PERSONALITIES = ("openai", "vllm", "vllm-metrics")
 LISTEN_BACKLOG = 2048
@@ -71,6 +74,8 @@ class ServerState:
     """Per GPU, (busy ns, virtual time) at the previous Triton metrics scrape."""
     recording: Recording | None = field(init=False, default=None)
     """The request log being written (None: not recording)."""
+    responses: ResponseStore = field(init=False)
+    """The Responses API's stored responses (bounded: see `ResponseStore`), shared by every listener."""
 
     def __post_init__(self) -> None:
         scenario = self.scenario
@@ -92,6 +97,10 @@ class ServerState:
         self.created = int(time.time())
         self._started_ms = time.time() * 1000
         self.metrics = MetricsFeed(self)
+        # imported here: the handlers' modules import this one
+        from .responses import ResponseStore
+
+        self.responses = ResponseStore()
         self.triton_logging = {"log_file": "", "log_info": True, "log_warning": True, "log_error": True,
                                "log_verbose_level": 0, "log_format": "default"}
         self.triton_trace = {"trace_level": ["OFF"], "trace_rate": "1000", "trace_count": "-1", "log_frequency": "0",
