@@ -175,3 +175,15 @@ def test_a_triton_request_given_up_in_the_queue_is_canceled_and_one_given_up_whi
     assert stats.failures == {"CANCELED": 1} and stats.fail.count == 1
     assert stats.success.count == 3 and stats.inference_count == 3 and stats.execution_count == 3
     assert [r.outcome for r in sim.requests] == ["aborted", "completed", "aborted", "completed"]
+
+
+def test_a_memory_hog_fired_again_keeps_what_it_holds() -> None:
+    """oom.yaml's hog asks for 3 GiB and gets what is free; fired a second time (the TUI, the admin API) it used
+    to take what was then free, nothing, and give its whole hold back."""
+    sim = Simulation(load_scenario(SCENARIOS / "oom.yaml"), SCENARIOS)
+    pool = sim.pools["gpu0"]
+    sim.fire_fault("memory-hog")
+    first = dict(pool.device.other_processes)
+    assert first and all(held > 0 for held in first.values())
+    sim.fire_fault("memory-hog")
+    assert pool.device.other_processes == first

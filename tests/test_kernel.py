@@ -161,3 +161,22 @@ def test_speed_factor_compresses_wall_time() -> None:
         return time.monotonic() - started
 
     assert asyncio.run(scenario()) >= 0.02  # 2 s of virtual time at 100x is 20 ms of wall time, never less
+
+
+def test_a_paused_clock_runs_nothing_ahead_of_the_paused_instant() -> None:
+    """Paused, virtual time stands still: an event 3 ms on stays pending (the early window, 5 ms at speed 10,
+    used to let it run; the TUI's ended runs moved past their end this way)."""
+    async def scenario() -> list[int]:
+        kernel = Kernel()
+        clock = RealTimeClock(kernel, speed=10.0)
+        clock.pause()
+        ran: list[int] = []
+        kernel.at(3_000_000, lambda: ran.append(kernel.now))
+        runner = asyncio.create_task(clock.run())
+        clock.step(0)  # wakes the clock task at the paused instant
+        await asyncio.sleep(0.05)
+        clock.stop()
+        await runner
+        return ran
+
+    assert asyncio.run(scenario()) == []

@@ -182,3 +182,26 @@ def test_cli_replay_fails_when_drift_is_over_threshold(tmp_path: Path) -> None:
     with log.open("w") as out:
         write_log(out, slow)
     assert main(["replay", str(log), "--scenario", str(DEFAULT), "--json"]) == 1
+
+
+def test_a_scenario_with_a_dcgm_field_fault_replays_without_telemetry(tmp_path: Path) -> None:
+    """A replay simulates without telemetry; xid.yaml's `dcgm_field` fault at 45 s used to end the replay in an
+    AssertionError (its injection ran with no telemetry to inject into)."""
+    path = tmp_path / "trace.jsonl"
+    path.write_text("".join(json.dumps({"timestamp": t, "input_length": 100, "output_length": 20}) + "\n"
+                            for t in (1, 40, 50)))
+    checked = check_file(DEFAULT.parent / "xid.yaml")
+    assert checked.scenario is not None
+    replayed = SimulationReplay(checked.scenario, checked.base_dir).run(read_log(path))
+    assert [r.status for r in replayed.requests] == ["completed"] * 3
+
+
+def test_an_empty_or_foreign_log_is_an_error_not_a_replay_of_nothing(tmp_path: Path) -> None:
+    """An empty file, or a CSV without the Azure columns, used to replay 0 requests and exit 0."""
+    empty, foreign = tmp_path / "empty.jsonl", tmp_path / "foreign.csv"
+    empty.write_text("")
+    foreign.write_text("hello,world\n")
+    with pytest.raises(LogError, match=r"empty.jsonl: no requests found, read as an aisim request log"):
+        read_log(empty)
+    with pytest.raises(LogError, match=r"foreign.csv: no requests found, read as an Azure trace CSV"):
+        read_log(foreign, "azure")

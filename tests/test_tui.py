@@ -262,3 +262,43 @@ def test_frames_posted_in_a_burst_collapse_into_the_latest() -> None:
 
     drawn, shown, latest = asyncio.run(drive())
     assert drawn < 20 and shown == latest == 30 * NS
+
+
+def test_a_run_that_has_ended_stays_where_it_ended() -> None:
+    """priorities.yaml ends at 60 s: space and n after the end used to run it on past its end (t=82 s, 'ended')."""
+    async def drive() -> None:
+        sim = Simulation(load_scenario(SCENARIOS / "priorities.yaml"), SCENARIOS, retain=False)
+        sim.start_workload()
+        end = sim.stop_time(None)
+        assert end is not None
+        source = LocalSource(sim, speed=10.0, paused=True, stop_at=end)
+        source.run_to(end)
+        app = AisimTui(source, fps=0)
+        async with app.run_test(size=(100, 30)) as pilot:
+            assert source.ended
+            await pilot.press("space")
+            await pilot.pause(0.1)
+            assert source.paused and source.now() == end
+            await pilot.press("n")
+            await pilot.pause(0.05)
+            assert source.paused and source.now() == end
+
+    asyncio.run(drive())
+
+
+def test_board_counts_requests_whose_client_went_away() -> None:
+    """A request aborted by its client was counted nowhere: arrived 56, completed 54, failed 1, in flight 0."""
+    from aisim.engine.workload import Arrival
+
+    sim = oom_sim()
+    feed, board = Feed(sim), Board()
+    source = LocalSource(sim, paused=True)
+    source.run_to(5 * NS)
+    request = sim.submit(Arrival(sim.kernel.now, "api", "llama3-8b", 100, 500, 0, -1, 0))
+    source.run_to(5 * NS + STEP_NS)
+    sim.abort(request)
+    source.run_to(6 * NS)
+    board.apply(feed.poll())
+    r = board.frame().requests
+    assert r.total_aborted == 1
+    assert r.total_arrived == r.total_completed + r.total_failed + r.total_aborted + r.in_flight

@@ -236,7 +236,8 @@ class RealTimeClock:
         """Run the events whose time has come; the time of the next one, or None."""
         kernel = self.kernel
         self._running = True
-        horizon = self._wall_virtual() + self._early
+        early = 0 if self.paused else self._early  # paused, virtual time stands still: nothing is due ahead of it
+        horizon = self._wall_virtual() + early
         try:
             while True:
                 next_time = kernel.peek()
@@ -246,7 +247,7 @@ class RealTimeClock:
                 if upcoming is None:
                     return None
                 if upcoming > horizon:  # not due when the run began; the wall clock may have moved on since
-                    horizon = self._wall_virtual() + self._early
+                    horizon = self._wall_virtual() + early
                     if upcoming > horizon:
                         return upcoming
                 if observing:

@@ -133,7 +133,8 @@ class Simulation:
         telemetry = self.telemetry
 
         def inject() -> None:
-            assert telemetry is not None
+            if telemetry is None:  # a run without telemetry (a replay): nothing to inject into, the event still runs
+                return
             for device in devices:
                 if device in telemetry.boards:
                     telemetry.inject(device, fault.field, fault.value, fault.duration, source=name)
@@ -144,14 +145,17 @@ class Simulation:
             self._at_each_start(fault.trigger, inject)
 
     def _schedule_hog(self, fault: OutOfMemory, name: str, pid: int) -> None:
-        """Another process takes `size` bytes on the scoped GPUs (as much as is free), for `hold` or for good."""
+        """Another process takes `size` bytes on the scoped GPUs (as much as is free), for `hold` or for good.
+        Fired again while it holds memory (a periodic trigger, the TUI, the admin API), it tops its hold up
+        towards `size` with what is free; it never gives back part of what it has."""
         devices = expand_devices(fault.scope.gpus, self.devices)
 
         def take() -> None:
             now = self.kernel.now
             for device in devices:
                 pool = self.pools[device]
-                taken = min(fault.size, max(pool.device.free_bytes(), 0))
+                held = pool.device.other_processes.get(pid, 0)
+                taken = max(held, min(fault.size, held + max(pool.device.free_bytes(), 0)))
                 pool.set_other_process(pid, taken)
                 self.timeline.add(now, "fault", name, "oom", device, f"another process holds {taken} bytes")
                 record_levels(pool, device, self.timeline, now)

@@ -51,6 +51,10 @@ def read_log(path: str | Path, fmt: Format = "auto", timestamp_unit: str = "s") 
         log = _read_jsonl(path, UNITS_NS[timestamp_unit])
     else:
         log = _read_aisim(path)
+    if not log.requests and not log.loads:  # an empty file, or another format's rows skipped as foreign
+        label = {"aisim": "an aisim request log", "azure": "an Azure trace CSV", "jsonl": "a JSONL trace"}[chosen]
+        raise LogError(f"{path}: no requests found, read as {label} (is the file empty, or in another format? "
+                       "--format chooses it)")
     log.requests.sort(key=lambda r: r.arrival_ns)
     log.loads.sort(key=lambda r: r.arrival_ns)
     if chosen != "aisim" and log.requests and log.requests[0].arrival_ns:  # a trace counts from its earliest row

@@ -135,12 +135,19 @@ class AisimTui(App[None]):
     def action_pause(self) -> None:
         if self._controls():
             self.source.toggle_pause()
+            self._tell_if_ended()
             self.tick()
 
     def action_step(self) -> None:
         if self._controls():
             self.source.step()
+            self._tell_if_ended()
             self.tick()
+
+    def _tell_if_ended(self) -> None:
+        """A run that has ended stays where it ended (the source neither resumes nor steps it): say why."""
+        if self.source.ended:
+            self.notify("the run has ended: its final state stays on screen", severity="information")
 
     def action_speed(self, up: int) -> None:
         if self._controls():

@@ -74,6 +74,8 @@ class Requests:
     total_arrived: int
     total_completed: int
     total_failed: int
+    total_aborted: int
+    """Requests whose client went away (arrived = completed + failed + aborted + in flight)."""
     in_flight: int
     errors: tuple[tuple[str, int], ...]
     kv: tuple[tuple[str, int, int, bool], ...]
@@ -285,7 +287,7 @@ class Board:
             ttft_ms=tuple(s.ttft_sum / s.ttft_n if s.ttft_n else 0.0 for s in seconds),
             itl_ms=tuple(s.itl_sum / s.itl_n if s.itl_n else 0.0 for s in seconds),
             total_arrived=self.totals["arrived"], total_completed=self.totals["completed"],
-            total_failed=self.totals["failed"], in_flight=len(self.arrived_at),
+            total_failed=self.totals["failed"], total_aborted=self.totals["aborted"], in_flight=len(self.arrived_at),
             errors=tuple(self.errors.most_common(5)),
             kv=tuple((name, int(e["kv_used"]), int(e["kv_total"]), bool(e["dead"]))
                for name, e in sorted(self.engines.items())),

@@ -117,15 +117,17 @@ class LocalSource:
         return self._drained or (self.stop_at is not None and self.sim.kernel.now >= self.stop_at)
 
     def toggle_pause(self) -> None:
-        if self.clock.paused:
+        """Pause or resume; a run that has ended stays where it ended (resuming ran it past its end)."""
+        if self.clock.paused and not self.ended:
             self.clock.resume()
         else:
             self.clock.pause()
 
     def step(self) -> None:
-        """Pause (if running) and move virtual time on by `STEP_NS`."""
+        """Pause (if running) and move virtual time on by `STEP_NS` (not past the run's end)."""
         self.clock.pause()
-        self.clock.step(STEP_NS)
+        if not self.ended:
+            self.clock.step(STEP_NS)
 
     def faster(self, up: bool) -> None:
         """The next speed up or down the `SPEEDS` ladder."""

@@ -34,6 +34,8 @@ class RequestsView(FrameView):
         out = Text()
         out.append(f"arrived {r.total_arrived}  completed {r.total_completed}  ")
         out.append(f"failed {r.total_failed}", style="bold red" if r.total_failed else "")
+        if r.total_aborted:  # clients that went away
+            out.append(f"  aborted {r.total_aborted}")
         out.append(f"  in flight {r.in_flight}\n")
         rows = (
             ("arrivals/s", tuple(float(v) for v in r.arrivals), f"{sum(r.arrivals[-10:]) / 10:6.1f}/s", "cyan"),
