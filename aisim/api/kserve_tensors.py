@@ -16,6 +16,7 @@ import json
 import math
 import struct
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,6 +93,11 @@ def decompress(body: bytes, encoding: str | None) -> bytes:
     raise KServeError(501, "Unsupported compression type")
 
 
+def bytes_elements(items: Iterable[bytes]) -> bytes:
+    """A BYTES tensor's raw data: each element as its length (4 bytes, little-endian) and its bytes (§7)."""
+    return b"".join(struct.pack("<I", len(item)) + item for item in items)
+
+
 def compression(accept_encoding: str | None) -> str:
     """The response encoding Triton picks from `Accept-Encoding`: the highest-weighted of identity, deflate
     and gzip, the first on a tie (`http_server.cc` `CompressionTypeUsed`)."""
@@ -131,7 +137,7 @@ def raw_request(body: bytes, model: str, signature: Signature) -> InferRequest:
     if tensor.datatype == "BYTES":
         if dims != [1]:
             raise KServeError(400, f"{label}For BYTE datatype raw input, the model must have input shape [1]")
-        data = struct.pack("<I", len(body)) + body
+        data = bytes_elements([body])
     else:
         data = body
         if -1 in dims:
@@ -215,7 +221,7 @@ def _json_data(name: str, datatype: str, shape: list[int], data: Any) -> bytes:
         if len(flat) != count:
             raise KServeError(500, "Failed to parse 'data' field: shape does not match true shape")
         pieces = [str(v).encode() if not isinstance(v, bytes) else v for v in flat]
-        return b"".join(struct.pack("<I", len(p)) + p for p in pieces)
+        return bytes_elements(pieces)
     if datatype not in NUMPY_TYPES:
         raise KServeError(400, f"invalid datatype for input {name}")
     values = data if isinstance(data, list) else [] if data is None else [data]
@@ -426,8 +432,7 @@ def _classified(tensor: Tensor, dims: list[int], data: bytes, top: int, batched:
             value = row[index]
             words.append((f"{float(value):f}" if floating else str(int(value))) + f":{index}")
     shape = [rows.shape[0], top] if batched and dims else [top]
-    packed = b"".join(struct.pack("<I", len(w)) + w.encode() for w in words)
-    return Tensor(name=tensor.name, datatype="BYTES", shape=shape), shape, packed
+    return Tensor(name=tensor.name, datatype="BYTES", shape=shape), shape, bytes_elements(w.encode() for w in words)
 
 
 def _values(datatype: str, count: int, stream: Any) -> bytes:
@@ -436,7 +441,7 @@ def _values(datatype: str, count: int, stream: Any) -> bytes:
         return _small_values(datatype, count, stream.digest(4 * count))
     raw = np.frombuffer(stream.digest(4 * count), dtype="<u4")
     if datatype == "BYTES":
-        return b"".join(struct.pack("<I", len(s)) + s for s in (f"out{int(v) % 1000}".encode() for v in raw))
+        return bytes_elements(f"out{int(v) % 1000}".encode() for v in raw)
     if datatype == "BOOL":
         return (raw & 1).astype("?").tobytes()
     unit = raw.astype(np.float64) / 2**32
@@ -453,7 +458,7 @@ def _small_values(datatype: str, count: int, digest: bytes) -> bytes:
     numpy's cast does), so the same bytes."""
     raw = struct.unpack(f"<{count}I", digest)
     if datatype == "BYTES":
-        return b"".join(struct.pack("<I", len(s)) + s for s in (f"out{v % 1000}".encode() for v in raw))
+        return bytes_elements(f"out{v % 1000}".encode() for v in raw)
     if datatype == "BOOL":
         return bytes(v & 1 for v in raw)
     code = STRUCT_CODES[datatype]
