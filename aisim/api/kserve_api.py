@@ -76,8 +76,8 @@ class KServeHandler(tornado.web.RequestHandler):
 
     def fail(self, error: KServeError) -> None:
         self.set_status(error.status)
-        if error.message == "Unsupported compression type":
-            self.set_header("Accept-Encoding", "gzip, deflate")  # what the server does read (§8.2)
+        for name, value in error.headers.items():
+            self.set_header(name, value)
         self.finish(json.dumps({"error": error.message}))
 
     def write_error(self, status_code: int, **kwargs: Any) -> None:

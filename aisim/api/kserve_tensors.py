@@ -54,10 +54,12 @@ _string = json.encoder.encode_basestring_ascii
 class KServeError(Exception):
     """An error answer: Triton's status and message, sent as `{"error": message}`."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.headers = headers or {}
+        """Headers the answer carries besides the body (an unsupported encoding names those read)."""
 
 
 @dataclass
@@ -90,7 +92,7 @@ def decompress(body: bytes, encoding: str | None) -> bytes:
         return zlib.decompress(body, 16 + zlib.MAX_WBITS)
     if encoding == "deflate":
         return zlib.decompress(body)
-    raise KServeError(501, "Unsupported compression type")
+    raise KServeError(501, "Unsupported compression type", {"Accept-Encoding": "gzip, deflate"})  # §8.2
 
 
 def bytes_elements(items: Iterable[bytes]) -> bytes:
