@@ -16,6 +16,7 @@ from .handlers import (
     chat_prompt,
     last_user,
     running_usage,
+    sse_chunks,
     token_logprobs,
     usage,
 )
@@ -83,11 +84,7 @@ class ChatHandler(GenerationHandler):
 
         emitted = [0] * len(answers)
         continuous = body.continuous_usage
-
-        def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
-            if continuous and not extra:
-                extra = {"usage": running_usage(prompt_tokens, sum(emitted))}
-            return "data: " + json.dumps({**head, "choices": choices, **extra}, separators=(",", ":")) + "\n\n"
+        chunk = sse_chunks(head, (lambda: running_usage(prompt_tokens, sum(emitted))) if continuous else None)
 
         # the common chunk (a content piece, no logprobs) is a template around the JSON of the piece
         opening = chunk([{"index": 0, "delta": {"content": ""}, "logprobs": None, "finish_reason": None}])

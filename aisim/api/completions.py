@@ -17,6 +17,7 @@ from .handlers import (
     FINGERPRINT,
     GenerationHandler,
     running_usage,
+    sse_chunks,
     token_logprob,
     token_logprobs,
     usage,
@@ -75,12 +76,8 @@ class CompletionHandler(GenerationHandler):
             self.start_stream()
             emitted = [0] * len(answers)
             written = [0] * len(answers)  # characters of each choice's text sent so far
-            continuous = body.continuous_usage
-
-            def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
-                if continuous and not extra:
-                    extra = {"usage": running_usage(usage_prompt, sum(emitted))}
-                return "data: " + json.dumps({**head, "choices": choices, **extra}, separators=(",", ":")) + "\n\n"
+            running = (lambda: running_usage(usage_prompt, sum(emitted))) if body.continuous_usage else None
+            chunk = sse_chunks(head, running)
 
             def on_event(index: int, event: str) -> None:
                 call, a = self.calls[index], answers[index]

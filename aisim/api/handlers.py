@@ -295,6 +295,18 @@ def usage(prompt: int, completion: int) -> dict[str, Any]:
                                           "rejected_prediction_tokens": 0}}
 
 
+def sse_chunks(head: dict[str, Any], running: Callable[[], dict[str, int]] | None = None) -> Callable[..., str]:
+    """A stream's chunk writer: `chunk(choices, **extra)` is the `data:` event of the response's fixed fields
+    (`head`), its `choices` and any other fields; with `running` (vLLM's `continuous_usage_stats`), a chunk
+    with no other fields carries the usage so far."""
+    def chunk(choices: list[dict[str, Any]], **extra: Any) -> str:
+        if running is not None and not extra:
+            extra = {"usage": running()}
+        return "data: " + json.dumps({**head, "choices": choices, **extra}, separators=(",", ":")) + "\n\n"
+
+    return chunk
+
+
 def running_usage(prompt: int, completion: int) -> dict[str, int]:
     """The cumulative `usage` of a chunk under vLLM's `continuous_usage_stats` (its three counts only)."""
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
