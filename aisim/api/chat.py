@@ -35,9 +35,7 @@ class ChatHandler(GenerationHandler):
         state = self.state
         body, model, fault = await self.begin(ChatRequest)
         tools = [t.function.model_dump() for t in body.tools or []]
-        prompt_tokens = state.tokenizer.chat_prompt_tokens([m.model_dump(exclude_none=True) for m in body.messages])
-        if tools:  # tool definitions are part of the prompt the model reads
-            prompt_tokens += state.tokenizer.count(json.dumps(tools))
+        prompt_tokens = state.tokenizer.chat_prompt_tokens([m.model_dump(exclude_none=True) for m in body.messages], tools)
         budget = self.admit(model, prompt_tokens, body.token_cap)
         prompt = chat_prompt(body.messages)
         ask = Ask(prompt, last_user(body.messages), body.messages[-1].role, model.id, min(body.token_cap or budget, budget),

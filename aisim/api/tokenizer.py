@@ -72,6 +72,7 @@ once.
 from __future__ import annotations
 
 import bisect
+import json
 import operator
 import re
 import string
@@ -116,9 +117,9 @@ class Tokenizer(Protocol):
         """`len(pieces(text))`, faster."""
         ...
 
-    def chat_prompt_tokens(self, messages: list[dict[str, Any]]) -> int:
-        """Prompt tokens of chat messages, template included (`chat_prompt_tokens`)."""
-        return chat_prompt_tokens(messages, self)
+    def chat_prompt_tokens(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None) -> int:
+        """Prompt tokens of chat messages (and tool definitions), template included (`chat_prompt_tokens`)."""
+        return chat_prompt_tokens(messages, self, tools)
 
 
 _PUNCT = r"!-/:-@\[-`{-~"  # the 32 ASCII punctuation marks
@@ -261,28 +262,32 @@ class HeuristicTokenizer(Tokenizer):
             return raw.decode("utf-8", "replace")
 
 
-def chat_prompt_tokens(messages: list[dict[str, Any]], tokenizer: Tokenizer) -> int:
-    """Prompt tokens of chat `messages`: their fields plus the chat template (see the module docstring)."""
+def chat_prompt_tokens(messages: list[dict[str, Any]], tokenizer: Tokenizer, tools: list[dict[str, Any]] | None = None) -> int:
+    """Prompt tokens of chat `messages` and `tools` (their functions' definitions): their fields plus the chat
+    template (see the module docstring)."""
     count = tokenizer.count
     total = 0
-    for segment in _chat_template(messages):
+    for segment in _chat_template(messages, tools):
         total += segment if isinstance(segment, int) else count(segment)
     return total
 
 
-def chat_prompt_ids(messages: list[dict[str, Any]], tokenizer: Tokenizer, add_generation_prompt: bool = True) -> list[int]:
+def chat_prompt_ids(messages: list[dict[str, Any]], tokenizer: Tokenizer, tools: list[dict[str, Any]] | None = None,
+                    add_generation_prompt: bool = True) -> list[int]:
     """The ids of the prompt `chat_prompt_tokens` counts (vLLM's `/tokenize` of `messages`): the same template,
     so that the two agree. Text is encoded; a template token (`<|start|>`, an image, ...) is the id of
     `TEMPLATE_TOKEN`. Without `add_generation_prompt`, the reply's primer is left out."""
     mark = tokenizer.encode(TEMPLATE_TOKEN)[:1]
     ids: list[int] = []
-    for segment in _chat_template(messages, add_generation_prompt):
+    for segment in _chat_template(messages, tools, add_generation_prompt):
         ids += mark * segment if isinstance(segment, int) else tokenizer.encode(segment)
     return ids
 
 
-def _chat_template(messages: list[dict[str, Any]], add_generation_prompt: bool = True) -> Iterator[str | int]:
-    """The chat template of `messages` in order, as text to tokenize (a str) and runs of template tokens (an int)."""
+def _chat_template(messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None,
+                   add_generation_prompt: bool = True) -> Iterator[str | int]:
+    """The chat template of `messages` in order, as text to tokenize (a str) and runs of template tokens (an int);
+    the tool definitions, which the model reads too, as their JSON at the end."""
     for message in messages:
         yield 1  # <|start|>, then the role (a string field like the others)
         for key, value in message.items():
@@ -300,6 +305,8 @@ def _chat_template(messages: list[dict[str, Any]], add_generation_prompt: bool =
         yield TOKENS_PER_MESSAGE - 1  # <|message|> and <|end|>
     if add_generation_prompt:
         yield REPLY_PRIMER_TOKENS
+    if tools:
+        yield json.dumps(tools)
 
 
 def _content(content: Any) -> Iterator[str | int]:

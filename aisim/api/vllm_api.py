@@ -38,9 +38,7 @@ class TokenizeHandler(BaseHandler):
             tokenizer = self.state.tokenizer
             if body.messages is not None:
                 ids = chat_prompt_ids([m.model_dump(exclude_none=True) for m in body.messages], tokenizer,
-                                      body.add_generation_prompt)
-                if body.tools:  # as chat counts them: the tool definitions are part of the prompt
-                    ids += tokenizer.encode(json.dumps([t.function.model_dump() for t in body.tools]))
+                                      [t.function.model_dump() for t in body.tools or []], body.add_generation_prompt)
             else:
                 ids = tokenizer.encode(body.prompt or "")
             answer: dict[str, Any] = {"count": len(ids), "max_model_len": self.state.max_model_len(model), "tokens": ids}
