@@ -128,32 +128,19 @@ class BaseHandler(tornado.web.RequestHandler):
             pass  # a fault dropped the connection on purpose: nothing to answer, nothing to log
 
 
-class ServerLoad:
-    """vLLM's server load (`GET /load`): the generating requests in flight, from their arrival at the
-    handler to the end of their answer (streams included)."""
-
-    def __init__(self) -> None:
-        self.requests = 0
-
-
 class GenerationHandler(BaseHandler):
     """Common path of the endpoints that generate tokens."""
 
     endpoint = ""
 
-    def initialize(self, load: ServerLoad | None = None) -> None:
-        super().initialize()
-        self.load = load
-
     async def guarded(self, work: Callable[[], Awaitable[None]]) -> None:
-        if self.load is None:
-            await super().guarded(work)
-            return
-        self.load.requests += 1
+        """`BaseHandler.guarded`, counted in the server's load (`ServerState.requests_in_flight`, `GET /load`)
+        from the request's arrival at the handler to the end of its answer, streams included."""
+        self.state.requests_in_flight += 1
         try:
             await super().guarded(work)
         finally:
-            self.load.requests -= 1
+            self.state.requests_in_flight -= 1
 
     async def begin(self, kind: type[Body]) -> tuple[Body, Model, Any]:
         """The common start: parse the body, find the model, meet a fault that acts before the answer.

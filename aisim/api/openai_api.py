@@ -12,7 +12,7 @@ from . import errors
 from .chat import ChatHandler
 from .completions import CompletionHandler, EmbeddingHandler
 from .errors import ApiError
-from .handlers import BaseHandler, ServerLoad
+from .handlers import BaseHandler
 from .responses import ResponsesHandler, StoredResponseHandler
 
 
@@ -39,14 +39,10 @@ class HealthHandler(BaseHandler):
 
 
 class LoadHandler(BaseHandler):
-    """vLLM's `GET /load`: `{"server_load": N}`, the generating requests in flight."""
-
-    def initialize(self, load: ServerLoad) -> None:  # type: ignore[override]
-        super().initialize()
-        self.load = load
+    """vLLM's `GET /load`: `{"server_load": N}`, the generating requests in flight in the whole server."""
 
     def get(self) -> None:
-        self.finish(json.dumps({"server_load": self.load.requests}))
+        self.finish(json.dumps({"server_load": self.state.requests_in_flight}))
 
 
 class ModelsHandler(BaseHandler):
@@ -84,16 +80,15 @@ class ModelsHandler(BaseHandler):
 
 def routes() -> list[Any]:
     """URL patterns of the OpenAI personality (model ids may contain slashes, raw or %2F)."""
-    load = {"load": ServerLoad()}  # one count per server, shared by the handlers that generate and `/load`
     return [
         (r"/health", HealthHandler),
         (r"/ping", HealthHandler),
-        (r"/load", LoadHandler, load),
+        (r"/load", LoadHandler),
         (r"/v1/models", ModelsHandler),
         (r"/v1/models/(.+)", ModelsHandler),
-        (r"/v1/chat/completions", ChatHandler, load),
-        (r"/v1/completions", CompletionHandler, load),
-        (r"/v1/embeddings", EmbeddingHandler, load),
-        (r"/v1/responses", ResponsesHandler, load),
+        (r"/v1/chat/completions", ChatHandler),
+        (r"/v1/completions", CompletionHandler),
+        (r"/v1/embeddings", EmbeddingHandler),
+        (r"/v1/responses", ResponsesHandler),
         (r"/v1/responses/([^/]+)", StoredResponseHandler),
     ]

@@ -74,6 +74,9 @@ class ServerState:
     """Per GPU, (busy ns, virtual time) at the previous Triton metrics scrape."""
     recording: Recording | None = field(init=False, default=None)
     """The request log being written (None: not recording)."""
+    requests_in_flight: int = field(init=False, default=0)
+    """Generating requests between their arrival at a handler and the end of their answer, on every listener
+    (vLLM's server load, `GET /load`)."""
     responses: ResponseStore = field(init=False)
     """The Responses API's stored responses (bounded: see `ResponseStore`), shared by every listener."""
 
