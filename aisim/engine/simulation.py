@@ -129,20 +129,17 @@ class Simulation:
         return apply_xid(code, device, self.gpus[device], self.served_models, self.kernel, self.timeline, self.telemetry)
 
     def _schedule_field(self, fault: DcgmField, name: str) -> None:
-        devices = [d for d in expand_devices(fault.scope.gpus, self.devices) if d in self.gpus]
         telemetry = self.telemetry
+        if telemetry is None:  # a run without telemetry (a replay): there is no reading to change
+            return
+        devices = [d for d in expand_devices(fault.scope.gpus, self.devices) if d in self.gpus]
 
         def inject() -> None:
-            if telemetry is None:  # a run without telemetry (a replay): nothing to inject into, the event still runs
-                return
             for device in devices:
                 if device in telemetry.boards:
                     telemetry.inject(device, fault.field, fault.value, fault.duration, source=name)
 
-        if telemetry is not None:
-            self._arm(fault.trigger, name, inject)
-        else:
-            self._at_each_start(fault.trigger, inject)
+        self._arm(fault.trigger, name, inject)
 
     def _schedule_hog(self, fault: OutOfMemory, name: str, pid: int) -> None:
         """Another process takes `size` bytes on the scoped GPUs (as much as is free), for `hold` or for good.
