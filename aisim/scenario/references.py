@@ -105,15 +105,11 @@ def _check_gpus(data: dict[str, Any], report: Report) -> dict[str, Streams]:
 
 def _check_models(data: dict[str, Any], devices: dict[str, Streams], base_dir: Path, report: Report) -> set[str]:
     """Unique model names, placements on declared GPUs and streams, versions; every declared model name."""
-    names: set[str] = set()
+    declared: list[tuple[Sequence[PathPart], str]] = []
     for i, model in _entries(data.get("models")):
-        declared: list[tuple[Sequence[PathPart], Any]] = [(["models", i, "id"], model.get("id"))]
+        if isinstance(model.get("id"), str):
+            declared.append((["models", i, "id"], model["id"]))
         declared += [(["models", i, "aliases", j], alias) for j, alias in _strings(model.get("aliases"))]
-        for path, name in declared:
-            if isinstance(name, str):
-                if name in names:
-                    report(path, f"duplicate model name {name!r}", "unique")
-                names.add(name)
         _check_placement(i, model, devices, report)
         _check_versions(i, model, report)
         kserve = _mapping(model.get("kserve"))
@@ -125,7 +121,8 @@ def _check_models(data: dict[str, Any], devices: dict[str, Streams], base_dir: P
         content_file = _string(_mapping(model.get("content")).get("file"))
         if content_file and not (base_dir / content_file).is_file():
             report(["models", i, "content", "file"], f"file {content_file!r} does not exist", "file")
-    return names
+    _unique(declared, "model name", report)
+    return {name for _, name in declared}
 
 
 def _check_placement(i: int, model: dict[str, Any], devices: dict[str, Streams], report: Report) -> None:

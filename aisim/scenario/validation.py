@@ -7,7 +7,6 @@ branch whose type matches the value is followed, so `ttft: {kind: normal}` repor
 
 from __future__ import annotations
 
-import difflib
 import functools
 import re
 from collections.abc import Iterator, Mapping, Sequence
@@ -21,6 +20,7 @@ from .base import Spec
 from .faults import Fault, FaultCommon
 from .hardware import MemoryPool, PoolCommon
 from .problems import PathPart, Problem
+from .references import suggest
 from .schema import scenario_schema
 from .source import Source
 
@@ -75,8 +75,7 @@ def _explain(source: Source, leaf: SchemaError) -> list[Problem]:
         known = list(schema.get("properties", {}))
         problems = []
         for key in _unexpected(leaf.instance, schema):
-            hint = difflib.get_close_matches(key, known, n=1, cutoff=0.6)
-            text = f"unknown key {key!r}" + (f"; did you mean {hint[0]!r}?" if hint else _allowed(known))
+            text = f"unknown key {key!r}" + (suggest(key, known) or _allowed(known))
             problems.append(source.problem([*parts, key], text, "additionalProperties", at_key=True))
         return problems
     if leaf.validator == "required":
@@ -117,9 +116,7 @@ def _message(error: SchemaError) -> str:
     match error.validator:
         case "enum":
             options = ", ".join(repr(v) for v in error.validator_value)  # type: ignore[union-attr]
-            hint = difflib.get_close_matches(str(value), [str(v) for v in error.validator_value], n=1, cutoff=0.6)  # type: ignore[union-attr]
-            suffix = f"; did you mean {hint[0]!r}?" if hint else ""
-            return f"{value!r} is not one of {options}{suffix}"
+            return f"{value!r} is not one of {options}{suggest(str(value), map(str, error.validator_value))}"  # type: ignore[arg-type]
         case "const":
             return f"{value!r} must be {error.validator_value!r}"
         case "type":
