@@ -163,6 +163,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from pydantic import TypeAdapter, ValidationError
 
+    from .api.pod import PodIdentity
     from .api.server import ServerState, serve
     from .scenario.distributions import DurationDistribution
 
@@ -185,7 +186,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     async def main() -> None:
         state = ServerState(scenario, checked.base_dir, seed=args.seed, network_delay=delay, speed=args.speed,
-                            record=args.record)
+                            record=args.record, pod=PodIdentity.from_env())
         bound = await serve(state, args.host, args.port)
         settle_garbage_collector()
         for (host, port), listener in zip(bound, scenario.server.listeners):

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from aisim.scenario import Scenario
+
 ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = ROOT / "scenarios"
 TEST_SCENARIOS = Path(__file__).resolve().parent / "scenarios"
@@ -16,3 +18,11 @@ TEST_SCENARIOS = Path(__file__).resolve().parent / "scenarios"
 def python() -> str:
     """The interpreter running the tests, for subprocess checks."""
     return sys.executable
+
+
+def on_free_ports(scenario: Scenario) -> Scenario:
+    """`scenario` with every listener on a free port of the loopback (a test must not take a fixed port
+    that another run may hold); `ServerUrl.listeners` keeps the scenario's order."""
+    listeners = [listener.model_copy(update={"port": 0}) for listener in scenario.server.listeners]
+    server = scenario.server.model_copy(update={"host": "127.0.0.1", "listeners": listeners})
+    return scenario.model_copy(update={"server": server})

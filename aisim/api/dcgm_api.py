@@ -20,8 +20,8 @@ class MetricsHandler(BaseHandler):
         self.set_header("Content-Type", CONTENT_TYPE)
 
     def get(self) -> None:
-        telemetry = self.state.sim.telemetry
-        self.finish(telemetry.exposition() if telemetry is not None else "")
+        telemetry, pod = self.state.sim.telemetry, self.state.pod
+        self.finish(telemetry.exposition(pod.dcgm_labels() if pod else ()) if telemetry is not None else "")
 
 
 def routes(metrics_path: str) -> list[Any]:

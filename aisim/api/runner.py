@@ -11,6 +11,7 @@ from typing import TypedDict
 
 from ..scenario import Scenario, load_scenario
 from ..scenario.distributions import DurationDistribution
+from .pod import PodIdentity
 from .server import ServerState, serve
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "default.yaml"
@@ -37,11 +38,13 @@ class _Started(TypedDict, total=False):
 @contextlib.contextmanager
 def running_server(scenario: Scenario | str | Path | None = None, *, seed: int | None = None,
                    network_delay: DurationDistribution | None = None, host: str = "127.0.0.1",
-                   port: int = 0, speed: float = 1.0, record: str | Path | None = None) -> Iterator[ServerUrl]:
+                   port: int = 0, speed: float = 1.0, record: str | Path | None = None,
+                   pod: PodIdentity | None = None) -> Iterator[ServerUrl]:
     """Serve a scenario (the built-in default when None) in a background thread on a free port;
     yields the base URL of its first listener, like `http://127.0.0.1:54321`. `speed` runs the
     simulated clock faster than the wall clock (as `aisim serve --speed`); `record` writes the
-    request log there (as `aisim serve --record`), complete once the block exits."""
+    request log there (as `aisim serve --record`), complete once the block exits; `pod` serves it as that
+    Kubernetes pod (as `POD_NAME` / `POD_NAMESPACE` do)."""
     path = Path(scenario) if isinstance(scenario, (str, Path)) else None
     loaded = load_scenario(path or DEFAULT_SCENARIO) if not isinstance(scenario, Scenario) else scenario
     base_dir = (path or DEFAULT_SCENARIO).parent if path or scenario is None else Path(".")
@@ -50,7 +53,8 @@ def running_server(scenario: Scenario | str | Path | None = None, *, seed: int |
     loop = asyncio.new_event_loop()
 
     async def start() -> None:
-        state = ServerState(loaded, base_dir, seed=seed, network_delay=network_delay, speed=speed, record=record)
+        state = ServerState(loaded, base_dir, seed=seed, network_delay=network_delay, speed=speed, record=record,
+                            pod=pod)
         box["state"] = state
         box["bound"] = await serve(state, host, port)
         ready.set()

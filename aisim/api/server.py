@@ -30,6 +30,7 @@ from ..scenario.models import Model
 from .content import ContentSource
 from .faults import FaultBook
 from .metrics_feed import MetricsFeed
+from .pod import PodIdentity, apply
 from .ratelimit import RateLimiter
 from .recording import Recording
 from .tokenizer import Tokenizer, default_tokenizer
@@ -55,6 +56,9 @@ class ServerState:
     speed: float = 1.0
     record: str | Path | None = None
     """Write a request log here (`aisim serve --record`)."""
+    pod: PodIdentity | None = None
+    """The Kubernetes pod this server is (`PodIdentity.from_env`): its headers and labels, and its own seed
+    unless `seed` pins one."""
     sim: Simulation = field(init=False)
     live: Live = field(init=False)
     tokenizer: Tokenizer = field(init=False)
@@ -82,6 +86,8 @@ class ServerState:
 
     def __post_init__(self) -> None:
         scenario = self.scenario
+        if self.seed is None and self.pod is not None:  # a fleet is not N copies of one random stream
+            self.seed = self.pod.seed(scenario.seed)
         self.sim = Simulation(scenario, self.base_dir, seed=self.seed, macro_steps=False, retain=False)
         self.live = Live(self.sim, self.speed)
         server_seq = np.random.SeedSequence([self.sim.seed, 1]).spawn(3)
@@ -208,8 +214,9 @@ def make_app(state: ServerState, personalities: tuple[str, ...] = DEFAULT_PERSON
         routes += kserve_api.routes()
     openai = "openai" in personalities or "vllm" in personalities
     body_limit = state.scenario.server.max_body_size
-    return tornado.web.Application(routes, state=state, max_body_size=body_limit * 2, compress_response=False,
-                                   default_handler_class=openai_api.NotFoundHandler if openai else kserve_api.NotFoundHandler)
+    app = tornado.web.Application(routes, state=state, max_body_size=body_limit * 2, compress_response=False,
+                                  default_handler_class=openai_api.NotFoundHandler if openai else kserve_api.NotFoundHandler)
+    return apply(app, state.pod)
 
 
 async def serve(state: ServerState, host: str | None = None, port: int | None = None) -> list[tuple[str, int]]:

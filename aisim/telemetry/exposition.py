@@ -40,8 +40,10 @@ def _line(name: str, labels: Iterable[tuple[str, str]], value: str) -> str:
 
 
 def render(fields: Sequence[DcgmField], boards: Sequence[tuple[Board, dict[str, float | int], dict[int, int]]],
-           hostname_label: str, hostname: str, driver: str | None, xid_window_ns: int) -> str:
-    """The exposition of `boards` (each with its values and its XID counts in the window)."""
+           hostname_label: str, hostname: str, driver: str | None, xid_window_ns: int,
+           attributes: Sequence[tuple[str, str]] = ()) -> str:
+    """The exposition of `boards` (each with its values and its XID counts in the window). `attributes` are
+    the Kubernetes labels (`container`, `namespace`, `pod`) that follow the CSV labels (§3.1)."""
     out: list[str] = []
     for field in fields:
         if field.prom_type == "label":
@@ -53,16 +55,17 @@ def render(fields: Sequence[DcgmField], boards: Sequence[tuple[Board, dict[str, 
                 base = [pair for pair in base if pair[0] != "DCGM_FI_DRIVER_VERSION"]
             if field.name == XID_COUNT_FIELD:
                 window = str(xid_window_ns // 1_000_000)
-                lines += [_line(field.name, [*base, ("window_size_in_ms", window), ("xid", str(code))], str(count))
+                lines += [_line(field.name, [*base, *sorted([*attributes, ("window_size_in_ms", window), ("xid", str(code))])],
+                                str(count))
                           for code, count in sorted(counts.items())]
                 continue
             value = values.get(field.name)
             if value is None or is_blank(value):
                 continue
-            labels = base
-            if field.name == XID_FIELD:
+            labels = [*base, *attributes]
+            if field.name == XID_FIELD:  # one map of attributes, written sorted by key
                 code = int(value)
-                labels = [*base, ("err_code", str(code)), ("err_msg", Xid(code).message)]
+                labels = [*base, *sorted([*attributes, ("err_code", str(code)), ("err_msg", Xid(code).message)])]
             lines.append(_line(field.name, labels, render_value(field, value)))
         if lines:
             out.append(f"# HELP {field.name} {field.help}\n# TYPE {field.name} {field.prom_type}\n")

@@ -23,7 +23,7 @@ sample.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -241,14 +241,15 @@ class GpuTelemetry:
 
     # -- outputs -----------------------------------------------------------------------------
 
-    def exposition(self) -> str:
-        """dcgm-exporter's `/metrics` text now: the last sample with the injections active now."""
+    def exposition(self, attributes: Sequence[tuple[str, str]] = ()) -> str:
+        """dcgm-exporter's `/metrics` text now: the last sample with the injections active now (`attributes`:
+        its Kubernetes mode's pod labels)."""
         dcgm = self.settings.dcgm
         driver = dcgm.driver_version if any(f.name == DRIVER_FIELD for f in self.fields) else None
         now = self.kernel.now
         window = dcgm.xid_count_window
         return render(self.fields, [(b, b.values(now), b.xid_counts(now, window)) for b in self.boards.values()],
-                      dcgm.hostname_label, dcgm.hostname, driver, window)
+                      dcgm.hostname_label, dcgm.hostname, driver, window, attributes)
 
     def summary(self, end_ns: int) -> dict[str, dict[str, Any]]:
         """Per GPU over the run: mean utilisation, energy, peak temperature, XIDs (for the report)."""
