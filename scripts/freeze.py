@@ -1,9 +1,9 @@
 """Freeze the installed aisim into one executable with PyInstaller (run by `scripts/build-executable`).
 
 It runs inside the build's own virtual environment, where aisim (not editable) and PyInstaller are
-installed, and writes `DIST/aisim`. What PyInstaller cannot see by reading the imports is named here:
-the package data (the shipped scenarios, the calibration), Textual's lazily imported widgets and Rich's
-Unicode tables, which both load by name at run time.
+installed, and writes `DIST/aisim`. What PyInstaller cannot see by reading the imports is named here
+and in `pyinstaller-hooks/hook-aisim.py`: the package data (the shipped scenarios, the calibration),
+aisim's sources, Textual's lazily imported widgets and Rich's Unicode tables (both load by name).
 """
 
 from __future__ import annotations
@@ -13,6 +13,9 @@ from pathlib import Path
 
 ENTRY = "import sys\n\nfrom aisim.cli import main\n\nsys.exit(main())\n"
 """The frozen program's `__main__` (aisim/__main__.py imports relatively, which a script cannot)."""
+
+HOOKS = Path(__file__).resolve().parent / "pyinstaller-hooks"
+"""aisim's own hook: its data files, and its sources beside the compiled modules."""
 
 HIDDEN = ("textual.widgets", "rich._unicode_data")
 """Packages whose modules are imported by name at run time, so that every module must go in."""
@@ -28,7 +31,7 @@ def arguments(dist: Path, work: Path) -> list[str]:
     entry.write_text(ENTRY, encoding="utf-8")
     args = ["--onefile", "--name", "aisim", "--noconfirm", "--clean", "--log-level", "WARN",
             "--distpath", str(dist), "--workpath", str(work / "build"), "--specpath", str(work),
-            "--collect-data", "aisim"]
+            "--additional-hooks-dir", str(HOOKS)]
     for package in HIDDEN:
         args += ["--collect-submodules", package]
     for module in LEFT_OUT:
