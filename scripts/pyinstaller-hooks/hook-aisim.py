@@ -1,4 +1,4 @@
-"""PyInstaller's hook for aisim (scripts/freeze.py points PyInstaller at this folder).
+"""PyInstaller's hook for aisim (scripts/aisim.spec points PyInstaller at this folder).
 
 The shipped scenarios and the calibration are package data. aisim's modules go in both compiled and as
 source: pydantic reads the scenario models' attribute docstrings from the source (they are the JSON
