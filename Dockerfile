@@ -10,7 +10,7 @@
 # ask /health (OpenAI / vLLM personalities) or /v2/health/ready (KServe v2).
 
 FROM python:3.11-slim-bookworm AS build
-# PyInstaller's bootloader links against glibc and zlib only; binutils gives it `strip` and `objdump`.
+# binutils: `strip`, which scripts/aisim.spec runs on libpython; the rest comes from PyPI.
 RUN apt-get update && apt-get install -y --no-install-recommends binutils && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md ./
