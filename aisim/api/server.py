@@ -91,6 +91,8 @@ class ServerState:
     """The Responses API's stored responses (bounded: see `ResponseStore`), shared by every listener."""
     draining: bool = field(init=False, default=False)
     """Shutting down (`drain`): no new connections or requests, the ones in flight finishing."""
+    hurry: bool = field(init=False, default=False)
+    """End the grace period of a `drain` now (a second signal)."""
     handlers: set[GenerationHandler] = field(init=False, default_factory=set)
     """The generating requests in flight (what `drain` ends when the grace period is over)."""
     registry: Registry = field(init=False)
@@ -171,7 +173,7 @@ class ServerState:
             http.stop()
             http.close_idle()
         deadline = time.monotonic() + grace
-        while any(http.busy() for http in self.http_servers) and time.monotonic() < deadline:
+        while any(http.busy() for http in self.http_servers) and time.monotonic() < deadline and not self.hurry:
             await asyncio.sleep(0.02)
         cut = list(self.handlers)
         for handler in cut:
