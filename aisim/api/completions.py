@@ -75,8 +75,8 @@ class CompletionHandler(GenerationHandler):
                 echoed.append(self._prompt_logprobs(ask, state.tokenizer.pieces(text), body.logprobs))
             await slices.turn()
         await self.network()
-        self.calls = [state.live.submit(Arrival(0, "api", model.id, prompts[i // body.n][1], a.tokens, body.priority, -1, 0),
-                                        body.stream) for i, a in enumerate(answers)]
+        await self.submit_sliced([Arrival(0, "api", model.id, prompts[i // body.n][1], a.tokens, body.priority, -1, 0)
+                                  for i, a in enumerate(answers)], body.stream, slices)
         completion_id = "cmpl-" + state.new_id(12)
         created = int(time.time())
         head = {"id": completion_id, "object": "text_completion", "created": created, "model": body.model,
@@ -175,9 +175,6 @@ class EmbeddingHandler(GenerationHandler):
         raw = body.input
         items: list[Any] = [raw] if isinstance(raw, str) or (raw and isinstance(raw[0], int)) else list(raw)
         limits = state.scenario.server.request_limits
-        if len(items) > limits.embedding_inputs:  # OpenAI's answer to more than 2048 inputs
-            raise errors.invalid("'$.input' is invalid. Please check the API reference: "
-                                 "https://platform.openai.com/docs/api-reference.")
         slices = Slices()
         texts, counts = [], []
         for item in items:
@@ -192,7 +189,7 @@ class EmbeddingHandler(GenerationHandler):
             await slices.turn()
         self.admit(model, max(counts), 0)
         await self.network()
-        self.calls = [state.live.submit(Arrival(0, "api", model.id, max(n, 1), 0, 0, -1, 0), False) for n in counts]
+        await self.submit_sliced([Arrival(0, "api", model.id, max(n, 1), 0, 0, -1, 0) for n in counts], False, slices)
         if not await self.settle(self.calls, ["stop"] * len(self.calls), None):
             return
         data = []

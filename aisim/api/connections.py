@@ -30,6 +30,7 @@ import socket
 import time
 import urllib.parse
 from collections.abc import Callable
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -198,7 +199,7 @@ class Gate(httputil.HTTPMessageDelegate):
 
     def headers_received(self, start_line: httputil.RequestStartLine | httputil.ResponseStartLine,
                          headers: httputil.HTTPHeaders) -> Any:
-        self.owner.waiting_since = None
+        self.owner.server.registry.busy(self.owner)
         assert isinstance(start_line, httputil.RequestStartLine)
         allowed = self.policy.preflight(start_line, headers)
         if allowed is not None:
@@ -268,14 +269,14 @@ class GuardedConnection(HTTP1ServerConnection):
         super().__init__(stream, first, context)
         self.later = later
         self.server = server
-        self.waiting_since: float | None = time.monotonic()
+        self.waiting_since: float | None = None
         """When it began to wait for a request's headers; None while a request is being read or answered."""
 
     async def _server_request_loop(self, delegate: httputil.HTTPServerConnectionDelegate) -> None:
         try:
             params = self.params
             while True:
-                self.waiting_since = time.monotonic()
+                self.server.registry.wait(self)
                 conn = HTTP1Connection(self.stream, False, params, self.context)
                 request_delegate = delegate.start_request(self, conn)
                 try:
@@ -295,28 +296,42 @@ class GuardedConnection(HTTP1ServerConnection):
                 params = self.later
                 await asyncio.sleep(0)
         finally:
-            self.waiting_since = None
+            self.server.registry.closed(self)
             delegate.on_close(self)
 
 
 @dataclass
 class Registry:
-    """The open connections of every listener of one server (the cap counts them all)."""
+    """The open connections of every listener of one server (the cap counts them all), and those of them
+    waiting for a request in the order they began to wait, so that the longest-waiting one is found at once."""
 
     max_open: int
     open: set[GuardedConnection] = field(default_factory=set)
+    waiting: OrderedDict[GuardedConnection, None] = field(default_factory=OrderedDict)
     full: Throttled = field(default_factory=Throttled)
+
+    def wait(self, conn: GuardedConnection) -> None:
+        conn.waiting_since = time.monotonic()
+        self.waiting[conn] = None
+        self.waiting.move_to_end(conn)
+
+    def busy(self, conn: GuardedConnection) -> None:
+        conn.waiting_since = None
+        self.waiting.pop(conn, None)
+
+    def closed(self, conn: GuardedConnection) -> None:
+        self.busy(conn)
+        self.open.discard(conn)
 
     def make_room(self) -> bool:
         """At the cap: close the connection that has waited longest for a request; False if none waits."""
         if len(self.open) < self.max_open:
             return True
-        waiting = [c for c in self.open if c.waiting_since is not None]
-        if not waiting:
+        if not self.waiting:
             self.full.warn(f"aisim serve: {len(self.open)} connections open, all busy: answering new ones 503")
             return False
-        oldest = min(waiting, key=lambda c: c.waiting_since or 0.0)
-        self.open.discard(oldest)
+        oldest, _ = self.waiting.popitem(last=False)
+        self.closed(oldest)
         oldest.stream.close()
         return True
 
@@ -358,7 +373,8 @@ class GuardedServer(tornado.httpserver.HTTPServer):
         conn.start_serving(self)
 
     def on_close(self, server_conn: object) -> None:
-        self.registry.open.discard(server_conn)
+        if isinstance(server_conn, GuardedConnection):
+            self.registry.closed(server_conn)
         super().on_close(server_conn)
 
     def start_request(self, server_conn: object, request_conn: httputil.HTTPConnection) -> httputil.HTTPMessageDelegate:

@@ -35,6 +35,8 @@ from .slices import Slices
 
 SHUTTING_DOWN = ApiError(503, "The server is shutting down: the request was ended at the end of its grace period.",
                          "ServiceUnavailableError")
+FLUSH_BYTES = 256 * 1024
+"""A large answer written in slices goes out once this much is waiting."""
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 FINGERPRINT = "fp_aisim"
 
@@ -223,6 +225,15 @@ class GenerationHandler(BaseHandler):
                       for a in answers]
         return self.calls
 
+    async def submit_sliced(self, arrivals: list[Arrival], stream: bool, slices: Slices) -> list[Call]:
+        """Submit many arrivals (a batch of prompts or inputs) a slice at a time: each arrival runs the engine's
+        turn at once, and two thousand of them would hold the loop for most of a second."""
+        self.calls = []
+        for arrival in arrivals:
+            self.calls.append(self.state.live.submit(arrival, stream))
+            await slices.turn()
+        return self.calls
+
     async def network(self) -> None:
         """The scenario's (or --delay-ms) network delay, drawn per request."""
         delay = self.state.delay_s()
@@ -251,8 +262,11 @@ class GenerationHandler(BaseHandler):
             results = [(call.ending[0], call.token_times) if call.ending is not None else await self.outcome(call)]
         else:
             results = list(await asyncio.gather(*(self.outcome(c) for c in calls)))
+        slices = Slices()
         for index, (call, (end, times)) in enumerate(zip(calls, results)):
             self.observe(call, end, reasons[index], max_tokens, times, n if index == len(calls) - 1 else None)
+            if len(calls) > 1:
+                await slices.turn()
         for call, (end, _) in zip(calls, results):
             if end == "aborted":
                 return False
@@ -309,8 +323,13 @@ class GenerationHandler(BaseHandler):
         `json.dumps` of thousands of embeddings would hold the loop for a second."""
         head, tail = json.dumps(whole).split(f'"{key}": []', 1)
         self.write(head + f'"{key}": [')
+        pending = 0
         for index, item in enumerate(items):
             self.write(item if index == 0 else ", " + item)
+            pending += len(item)
+            if pending > FLUSH_BYTES:  # sent as it is made (chunked), not joined into one buffer at the end
+                self.flush()
+                pending = 0
             await slices.turn()
         self.finish("]" + tail)
 

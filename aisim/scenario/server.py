@@ -96,10 +96,9 @@ class Connections(Spec):
 
 
 class RequestLimits(Spec):
-    """Caps on the work one request may ask for, as the real APIs have them, so no request stalls the others."""
+    """Caps on the work one request may ask for, as the real APIs have them, so no request stalls the others (the
+    2,048 inputs per embeddings request are OpenAI's fixed limit, `aisim.api.protocol.MAX_EMBEDDING_INPUTS`)."""
 
-    embedding_inputs: int = Field(2048, ge=1)
-    """Inputs per `/v1/embeddings` request (OpenAI's limit: 2048)."""
     embedding_tokens: int = Field(300_000, ge=1)
     """Tokens summed over one `/v1/embeddings` request's inputs (OpenAI's limit: 300,000)."""
     prompts: int = Field(2048, ge=1)
