@@ -29,8 +29,8 @@ import resource
 import socket
 import time
 import urllib.parse
-from collections.abc import Callable
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 

@@ -642,7 +642,9 @@ class VersionedTraceHandler(KServeHandler):
     400 (§1.1; the reference has no text for it, so this is the status's reason phrase, as for 404 and 405)."""
 
     def prepare(self) -> None:
-        self.fail(KServeError(400, "Bad Request"))
+        super().prepare()  # the method and the key first, as for every route
+        if not self._finished:
+            self.fail(KServeError(400, "Bad Request"))
 
 
 class NotFoundHandler(KServeHandler):
