@@ -179,3 +179,37 @@ def test_a_browser_post_from_a_foreign_page_changes_nothing(path: str, listener:
         assert state.triton_logging["log_verbose_level"] == 0
         assert httpx.get(url.listeners[1] + "/v2/models/resnet50/ready").status_code == 200
         assert not any(served.crash for served in state.sim.served_models)
+
+
+def test_cors_only_for_the_configured_origins(tmp_path_factory: pytest.TempPathFactory) -> None:
+    yaml = YAML()
+    document = yaml.load(ACCESS.read_text())
+    document["server"]["corsOrigins"] = ["https://app.example"]
+    path = tmp_path_factory.mktemp("cors") / "cors.yaml"
+    with path.open("w") as out:
+        yaml.dump(document, out)
+    chat = {"model": "quick", "messages": [{"role": "user", "content": "hi"}]}
+    with running_server(path) as url:
+        preflight = httpx.options(f"{url}/v1/chat/completions", headers={
+            "Origin": "https://app.example", "Access-Control-Request-Method": "POST",
+            "Access-Control-Request-Headers": "content-type"})
+        assert preflight.status_code == 204 and preflight.headers["Access-Control-Allow-Origin"] == "https://app.example"
+        allowed = httpx.post(f"{url}/v1/chat/completions", json=chat, headers={"Origin": "https://app.example"})
+        assert allowed.status_code == 200 and allowed.headers["Access-Control-Allow-Origin"] == "https://app.example"
+        other = httpx.post(f"{url}/v1/chat/completions", json=chat, headers={"Origin": "https://other.example"})
+        assert other.status_code == 403 and "Access-Control-Allow-Origin" not in other.headers
+        unconfigured = httpx.options(f"{url}/v1/chat/completions", headers={"Origin": "https://other.example"})
+        assert "Access-Control-Allow-Origin" not in unconfigured.headers
+
+
+def test_the_server_options_are_validated_with_their_position(tmp_path_factory: pytest.TempPathFactory) -> None:
+    from aisim.scenario.loader import check_file
+
+    path = tmp_path_factory.mktemp("bad") / "bad.yaml"
+    path.write_text(ACCESS.read_text().replace("  loraRuntimeUpdates: true\n",
+                                               "  loraRuntimeUpdates: true\n  connections: {maxOpen: 0, headerTimeout: soon}\n"
+                                               "  corsOrigins: [app.example]\n"))
+    problems = {(p.path, p.line, p.column) for p in check_file(path).problems}
+    line = ACCESS.read_text().splitlines().index("  loraRuntimeUpdates: true") + 2
+    assert {("$.server.connections.maxOpen", line, 26), ("$.server.connections.headerTimeout", line, 44),
+            ("$.server.corsOrigins[0]", line + 1, 17)} <= problems

@@ -158,7 +158,7 @@ class Policy:
         if size > self.max_header:
             return 431, f"Request header fields too large: {size} bytes, the limit is {self.max_header}."
         host = headers.get("Host", "")
-        if self.hosts is not None and _hostname(host) not in self.hosts:
+        if self.hosts is not None and host and _hostname(host) not in self.hosts:  # browsers always send a Host
             return 400, "Invalid host header."
         origin = headers.get("Origin")
         if origin is not None and start.method in STATE_CHANGING and not self.origin_allowed(origin, host):
@@ -209,8 +209,6 @@ class Gate(httputil.HTTPMessageDelegate):
         if refusal is not None:
             self._answer(refusal[0], self.policy.error_body(*refusal))
             return None
-        if self.policy.draining():
-            self.request._disconnect_on_finish = True
         return self.inner.headers_received(start_line, headers)
 
     def data_received(self, chunk: bytes) -> Any:
