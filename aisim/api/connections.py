@@ -243,10 +243,10 @@ class Gate(httputil.HTTPMessageDelegate):
         for name, value in (headers or {}).items():
             fields[name] = value
         if status >= 400:
-            self.request._disconnect_on_finish = True
+            self.request._disconnect_on_finish = True  # Tornado's own "Connection: close" switch (private)
         self.request.write_headers(httputil.ResponseStartLine("HTTP/1.1", status, httputil.responses[status]),
                                    fields, body)
-        request_headers = self.request._request_headers
+        request_headers = self.request._request_headers  # the headers it parsed (private)
         if status < 400 or request_headers is None or request_headers.get("Expect") == "100-continue":
             self._end()
         else:
@@ -363,7 +363,7 @@ class GuardedServer(tornado.httpserver.HTTPServer):
             _refuse(stream, raw_response(503, self.policy.error_body(503, "Too many open connections."),
                                          {"Retry-After": "1"}))
             return
-        context = tornado.httpserver._HTTPRequestContext(stream, address, self.protocol,
+        context = tornado.httpserver._HTTPRequestContext(stream, address, self.protocol,  # as HTTPServer does
                                                          self.trusted_downstream)
         conn = GuardedConnection(stream, self.first, self.later, context, self)
         self._connections.add(conn)
