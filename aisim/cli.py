@@ -164,7 +164,7 @@ def _serve(args: argparse.Namespace) -> int:
     from pydantic import TypeAdapter, ValidationError
 
     from .api.pod import PodIdentity
-    from .api.server import ServerState, serve
+    from .api.server import RefusedToStart, ServerState, serve
     from .scenario.distributions import DurationDistribution
 
     if args.foreign:
@@ -194,16 +194,26 @@ def _serve(args: argparse.Namespace) -> int:
                   f"({', '.join(listener.personalities)})", flush=True)
         print(f"models: {', '.join(m.id for m in scenario.models)}", flush=True)
         stopping = asyncio.Event()
-        for signum in (signal.SIGINT, signal.SIGTERM):  # stop cleanly: the request log gets its last lines
-            asyncio.get_running_loop().add_signal_handler(signum, stopping.set)
+
+        def on_signal() -> None:  # the first signal drains; a second one ends the grace period now
+            if stopping.is_set():
+                state.hurry = True
+            stopping.set()
+
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            asyncio.get_running_loop().add_signal_handler(signum, on_signal)
         await stopping.wait()
-        await state.stop()
+        grace = scenario.server.shutdown_grace / 1e9
+        sys.stderr.write(f"aisim serve: draining ({grace:g}s grace; signal again to end it now)\n")
+        cut = await state.drain()
+        if cut:
+            sys.stderr.write(f"aisim serve: {cut} request(s) still running at the end of the grace period were ended\n")
 
     try:
         asyncio.run(main())
     except KeyboardInterrupt:
         pass
-    except OSError as error:
+    except (OSError, RefusedToStart) as error:
         sys.stderr.write(f"aisim serve: {error}\n")
         return 1
     return 0

@@ -279,7 +279,7 @@ def test_unknown_request_fields_are_ignored_as_vllm_does(client: openai.OpenAI) 
     assert reply.choices[0].message.content
 
 
-def test_health_version_tokenize_detokenize_and_lora(url: str) -> None:
+def test_health_version_tokenize_detokenize_and_lora(url: str, monkeypatch: pytest.MonkeyPatch) -> None:
     assert httpx.get(f"{url}/health").status_code == 200
     assert httpx.get(f"{url}/version").json() == {"version": "0.34.0"}
     text = "Hello, wörld! 12345 {\"a\": 1}"
@@ -287,6 +287,14 @@ def test_health_version_tokenize_detokenize_and_lora(url: str) -> None:
     assert tokens["count"] == len(tokens["tokens"]) and "".join(tokens["token_strs"]) == text
     assert tokens["max_model_len"] == 4096
     assert httpx.post(f"{url}/detokenize", json={"model": "llama", "tokens": tokens["tokens"]}).json() == {"prompt": text}
+    off = httpx.post(f"{url}/v1/load_lora_adapter", json={"lora_name": "sql", "lora_path": "/adapters/sql"})
+    assert off.status_code == 404  # runtime LoRA updates are off unless allowed, as in vLLM
+    monkeypatch.setenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True")
+    with running_server(SCENARIO) as allowed:
+        _lora_round_trip(allowed)
+
+
+def _lora_round_trip(url: str) -> None:
     loaded = httpx.post(f"{url}/v1/load_lora_adapter", json={"lora_name": "sql", "lora_path": "/adapters/sql"})
     assert loaded.status_code == 200 and loaded.text == "Success: LoRA adapter 'sql' added successfully."
     assert "sql" in [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]]
@@ -433,7 +441,7 @@ def test_the_response_store_keeps_only_the_most_recent() -> None:
     store = ResponseStore(limit=3)
     for index in range(5):
         store.put(f"resp_{index}", StoredResponse({"id": f"resp_{index}"}, [Message(role="user", content="x")]))
-    assert len(store) == 3 and store.get("resp_1") is None and store.get("resp_4") is not None
+    assert len(store) == 3 and store.get("resp_1", None) is None and store.get("resp_4", None) is not None
     assert ResponseStore().limit == MAX_STORED == 10_000
 
 

@@ -56,32 +56,96 @@ def test_foreign_flags_are_separated_from_the_scenario_and_own_flags() -> None:
     assert foreign == ["--served-model-name", "x", "--trust-remote-code"]
 
 
-def test_stopping_with_streams_open_ends_them_quietly_and_logs_them_as_aborted(tmp_path: Path) -> None:
-    """SIGTERM while clients stream: the connections close, the engine aborts their requests (the request
-    log gets a line for each), and the server exits 0 without an error logged per stream."""
-    log = tmp_path / "requests.jsonl"
-    process = subprocess.Popen([sys.executable, "-m", "aisim", "serve", "--port", "0", "--record", str(log)],
+DRAIN = """apiVersion: aisim/v1
+kind: Scenario
+metadata: {{name: drain}}
+models:
+  - id: slow
+    latency: {{ttft: 5ms, interToken: 20ms}}
+    content: {{kind: lorem, tokens: 4000}}
+server:
+  shutdownGrace: {grace}
+  listeners: [{{port: 0, personalities: [openai, vllm]}}]
+"""
+
+
+async def _streams_through_sigterm(process: subprocess.Popen[str], url: str, count: int,
+                                   max_tokens: int) -> list[list[str]]:
+    """`count` streamed completions; SIGTERM once every one has begun; returns each stream's data lines."""
+    import asyncio
+
+    begun = 0
+    all_begun = asyncio.Event()
+
+    async def one(client: httpx.AsyncClient) -> list[str]:
+        nonlocal begun
+        body = {"model": "slow", "prompt": "hi", "max_tokens": max_tokens, "stream": True}
+        lines: list[str] = []
+        async with client.stream("POST", f"{url}/v1/completions", json=body) as response:
+            async for line in response.aiter_lines():
+                if line:
+                    lines.append(line)
+                    if len(lines) == 1:
+                        begun += 1
+                        if begun == count:
+                            all_begun.set()
+        return lines
+
+    async with httpx.AsyncClient(timeout=60, limits=httpx.Limits(max_connections=count)) as client:
+        tasks = [asyncio.create_task(one(client)) for _ in range(count)]
+        await asyncio.wait_for(all_begun.wait(), 30)
+        process.terminate()
+        return list(await asyncio.gather(*tasks))
+
+
+def _serve_drain(tmp_path: Path, grace: str) -> tuple[subprocess.Popen[str], str, Path]:
+    scenario, log = tmp_path / "drain.yaml", tmp_path / "requests.jsonl"
+    scenario.write_text(DRAIN.format(grace=grace))
+    process = subprocess.Popen([sys.executable, "-m", "aisim", "serve", str(scenario), "--record", str(log)],
                                cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    match = re.search(r"at (http://[\d.]+:\d+)", process.stdout.readline())  # type: ignore[union-attr]
+    assert match, process.stderr.read()  # type: ignore[union-attr]
+    return process, match.group(1), log
+
+
+def test_sigterm_lets_50_streams_in_flight_finish_within_the_grace_period(tmp_path: Path) -> None:
+    """SIGTERM with 50 streams of about a second in flight and 10 s of grace: no new connection is accepted, every
+    stream ends as it would have (its finish reason, then `[DONE]`), the log records 50 finished requests and the
+    server exits 0 once they are done, long before the grace period is over."""
+    import asyncio
+
+    process, url, log = _serve_drain(tmp_path, "10s")
     try:
-        match = re.search(r"at (http://[\d.]+:\d+)", process.stdout.readline())  # type: ignore[union-attr]
-        assert match
-        body = {"model": "llama3-8b-sim", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2000,
-                "stream": True}
-        with httpx.Client(timeout=30) as client:
-            streams = [client.stream("POST", f"{match.group(1)}/v1/chat/completions", json=body) for _ in range(3)]
-            lines = []
-            for stream in streams:
-                response = stream.__enter__()
-                lines.append(response.iter_lines())
-                assert next(lines[-1]).startswith("data: {")  # the stream has begun
-            process.terminate()
-            assert process.wait(timeout=20) == 0
-            for received in lines:
-                with pytest.raises(httpx.RemoteProtocolError):  # closed mid-stream, no [DONE]
-                    for line in received:
-                        assert line != "data: [DONE]"
+        started = time.monotonic()
+        streams = asyncio.run(_streams_through_sigterm(process, url, 50, 40))
+        with pytest.raises(httpx.ConnectError):
+            httpx.get(f"{url}/health", timeout=2)
+        assert process.wait(timeout=20) == 0
+        assert time.monotonic() - started < 10  # done when the streams were, not at the end of the grace
     finally:
         process.kill()
-        stderr = process.stderr.read() if process.stderr else ""  # type: ignore[union-attr]
-    assert stderr == ""
-    assert [r.status for r in read_log(log).requests] == ["aborted"] * 3
+    for lines in streams:
+        assert lines[-1] == "data: [DONE]" and '"finish_reason":"length"' in lines[-2]
+        assert not any('"error"' in line for line in lines)
+    assert [r.status for r in read_log(log).requests] == ["completed"] * 50
+
+
+def test_sigterm_past_the_grace_period_ends_each_stream_with_an_error_event_and_done(tmp_path: Path) -> None:
+    """Streams that would run 80 s, 0.5 s of grace: each gets the final error event and `[DONE]` (not a cut
+    connection), the log has a line for each (aborted), and the server exits 0 within seconds."""
+    import asyncio
+
+    process, url, log = _serve_drain(tmp_path, "500ms")
+    try:
+        started = time.monotonic()
+        streams = asyncio.run(_streams_through_sigterm(process, url, 50, 4000))
+        assert process.wait(timeout=20) == 0
+        assert time.monotonic() - started < 10  # the streams would have run 80 s
+        stderr = process.stderr.read()  # type: ignore[union-attr]
+    finally:
+        process.kill()
+    for lines in streams:
+        assert lines[-1] == "data: [DONE]"
+        assert lines[-2].startswith('data: {"error"') and "shutting down" in lines[-2]
+    assert "Traceback" not in stderr and "50 request(s) still running" in stderr
+    assert [r.status for r in read_log(log).requests] == ["aborted"] * 50

@@ -1,8 +1,10 @@
 """The `admin` personality: inject DCGM field values and XID errors into the running simulation.
 
-Served only when `server.admin.enabled` is true, on listeners that list `admin`. With
-`server.admin.token` set, every call needs `Authorization: Bearer <token>`: without credentials the
-answer is 401 (with `WWW-Authenticate: Bearer`), with a wrong token 403. Bodies are JSON; errors are
+Served only when `server.admin.enabled` is true, on listeners that list `admin`. Every call needs
+`Authorization: Bearer <server.admin.token>`: without credentials the answer is 401 (with
+`WWW-Authenticate: Bearer`), with a wrong token 403. The server refuses to start an admin listener without a
+token unless `server.admin.insecure` is true and it is bound to a loopback address (`server.check_admin`).
+Bodies are JSON (a `POST` needs `Content-Type: application/json`); errors are
 `{"error": {"message", "type", "param", "code"}}` like the other personalities'.
 
     POST   /admin/dcgm/inject   {"gpu", "field", "value", "duration"?}   inject (dcgmInjectFieldValue)
@@ -50,16 +52,25 @@ def _bad(message: str, param: str | None = None) -> ApiError:
 class AdminHandler(BaseHandler):
     """Token check, JSON bodies and error answers shared by the admin endpoints."""
 
+    access = "admin"
+
     def prepare(self) -> None:
         token = self.state.scenario.server.admin.token
-        if token is None:
-            return
         header = self.request.headers.get("Authorization", "")
-        if not header:
+        if token is None:
+            pass  # `insecure` on loopback (`server.check_admin`)
+        elif not header:
             self.set_header("WWW-Authenticate", 'Bearer realm="aisim-admin"')
             self.fail(ApiError(401, "Admin endpoints need a bearer token.", "authentication_error"))
-        elif not (header.lower().startswith("bearer ") and secrets.compare_digest(header[7:].strip(), token)):
+            return
+        elif not (header.lower().startswith("bearer ") and secrets.compare_digest(header[7:].strip().encode(), token.encode())):
             self.fail(ApiError(403, "The admin token is not valid.", "permission_error"))
+            return
+        if self.request.method == "POST":
+            try:
+                self.require_json()
+            except ApiError as error:
+                self.fail(error)
 
     @property
     def telemetry(self) -> GpuTelemetry:

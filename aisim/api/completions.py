@@ -12,6 +12,7 @@ import numpy as np
 
 from ..engine.workload import Arrival
 from . import errors
+from .errors import ApiError
 from .generation import Answer, Ask, answer, prompt_logprobs
 from .handlers import (
     FINGERPRINT,
@@ -23,6 +24,7 @@ from .handlers import (
     usage,
 )
 from .protocol import CompletionRequest, EmbeddingRequest
+from .slices import Slices
 
 
 class CompletionHandler(GenerationHandler):
@@ -33,10 +35,15 @@ class CompletionHandler(GenerationHandler):
     async def post(self) -> None:
         await self.guarded(self.complete)
 
-    def prompts(self, body: CompletionRequest) -> list[tuple[str, int]]:
-        """(text, tokens) of each prompt; token-id prompts are decoded."""
+    async def prompts(self, body: CompletionRequest, slices: Slices) -> list[tuple[str, int]]:
+        """(text, tokens) of each prompt; token-id prompts are decoded. At most `requestLimits.prompts` choices
+        (prompts times `n`) per request."""
         raw = body.prompt
         items: list[Any] = [raw] if isinstance(raw, str) or (raw and isinstance(raw[0], int)) else list(raw)
+        cap = self.state.scenario.server.request_limits.prompts
+        if len(items) * body.n > cap:
+            raise errors.invalid(f"Too many prompts: {len(items)} prompts with n={body.n} ask for {len(items) * body.n} "
+                                 f"completions; the limit is {cap} per request.", "prompt")
         tokenizer = self.state.tokenizer
         found = []
         for item in items:
@@ -47,12 +54,14 @@ class CompletionHandler(GenerationHandler):
                     raise errors.invalid(f"Invalid token ids in 'prompt': {error}", "prompt") from None
             else:
                 found.append((item, tokenizer.count(item)))
+            await slices.turn()
         return found
 
     async def complete(self) -> None:
         state = self.state
         body, model, _fault = await self.begin(CompletionRequest)
-        prompts = self.prompts(body)
+        slices = Slices()
+        prompts = await self.prompts(body, slices)
         prompt_tokens = max(tokens for _, tokens in prompts)
         budget = self.admit(model, prompt_tokens, body.max_tokens)
         answers: list[Answer] = []
@@ -64,9 +73,10 @@ class CompletionHandler(GenerationHandler):
             answers += [answer(ask, i, state.contents[model.id], model.content.tokens, state.tokenizer) for i in range(body.n)]
             if body.echo and body.logprobs is not None:
                 echoed.append(self._prompt_logprobs(ask, state.tokenizer.pieces(text), body.logprobs))
+            await slices.turn()
         await self.network()
-        self.calls = [state.live.submit(Arrival(0, "api", model.id, prompts[i // body.n][1], a.tokens, body.priority, -1, 0),
-                                        body.stream) for i, a in enumerate(answers)]
+        await self.submit_sliced([Arrival(0, "api", model.id, prompts[i // body.n][1], a.tokens, body.priority, -1, 0)
+                                  for i, a in enumerate(answers)], body.stream, slices)
         completion_id = "cmpl-" + state.new_id(12)
         created = int(time.time())
         head = {"id": completion_id, "object": "text_completion", "created": created, "model": body.model,
@@ -116,8 +126,10 @@ class CompletionHandler(GenerationHandler):
             text = (prompts[index // body.n][0] if body.echo else "") + a.text
             logprobs = (self._logprobs(a, 0, len(a.pieces), body.logprobs, echoed[index // body.n] if echoed else [], 0)
                         if body.logprobs is not None else None)
-            choices.append({"text": text, "index": index, "logprobs": logprobs, "finish_reason": a.finish_reason})
-        self.finish(json.dumps({**head, "choices": choices, "usage": usage(usage_prompt, sum(a.tokens for a in answers))}))
+            choices.append(json.dumps({"text": text, "index": index, "logprobs": logprobs, "finish_reason": a.finish_reason}))
+            await slices.turn()
+        whole = {**head, "choices": [], "usage": usage(usage_prompt, sum(a.tokens for a in answers))}
+        await self.write_listed(whole, "choices", choices, slices)
 
     @staticmethod
     def _prompt_logprobs(ask: Ask, pieces: list[str], top: int) -> list[dict[str, Any]]:
@@ -162,14 +174,22 @@ class EmbeddingHandler(GenerationHandler):
                                  "dimensions")
         raw = body.input
         items: list[Any] = [raw] if isinstance(raw, str) or (raw and isinstance(raw[0], int)) else list(raw)
-        try:
-            texts = [state.tokenizer.decode(i) if isinstance(i, list) else i for i in items]
-        except ValueError as error:
-            raise errors.invalid(f"Invalid token ids in 'input': {error}", "input") from None
-        counts = [len(i) if isinstance(i, list) else state.tokenizer.count(i) for i in items]
+        limits = state.scenario.server.request_limits
+        slices = Slices()
+        texts, counts = [], []
+        for item in items:
+            try:
+                texts.append(state.tokenizer.decode(item) if isinstance(item, list) else item)
+            except ValueError as error:
+                raise errors.invalid(f"Invalid token ids in 'input': {error}", "input") from None
+            counts.append(len(item) if isinstance(item, list) else state.tokenizer.count(item))
+            if sum(counts) > limits.embedding_tokens:  # OpenAI's text and type; counting stops here
+                raise ApiError(400, f"Requested {sum(counts)} tokens, max {limits.embedding_tokens} tokens per request",
+                               "max_tokens_per_request", None, "max_tokens_per_request")
+            await slices.turn()
         self.admit(model, max(counts), 0)
         await self.network()
-        self.calls = [state.live.submit(Arrival(0, "api", model.id, max(n, 1), 0, 0, -1, 0), False) for n in counts]
+        await self.submit_sliced([Arrival(0, "api", model.id, max(n, 1), 0, 0, -1, 0) for n in counts], False, slices)
         if not await self.settle(self.calls, ["stop"] * len(self.calls), None):
             return
         data = []
@@ -177,10 +197,11 @@ class EmbeddingHandler(GenerationHandler):
             vector = _embedding(text, native, body.dimensions or native)
             encoded: Any = (base64.b64encode(vector.astype("<f4").tobytes()).decode() if body.encoding_format == "base64"
                             else [float(v) for v in vector])
-            data.append({"object": "embedding", "index": index, "embedding": encoded})
+            data.append(json.dumps({"object": "embedding", "index": index, "embedding": encoded}))
+            await slices.turn()
         total = sum(counts)
-        self.finish(json.dumps({"object": "list", "data": data, "model": body.model,
-                                "usage": {"prompt_tokens": total, "total_tokens": total}}))
+        whole = {"object": "list", "data": [], "model": body.model, "usage": {"prompt_tokens": total, "total_tokens": total}}
+        await self.write_listed(whole, "data", data, slices)
 
 
 def _embedding(text: str, native: int, dimensions: int) -> np.ndarray:

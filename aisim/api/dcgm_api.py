@@ -14,7 +14,9 @@ from .handlers import BaseHandler
 
 
 class MetricsHandler(BaseHandler):
-    """`GET /metrics`: the DCGM series of every NVIDIA GPU of the scenario."""
+    """`GET /metrics`: the DCGM series of every NVIDIA GPU of the scenario (open, as dcgm-exporter's)."""
+
+    access = "public"
 
     def set_default_headers(self) -> None:
         self.set_header("Content-Type", CONTENT_TYPE)

@@ -25,12 +25,18 @@ from ..scenario.faults import ApiError as ApiErrorFault
 from ..scenario.faults import Timeout
 from ..scenario.models import Model
 from . import errors
+from .connections import json_media_type
 from .errors import ApiError
 from .faults import Context
 from .generation import Answer
 from .protocol import Body, Message, parse
 from .server import ServerState
+from .slices import Slices
 
+SHUTTING_DOWN = ApiError(503, "The server is shutting down: the request was ended at the end of its grace period.",
+                         "ServiceUnavailableError")
+FLUSH_BYTES = 256 * 1024
+"""A large answer written in slices goes out once this much is waiting."""
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 FINGERPRINT = "fp_aisim"
 
@@ -40,9 +46,16 @@ class ConnectionDropped(Exception):
 
 
 class BaseHandler(tornado.web.RequestHandler):
-    """Shared plumbing: request ids, JSON bodies, OpenAI error bodies, auth, disconnects."""
+    """Shared plumbing: request ids, JSON bodies, OpenAI error bodies, auth, disconnects.
+
+    `access` says who may call a handler (the route table in README.md, "Who may call what"): `public`, or
+    `key`, which needs one of `server.apiKeys` when any is configured (vLLM's rule: every `/v1` path). A `POST`
+    to a handler with `json_body_required` needs a JSON `Content-Type`, as vLLM's do (so that a web page cannot
+    reach it with a form or a `text/plain` body, which browsers send without asking the server first)."""
 
     state: ServerState
+    access = "key"
+    json_body_required = True
 
     def initialize(self) -> None:
         self.state = self.settings["state"]
@@ -86,11 +99,23 @@ class BaseHandler(tornado.web.RequestHandler):
         for call in self.calls:
             self.state.live.abort(call)
 
+    def prepare(self) -> None:
+        """Authenticate, then check the body's media type (vLLM's order: its auth middleware runs first)."""
+        try:
+            if self.access == "key":
+                self.authenticate()
+            if self.request.method == "POST" and self.json_body_required:
+                self.require_json()
+        except ApiError as error:
+            self.fail(error)
+
+    def require_json(self) -> None:
+        if not json_media_type(self.request.headers.get("Content-Type")):
+            raise ApiError(400, "Unsupported Media Type: Only 'application/json' is allowed", "invalid_request_error",
+                           None, "unsupported_media_type")
+
     def json_body(self) -> Any:
-        limit = self.state.scenario.server.max_body_size
-        if len(self.request.body) > limit:
-            raise ApiError(413, f"Request too large: the body is {len(self.request.body)} bytes, the limit is {limit}.",
-                           "invalid_request_error", None, "request_too_large")
+        """The body as JSON (its size was checked as it arrived: `connections.Gate`)."""
         try:
             return json.loads(self.request.body or b"null")
         except (json.JSONDecodeError, UnicodeDecodeError):
@@ -119,7 +144,6 @@ class BaseHandler(tornado.web.RequestHandler):
 
     async def guarded(self, work: Callable[[], Awaitable[None]]) -> None:
         try:
-            self.authenticate()
             await work()
         except ApiError as error:
             if not self._headers_written:
@@ -132,15 +156,33 @@ class GenerationHandler(BaseHandler):
     """Common path of the endpoints that generate tokens."""
 
     endpoint = ""
+    cut = False
+    """The server's shutdown ended this request before it finished (`shut_down`)."""
 
     async def guarded(self, work: Callable[[], Awaitable[None]]) -> None:
         """`BaseHandler.guarded`, counted in the server's load (`ServerState.requests_in_flight`, `GET /load`)
-        from the request's arrival at the handler to the end of its answer, streams included."""
+        from the request's arrival at the handler to the end of its answer, streams included; a request the
+        shutdown ended before its answer gets a 503."""
         self.state.requests_in_flight += 1
+        self.state.handlers.add(self)
         try:
             await super().guarded(work)
+            if self.cut and not self._finished and not self.gone:
+                self.fail(SHUTTING_DOWN)
         finally:
             self.state.requests_in_flight -= 1
+            self.state.handlers.discard(self)
+
+    def shut_down(self) -> None:
+        """The grace period is over: abort this request's calls in the engine (the request log records them as
+        aborted); `follow` then ends a stream with `shutdown_events`, `guarded` a waiting request with a 503."""
+        self.cut = True
+        for call in self.calls:
+            self.state.live.abort(call)
+
+    def shutdown_events(self) -> str:
+        """The end of a stream the shutdown cut: an error event, then `[DONE]` (vLLM's mid-stream error form)."""
+        return "data: " + json.dumps(SHUTTING_DOWN.body()) + "\n\ndata: [DONE]\n\n"
 
     async def begin(self, kind: type[Body]) -> tuple[Body, Model, Any]:
         """The common start: parse the body, find the model, meet a fault that acts before the answer.
@@ -183,6 +225,15 @@ class GenerationHandler(BaseHandler):
                       for a in answers]
         return self.calls
 
+    async def submit_sliced(self, arrivals: list[Arrival], stream: bool, slices: Slices) -> list[Call]:
+        """Submit many arrivals (a batch of prompts or inputs) a slice at a time: each arrival runs the engine's
+        turn at once, and two thousand of them would hold the loop for most of a second."""
+        self.calls = []
+        for arrival in arrivals:
+            self.calls.append(self.state.live.submit(arrival, stream))
+            await slices.turn()
+        return self.calls
+
     async def network(self) -> None:
         """The scenario's (or --delay-ms) network delay, drawn per request."""
         delay = self.state.delay_s()
@@ -211,8 +262,11 @@ class GenerationHandler(BaseHandler):
             results = [(call.ending[0], call.token_times) if call.ending is not None else await self.outcome(call)]
         else:
             results = list(await asyncio.gather(*(self.outcome(c) for c in calls)))
+        slices = Slices()
         for index, (call, (end, times)) in enumerate(zip(calls, results)):
             self.observe(call, end, reasons[index], max_tokens, times, n if index == len(calls) - 1 else None)
+            if len(calls) > 1:
+                await slices.turn()
         for call, (end, _) in zip(calls, results):
             if end == "aborted":
                 return False
@@ -249,6 +303,10 @@ class GenerationHandler(BaseHandler):
             call.listen(listener(index))
         for done in ended:
             await done
+        if self.cut and not self.gone and not self._finished:
+            self.push(self.shutdown_events())
+            self.finish()
+            self.gone = True  # the stream is over: the caller writes nothing more
 
     def push(self, chunk: str) -> bool:
         """Write one piece of a stream and send it now, without waiting for the socket to take it (an
@@ -259,6 +317,21 @@ class GenerationHandler(BaseHandler):
         self.write(chunk)
         self.flush()  # a closed stream answers with a failed future, not an exception
         return True
+
+    async def write_listed(self, whole: dict[str, Any], key: str, items: list[str], slices: Slices) -> None:
+        """Answer `whole` with `items` (each already JSON) as its list `key`, written a slice at a time: one
+        `json.dumps` of thousands of embeddings would hold the loop for a second."""
+        head, tail = json.dumps(whole).split(f'"{key}": []', 1)
+        self.write(head + f'"{key}": [')
+        pending = 0
+        for index, item in enumerate(items):
+            self.write(item if index == 0 else ", " + item)
+            pending += len(item)
+            if pending > FLUSH_BYTES:  # sent as it is made (chunked), not joined into one buffer at the end
+                self.flush()
+                pending = 0
+            await slices.turn()
+        self.finish("]" + tail)
 
     def start_stream(self) -> None:
         for name, value in SSE_HEADERS.items():

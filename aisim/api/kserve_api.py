@@ -20,6 +20,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+import tornado.httputil
 import tornado.web
 from pydantic import ValidationError
 
@@ -30,6 +31,7 @@ from ..engine.live import Call
 from ..engine.workload import Arrival
 from ..scenario.models import KServe, Model, Tensor, Version
 from ..scenario.repository import kserve_section
+from .connections import json_media_type
 from .kserve_tensors import (
     HEADER,
     InferRequest,
@@ -58,10 +60,17 @@ TRITON_STATES = {State.READY: "READY", State.DEGRADED: "READY", State.LOADING: "
 
 
 class KServeHandler(tornado.web.RequestHandler):
-    """Triton's error bodies and model lookup for every v2 route."""
+    """Triton's error bodies and model lookup for every v2 route.
+
+    With `server.apiKeys` configured, every route but the health ones (`access = "public"`) needs
+    `Authorization: Bearer <key>` (401 `{"error": "Unauthorized"}` otherwise), repository control, logging and
+    trace settings included. A `POST` body may come without a `Content-Type` (tritonclient sends none), but one
+    it names must be JSON, or `application/octet-stream` for binary tensors: a web page cannot send either without
+    asking the server first (CORS), and the connection's `Gate` refuses cross-origin requests."""
 
     state: ServerState
     methods: tuple[str, ...] = ("GET",)
+    access = "key"
 
     def initialize(self, methods: tuple[str, ...] = ("GET",)) -> None:
         self.state = self.settings["state"]
@@ -73,6 +82,16 @@ class KServeHandler(tornado.web.RequestHandler):
     def prepare(self) -> None:
         if self.request.method not in self.methods:
             self.fail(KServeError(405, "Method Not Allowed"))
+        elif self.route_access() == "key" and self.state.api_keys and _bearer(self.request) not in self.state.api_keys:
+            self.fail(KServeError(401, "Unauthorized", {"WWW-Authenticate": "Bearer"}))
+        elif self.request.method == "POST" and "Content-Type" in self.request.headers and not json_media_type(
+                self.request.headers["Content-Type"], ("application/octet-stream",)):
+            self.fail(KServeError(400, "Unsupported Media Type: only 'application/json' or 'application/octet-stream' "
+                                       "is allowed"))
+
+    def route_access(self) -> str:
+        """`public` or `key` for this request (a handler whose routes differ looks at its path)."""
+        return self.access
 
     def fail(self, error: KServeError) -> None:
         self.set_status(error.status)
@@ -156,6 +175,11 @@ class KServeHandler(tornado.web.RequestHandler):
             raise KServeError(500, f"failed to parse the request JSON buffer: Invalid value. at {position}") from None
 
 
+def _bearer(request: tornado.httputil.HTTPServerRequest) -> str | None:
+    header = request.headers.get("Authorization", "")
+    return header[7:].strip() if header.lower().startswith("bearer ") else None
+
+
 def model_version(text: str | None) -> str | None:
     """A URL's version as Triton reads it (`GetModelVersionFromString`, a `std::stol`): `01` is version 1;
     one beyond 64 bits is a 400 (`stol` is what libstdc++'s out-of-range exception says)."""
@@ -179,11 +203,15 @@ def version_of(model: Model, name: str) -> Version:
 
 
 class LiveHandler(KServeHandler):
+    access = "public"
+
     def get(self) -> None:
         self.empty(True)
 
 
 class ReadyHandler(KServeHandler):
+    access = "public"
+
     def get(self) -> None:
         """Strict readiness: every model that should be loaded is READY (explicitly unloaded ones aside)."""
         ready = all(ready_versions(s) or _unloaded(s) for s in self.state.sim.served_models)
@@ -205,6 +233,10 @@ class ModelHandler(KServeHandler):
 
     call: Call | None = None
     """An inference's request in the engine (None before it is submitted)."""
+
+    def route_access(self) -> str:
+        """Model readiness is a health check (public); metadata, config, statistics and inference need a key."""
+        return "public" if self.request.method == "GET" and self.path_args[2:3] == ["ready"] else "key"
 
     async def get(self, name: str, version: str | None, action: str | None) -> None:
         await self.run(lambda: self._get(name, version, action))
@@ -610,10 +642,14 @@ class VersionedTraceHandler(KServeHandler):
     400 (§1.1; the reference has no text for it, so this is the status's reason phrase, as for 404 and 405)."""
 
     def prepare(self) -> None:
-        self.fail(KServeError(400, "Bad Request"))
+        super().prepare()  # the method and the key first, as for every route
+        if not self._finished:
+            self.fail(KServeError(400, "Bad Request"))
 
 
 class NotFoundHandler(KServeHandler):
+    access = "public"
+
     def prepare(self) -> None:
         self.fail(KServeError(404, "Not Found"))
 

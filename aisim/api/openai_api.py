@@ -19,6 +19,8 @@ from .responses import ResponsesHandler, StoredResponseHandler
 class NotFoundHandler(BaseHandler):
     """Unknown paths: a 404 with an OpenAI error body."""
 
+    access = "public"
+
     def prepare(self) -> None:
         self.set_status(404)
         self.fail(ApiError(404, f"Invalid URL ({self.request.method} {self.request.path})", "invalid_request_error"))
@@ -27,6 +29,9 @@ class NotFoundHandler(BaseHandler):
 class HealthHandler(BaseHandler):
     """vLLM's `/health`: 200 with an empty body, 503 once an engine has died; also `GET` / `POST /ping`,
     SageMaker's alias of it."""
+
+    access = "public"
+    json_body_required = False
 
     def get(self) -> None:
         self.set_header("Content-Type", "text/plain")
@@ -40,6 +45,8 @@ class HealthHandler(BaseHandler):
 
 class LoadHandler(BaseHandler):
     """vLLM's `GET /load`: `{"server_load": N}`, the generating requests in flight in the whole server."""
+
+    access = "public"
 
     def get(self) -> None:
         self.finish(json.dumps({"server_load": self.state.requests_in_flight}))

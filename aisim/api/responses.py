@@ -13,7 +13,13 @@ from pydantic import ValidationError
 
 from .errors import ApiError, invalid
 from .generation import Answer, Ask, answer
-from .handlers import BaseHandler, GenerationHandler, chat_prompt, last_user
+from .handlers import (
+    SHUTTING_DOWN,
+    BaseHandler,
+    GenerationHandler,
+    chat_prompt,
+    last_user,
+)
 from .protocol import Message, ResponseRequest
 
 MAX_STORED = 10_000
@@ -27,6 +33,9 @@ class StoredResponse:
     messages: list[Message]
     """The conversation up to and including this response's output, without `instructions` (OpenAI does not
     carry them over to the next turn): what a request naming it as `previous_response_id` continues."""
+    owner: str | None = None
+    """The name of the API key that created it (None without keys): only that key reads, continues or deletes
+    it; to any other the id does not exist (404), as between OpenAI projects."""
 
 
 class ResponseStore:
@@ -47,11 +56,16 @@ class ResponseStore:
         while len(self._items) > self.limit:
             self._items.popitem(last=False)
 
-    def get(self, response_id: str) -> StoredResponse | None:
-        return self._items.get(response_id)
+    def get(self, response_id: str, owner: str | None) -> StoredResponse | None:
+        """The response `owner` (an API key's name) stored under this id, or None."""
+        stored = self._items.get(response_id)
+        return stored if stored is not None and stored.owner == owner else None
 
-    def delete(self, response_id: str) -> bool:
-        return self._items.pop(response_id, None) is not None
+    def delete(self, response_id: str, owner: str | None) -> bool:
+        if self.get(response_id, owner) is None:
+            return False
+        del self._items[response_id]
+        return True
 
 
 def not_found(response_id: str) -> ApiError:
@@ -72,7 +86,7 @@ class StoredResponseHandler(BaseHandler):
 
     async def get(self, response_id: str) -> None:
         async def work() -> None:
-            stored = self.state.responses.get(response_id)
+            stored = self.state.responses.get(response_id, self.api_key_name)
             if stored is None:
                 raise not_found(response_id)
             self.finish(json.dumps(stored.body))
@@ -81,7 +95,7 @@ class StoredResponseHandler(BaseHandler):
 
     async def delete(self, response_id: str) -> None:
         async def work() -> None:
-            if not self.state.responses.delete(response_id):
+            if not self.state.responses.delete(response_id, self.api_key_name):
                 raise not_found(response_id)
             self.finish(json.dumps({"id": response_id, "object": "response.deleted", "deleted": True}))
 
@@ -93,8 +107,19 @@ class ResponsesHandler(GenerationHandler):
 
     endpoint = "/v1/responses"
 
+    def initialize(self) -> None:
+        super().initialize()
+        self.sequence = [0]
+        """The next event's `sequence_number`."""
+
     async def post(self) -> None:
         await self.guarded(self.respond)
+
+    def shutdown_events(self) -> str:
+        """The Responses API's stream has no `[DONE]`: an `error` event ends it."""
+        data = {"type": "error", "code": "server_shutting_down", "message": SHUTTING_DOWN.message, "param": None,
+                "sequence_number": self.sequence[0]}
+        return "event: error\ndata: " + json.dumps(data, separators=(",", ":")) + "\n\n"
 
     @staticmethod
     def messages(body: ResponseRequest) -> list[Message]:
@@ -126,7 +151,7 @@ class ResponsesHandler(GenerationHandler):
         body, model, _fault = await self.begin(ResponseRequest)
         history: list[Message] = []
         if body.previous_response_id is not None:  # the earlier turns' input and output are this one's too
-            previous = state.responses.get(body.previous_response_id)
+            previous = state.responses.get(body.previous_response_id, self.api_key_name)
             if previous is None:
                 raise previous_not_found(body.previous_response_id)
             history = previous.messages
@@ -169,7 +194,7 @@ class ResponsesHandler(GenerationHandler):
             self.finish(json.dumps(whole))
             return
         self.start_stream()
-        sequence = [0]
+        sequence = self.sequence
 
         def emit(kind: str, **fields: Any) -> None:
             data = {"type": kind, "sequence_number": sequence[0], **fields}
@@ -230,7 +255,8 @@ class ResponsesHandler(GenerationHandler):
     def keep(self, body: ResponseRequest, response: dict[str, Any], conversation: list[Message], result: Answer) -> None:
         """Store a finished response (unless `store: false`) with the conversation a next turn continues."""
         if body.store:
-            self.state.responses.put(response["id"], StoredResponse(response, conversation + [self.reply(result)]))
+            self.state.responses.put(response["id"], StoredResponse(response, conversation + [self.reply(result)],
+                                                                    self.api_key_name))
 
     @staticmethod
     def _item(result: Answer, item_id: str, status: str, empty: bool = False) -> dict[str, Any]:

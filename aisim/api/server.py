@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import tornado.httpserver
 import tornado.netutil
 import tornado.web
 
@@ -27,6 +26,16 @@ from ..engine.simulation import Simulation
 from ..scenario import Scenario
 from ..scenario.distributions import DurationDistribution
 from ..scenario.models import Model
+from .connections import (
+    GuardedServer,
+    Policy,
+    Registry,
+    default_max_open,
+    is_loopback,
+    kserve_error,
+    openai_error,
+    security_headers,
+)
 from .content import ContentSource
 from .faults import FaultBook
 from .metrics_feed import MetricsFeed
@@ -36,6 +45,7 @@ from .recording import Recording
 from .tokenizer import Tokenizer, default_tokenizer
 
 if TYPE_CHECKING:
+    from .handlers import GenerationHandler
     from .responses import ResponseStore
 
 DEFAULT_PERSONALITIES = ("openai", "vllm", "vllm-metrics")
@@ -83,6 +93,16 @@ class ServerState:
     (vLLM's server load, `GET /load`)."""
     responses: ResponseStore = field(init=False)
     """The Responses API's stored responses (bounded: see `ResponseStore`), shared by every listener."""
+    draining: bool = field(init=False, default=False)
+    """Shutting down (`drain`): no new connections or requests, the ones in flight finishing."""
+    hurry: bool = field(init=False, default=False)
+    """End the grace period of a `drain` now (a second signal)."""
+    handlers: set[GenerationHandler] = field(init=False, default_factory=set)
+    """The generating requests in flight (what `drain` ends when the grace period is over)."""
+    registry: Registry = field(init=False)
+    """Every listener's open connections, under one cap (`server.connections.maxOpen`)."""
+    lora_updates: bool = field(init=False)
+    """Runtime LoRA loading is served (`server.loraRuntimeUpdates` or `VLLM_ALLOW_RUNTIME_LORA_UPDATING`)."""
 
     def __post_init__(self) -> None:
         scenario = self.scenario
@@ -103,6 +123,9 @@ class ServerState:
         self.network_delay = self.network_delay or scenario.server.network_delay
         self._delays = Draws(self.network_delay, self._delay_rng) if self.network_delay is not None else None
         self.lora_adapters = {m.id: {name: "" for name in m.lora_adapters} for m in scenario.models}
+        self.lora_updates = scenario.server.lora_runtime_updates or os.environ.get(
+            "VLLM_ALLOW_RUNTIME_LORA_UPDATING", "0").strip().lower() in ("1", "true")  # as vLLM's envs.py reads it
+        self.registry = Registry(scenario.server.connections.max_open or default_max_open())
         self.created = int(time.time())
         self._started_ms = time.time() * 1000
         self.metrics = MetricsFeed(self)
@@ -115,7 +138,7 @@ class ServerState:
         self.triton_trace = {"trace_level": ["OFF"], "trace_rate": "1000", "trace_count": "-1", "log_frequency": "0",
                              "trace_file": "", "trace_mode": "triton"}
         self._task: asyncio.Task[None] | None = None
-        self.http_servers: list[tornado.httpserver.HTTPServer] = []
+        self.http_servers: list[GuardedServer] = []
         """The listeners `serve` started (closed by `stop`)."""
         if self.record is not None:
             self.recording = Recording(self.record, scenario.metadata.name, self.speed, self.sim.seed, self.live.started_wall)
@@ -144,6 +167,29 @@ class ServerState:
         if self.recording is not None:
             self.recording.close(self.sim)
             self.recording = None
+
+    async def drain(self, grace_s: float | None = None) -> int:
+        """Shut down as Kubernetes expects on SIGTERM: stop accepting, close idle connections, let the requests in
+        flight finish for up to `grace_s` (default `server.shutdownGrace`), then end each stream still open with
+        a final error event (and `[DONE]`) and each waiting request with a 503, and `stop`. Returns how many
+        requests were ended that way (0: all finished in time)."""
+        grace = self.scenario.server.shutdown_grace / 1e9 if grace_s is None else grace_s
+        self.draining = True
+        for http in self.http_servers:
+            http.stop()
+            http.close_idle()
+        deadline = time.monotonic() + grace
+        while any(http.busy() for http in self.http_servers) and time.monotonic() < deadline and not self.hurry:
+            await asyncio.sleep(0.02)
+        cut = list(self.handlers)
+        for handler in cut:
+            handler.shut_down()
+        for _ in range(50):  # the cut handlers write their last event and finish within a few loop turns
+            if not self.handlers:
+                break
+            await asyncio.sleep(0.01)
+        await self.stop()
+        return len(cut)
 
     # -- lookups -----------------------------------------------------------------------------
 
@@ -201,7 +247,7 @@ def make_app(state: ServerState, personalities: tuple[str, ...] = DEFAULT_PERSON
     if "openai" in personalities or "vllm" in personalities:
         routes += openai_api.routes()
     if "vllm" in personalities:
-        routes += vllm_api.routes()
+        routes += vllm_api.routes(state.lora_updates)
     if "vllm-metrics" in personalities:
         routes.append((metrics_path, vllm_api.MetricsHandler))
     if "triton-metrics" in personalities:
@@ -213,23 +259,46 @@ def make_app(state: ServerState, personalities: tuple[str, ...] = DEFAULT_PERSON
     if "kserve" in personalities:
         routes += kserve_api.routes()
     openai = "openai" in personalities or "vllm" in personalities
-    body_limit = state.scenario.server.max_body_size
-    app = tornado.web.Application(routes, state=state, max_body_size=body_limit * 2, compress_response=False,
+    app = tornado.web.Application(routes, state=state, compress_response=False,
+                                  transforms=[security_headers(tuple(state.scenario.server.cors_origins))],
                                   default_handler_class=openai_api.NotFoundHandler if openai else kserve_api.NotFoundHandler)
     return apply(app, state.pod)
+
+
+class RefusedToStart(Exception):
+    """A configuration `serve` will not start with (an admin listener without a token, say)."""
+
+
+def check_admin(state: ServerState, host: str) -> None:
+    """The admin personality needs a token, unless it is bound to loopback and marked `insecure`."""
+    server = state.scenario.server
+    admin = server.admin
+    if not admin.enabled or admin.token is not None or not any("admin" in lis.personalities for lis in server.listeners):
+        return
+    if not admin.insecure:
+        raise RefusedToStart("the admin personality needs server.admin.token (or server.admin.insecure: true on a "
+                             "loopback address)")
+    if not is_loopback(host):
+        raise RefusedToStart(f"server.admin.insecure serves the admin endpoints without a token only on a loopback "
+                             f"address, not on {host}")
 
 
 async def serve(state: ServerState, host: str | None = None, port: int | None = None) -> list[tuple[str, int]]:
     """Start every listener of the scenario (the first one's port overridden by `port`); returns
     the (host, port) pairs actually bound."""
-    state.start()
     server = state.scenario.server
+    address = host or server.host
+    check_admin(state, address)
+    state.start()
     bound: list[tuple[str, int]] = []
     for index, listener in enumerate(server.listeners):
-        app = make_app(state, tuple(listener.personalities), listener.metrics_path)
+        personalities = tuple(listener.personalities)
+        app = make_app(state, personalities, listener.metrics_path)
         chosen = port if (index == 0 and port is not None) else listener.port
-        http = tornado.httpserver.HTTPServer(app, max_body_size=server.max_body_size * 2)
-        sockets = tornado.netutil.bind_sockets(chosen, host or server.host, backlog=LISTEN_BACKLOG)
+        openai = "openai" in personalities or "vllm" in personalities or "kserve" not in personalities
+        policy = Policy.of(server, address, openai_error if openai else kserve_error, lambda: state.draining)
+        http = GuardedServer(app, server, policy, state.registry)
+        sockets = tornado.netutil.bind_sockets(chosen, address, backlog=LISTEN_BACKLOG)
         http.add_sockets(sockets)
         state.http_servers.append(http)
         bound.append((host or server.host, sockets[0].getsockname()[1]))

@@ -2,8 +2,9 @@
 
 Shapes follow vLLM 0.34 (`shared/reference/openai-api.md` §9.2): `/tokenize` answers `{count,
 max_model_len, tokens[, token_strs]}`, `/detokenize` `{prompt}`, `/version` `{version}`; LoRA
-loading answers plain text on success and vLLM's error types otherwise. Runtime LoRA updates are
-always allowed here (vLLM needs `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`).
+loading answers plain text on success and vLLM's error types otherwise. As in vLLM, only `/v1` paths need an
+API key, and the LoRA routes exist only when runtime updates are allowed (`server.loraRuntimeUpdates`, or
+vLLM's `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`).
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ def _vllm_error(status: int, message: str, kind: str, param: str | None = None) 
 class TokenizeHandler(BaseHandler):
     """`POST /tokenize`: a prompt, or chat messages under the template chat's `usage` counts, to token ids."""
 
+    access = "public"
+
     async def post(self) -> None:
         async def work() -> None:
             body = parse(TokenizeRequest, self.json_body())
@@ -52,6 +55,8 @@ class TokenizeHandler(BaseHandler):
 class DetokenizeHandler(BaseHandler):
     """`POST /detokenize`: token ids back to text."""
 
+    access = "public"
+
     async def post(self) -> None:
         async def work() -> None:
             body = self.json_body()
@@ -70,6 +75,8 @@ class DetokenizeHandler(BaseHandler):
 
 
 class VersionHandler(BaseHandler):
+    access = "public"
+
     def get(self) -> None:
         self.finish(json.dumps({"version": VLLM_VERSION}))
 
@@ -114,17 +121,20 @@ class LoraHandler(BaseHandler):
 class MetricsHandler(BaseHandler):
     """`GET /metrics`: vLLM's Prometheus series, from the live engine."""
 
+    access = "public"
+
     def get(self) -> None:
         payload, content_type = self.state.metrics.scrape()
         self.set_header("Content-Type", content_type)
         self.finish(payload)
 
 
-def routes() -> list[Any]:
+def routes(lora_updates: bool) -> list[Any]:
+    lora = [(r"/v1/load_lora_adapter", LoraHandler, {"load": True}),
+            (r"/v1/unload_lora_adapter", LoraHandler, {"load": False})] if lora_updates else []
     return [
         (r"/tokenize", TokenizeHandler),
         (r"/detokenize", DetokenizeHandler),
         (r"/version", VersionHandler),
-        (r"/v1/load_lora_adapter", LoraHandler, {"load": True}),
-        (r"/v1/unload_lora_adapter", LoraHandler, {"load": False}),
+        *lora,
     ]

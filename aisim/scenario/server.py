@@ -67,8 +67,43 @@ class Admin(Spec):
 
     enabled: bool = False
     """Serve the admin endpoints (off unless enabled)."""
-    token: str | None = None
-    """Bearer token the admin endpoints require (none: open)."""
+    token: str | None = Field(None, min_length=1)
+    """Bearer token the admin endpoints require. Without one the server refuses to start, unless `insecure` is
+    true and it is bound to a loopback address."""
+    insecure: bool = False
+    """Serve the admin endpoints without a token (only on a loopback address: 127.0.0.1, ::1, localhost)."""
+
+
+class Connections(Spec):
+    """Connection hygiene: how long a client may take and how many connections it may hold, so that slow,
+    stalled or idle clients cannot hold the server."""
+
+    header_timeout: Duration = 10_000_000_000
+    """Time a new connection has to send its first request's headers; past it the connection is closed
+    (default 10s)."""
+    idle_timeout: Duration = 30_000_000_000
+    """Time a keep-alive connection may wait, from the end of one response to the end of the next request's
+    headers, before it is closed (default 30s)."""
+    body_timeout: Duration = 60_000_000_000
+    """Time to receive a whole request body once its headers are in; past it the connection is closed
+    (default 60s)."""
+    max_open: int | None = Field(None, ge=1)
+    """Most connections open at once. At the limit a new connection closes the one that has waited longest for a
+    request (idle keep-alive or headers not yet complete); when every connection is busy, the new one is
+    answered 503 and closed. Default: the process's file-descriptor limit less 64."""
+    max_header_size: ByteSize = Field(32 * 2**10, ge=1024)
+    """Largest request line plus headers; larger ones are answered 431 (default 32KiB)."""
+
+
+class RequestLimits(Spec):
+    """Caps on the work one request may ask for, as the real APIs have them, so no request stalls the others (the
+    2,048 inputs per embeddings request are OpenAI's fixed limit, `aisim.api.protocol.MAX_EMBEDDING_INPUTS`)."""
+
+    embedding_tokens: int = Field(300_000, ge=1)
+    """Tokens summed over one `/v1/embeddings` request's inputs (OpenAI's limit: 300,000)."""
+    prompts: int = Field(2048, ge=1)
+    """Prompts per `/v1/completions` request, times `n` (aisim's cap, the embeddings one: OpenAI documents
+    none)."""
 
 
 class Server(Spec):
@@ -88,6 +123,22 @@ class Server(Spec):
     """Largest request body accepted (default 32MiB)."""
     admin: Admin = Admin()
     """Admin endpoints."""
+    connections: Connections = Connections()
+    """Timeouts and connection limits."""
+    request_limits: RequestLimits = RequestLimits()
+    """Caps on prompts, inputs and tokens per request."""
+    allowed_hosts: list[Annotated[str, Field(min_length=1)]] | None = None
+    """Host names (without port) a request's `Host` header may name; others get 400. `*` allows any. Default:
+    the loopback names (localhost, 127.0.0.1, ::1) when bound to a loopback address, any host otherwise."""
+    cors_origins: list[Annotated[str, Field(pattern=r"^(\*|https?://[^/]+)$")]] = Field(default_factory=list)
+    """Origins (`https://app.example.com`, or `*`) that browsers may call from (CORS); none by default, and a
+    state-changing request from any other origin is refused with 403."""
+    lora_runtime_updates: bool = False
+    """Serve `/v1/load_lora_adapter` and `/v1/unload_lora_adapter` (vLLM serves them only with
+    `VLLM_ALLOW_RUNTIME_LORA_UPDATING=True`, which turns them on here too)."""
+    shutdown_grace: Duration = 30_000_000_000
+    """On SIGTERM, time the requests in flight have to finish before the remaining streams are ended with an
+    error event (default 30s, Kubernetes' terminationGracePeriodSeconds)."""
     model_repository: str | None = None
     """A Triton model repository folder whose models are served besides `models`."""
 
