@@ -28,6 +28,10 @@ class TraceFormatError(ValueError):
     """A trace line that is not {"req_id", "arrival_step", "prompt_token_ids", "max_tokens"}."""
 
 
+class Stuck(RuntimeError):
+    """Nothing runs and the head of the queue can never be admitted: vLLM would wait for ever."""
+
+
 @dataclass(frozen=True)
 class Limits:
     """The engine settings a schedule depends on."""
@@ -89,6 +93,11 @@ def replay(requests: list[Request], limits: Limits) -> Iterator[dict[str, Any]]:
             scheduler.add(request)
         remaining -= len(arrived)
         step = scheduler.schedule()
+        head = scheduler.head()
+        if head is not None and not (step.batch or step.preempted or queue or scheduler.running or remaining):
+            raise Stuck(f"step {number}: request {head.source} ({head.prompt + head.generated} tokens) cannot be "
+                        f"admitted: its sequence needs {kv.blocks_for(head.prompt + head.generated)} blocks, the "
+                        f"cache has {kv.total - 1} (one of the {kv.total} is vLLM's null block)")
         scheduler.advance(step)
         entries = [_entry(request, tokens, step) for request, tokens in step.batch]
         n_running, n_waiting = len(scheduler.running), scheduler.waiting
