@@ -411,7 +411,13 @@ def _schedule(args: argparse.Namespace) -> int:
     """`aisim schedule`: the engine's scheduler on a trace, one vLLM step record per line."""
     import gzip
 
-    from .engine.schedule_trace import Limits, Stuck, TraceFormatError, read_trace, replay
+    from .engine.schedule_trace import (
+        Limits,
+        Stuck,
+        TraceFormatError,
+        read_trace,
+        replay,
+    )
 
     opener = gzip.open if args.trace.endswith(".gz") else open
     limits = Limits(args.num_gpu_blocks, args.block_size, args.max_num_seqs, args.max_num_batched_tokens,

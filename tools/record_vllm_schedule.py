@@ -53,7 +53,11 @@ def build_scheduler(args: argparse.Namespace, model_dir: str) -> Any:
     import torch
     from vllm.engine.arg_utils import EngineArgs
     from vllm.v1.core.kv_cache_utils import resolve_kv_cache_block_sizes
-    from vllm.v1.kv_cache_interface import FullAttentionSpec, KVCacheConfig, KVCacheGroupSpec
+    from vllm.v1.kv_cache_interface import (
+        FullAttentionSpec,
+        KVCacheConfig,
+        KVCacheGroupSpec,
+    )
     from vllm.v1.structured_output import StructuredOutputManager
 
     engine_args = EngineArgs(
@@ -188,8 +192,7 @@ def main() -> int:
     trace = [json.loads(line) for line in Path(args.trace).read_text().splitlines() if line.strip()]
     records = record(trace, args)
     with open(args.steps, "w", encoding="utf-8") as out:
-        for entry in records:
-            out.write(json.dumps(entry) + "\n")
+        out.writelines(json.dumps(entry) + "\n" for entry in records)
     import vllm
     sys.stderr.write(f"vllm {vllm.__version__}: {len(records)} steps -> {args.steps}\n")
     return 0
