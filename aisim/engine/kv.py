@@ -30,7 +30,7 @@ from .request import Request
 
 SAMPLED_TOKEN = 0
 """The token id every decode step samples in a trace replay (the recorder's model output)."""
-ORPHAN: Hashable = ()
+ORPHAN: Hashable = ("orphan",)
 """The hash of a cached block that nobody can hit again (a finished synthetic request's own block):
 it still sits at the back of the free queue like any cached block, but its real hash is dropped, so
 a server that runs for ever keeps no memory per past request."""
@@ -159,6 +159,19 @@ class KvCache:
         """vLLM's `allocate_slots`: take the hit blocks, allocate slots for `new_tokens` more tokens and
         cache the full blocks among them. `whole` (a waiting request's admission,
         `scheduler_reserve_full_isl`): the whole sequence must fit. False, and nothing changed, if not."""
+        held = self._blocks.get(request.id)
+        if held is not None and not hit:  # a running request: the common case, kept short
+            bs = self.block_size
+            end = min(request.computed + new_tokens, self.max_model_len)
+            missing = -(-end // bs) - len(held)
+            if missing > len(self._free) and not whole:
+                return False
+            if not whole:
+                if missing > 0:
+                    held.extend(self._take(missing))
+                if self.prefix_caching and min(end, request.prompt + request.generated) // bs > self._num_cached[request.id]:
+                    self.cache_blocks(request, min(end, request.prompt + request.generated))
+                return True
         if not self.can_allocate(request, new_tokens, hit, whole):
             return False
         computed = min(request.computed + len(hit) * self.block_size, self.max_model_len)
@@ -188,26 +201,36 @@ class KvCache:
         if not self.prefix_caching:
             return
         start = self._num_cached.get(request.id)
-        if start is None:
-            return
         full = tokens // self.block_size
-        if start >= full:
+        if start is None or start >= full:
             return
         blocks = self._blocks[request.id]
+        hashes = self._hash
+        synthetic = request.token_ids is None
+        shared = request.prefix // self.block_size if request.group >= 0 else 0
         for index in range(start, full):
             block = blocks[index]
-            key = self.block_hash(request, index)
-            if self._hash[block] is not None:
-                continue
-            self._hash[block] = key
-            present = self._cached.get(key)
-            if present is None:
-                self._cached[key] = block
-            elif isinstance(present, int):
-                self._cached[key] = {present: None, block: None}
+            if synthetic:
+                key: Hashable = (~request.group, index) if index < shared else (request.id, index)
             else:
-                present[block] = None
+                key = self.block_hash(request, index)
+            if hashes[block] is not None:
+                continue
+            hashes[block] = key
+            if not synthetic or index < shared:
+                self._register(key, block)
         self._num_cached[request.id] = full
+
+    def _register(self, key: Hashable, block: int) -> None:
+        """Map `key` to `block` too (a second block with the same hash comes after the first)."""
+        present = self._cached.get(key)
+        if present is None:
+            self._cached[key] = block
+        elif isinstance(present, int):
+            if present != block:
+                self._cached[key] = {present: None, block: None}
+        else:
+            present[block] = None
 
     def _touch(self, hit: Sequence[int]) -> None:
         refs, free = self._refs, self._free
@@ -218,23 +241,23 @@ class KvCache:
 
     def _take(self, count: int) -> list[int]:
         """Pop `count` blocks off the free queue's front, evicting their hashes (`get_new_blocks`)."""
-        free, refs, hashes = self._free, self._refs, self._hash
-        taken = []
-        for _ in range(count):
-            block = free.popitem(last=False)[0]
+        popitem, refs, hashes = self._free.popitem, self._refs, self._hash
+        taken = [popitem(last=False)[0] for _ in range(count)]
+        for block in taken:
             key = hashes[block]
             if key is not None:
                 self._evict(block, key)
             refs[block] = 1
-            taken.append(block)
         return taken
 
     def _evict(self, block: int, key: Hashable) -> None:
         if key is ORPHAN:
             self._hash[block] = None
             return
-        present = self._cached.pop(key)
-        if isinstance(present, dict):
+        present = self._cached.pop(key, None)
+        if present is None:  # a running synthetic request's own block: never registered
+            pass
+        elif isinstance(present, dict):
             present.pop(block, None)
             if present:
                 self._cached[key] = present
@@ -244,34 +267,43 @@ class KvCache:
 
     def free(self, request: Request, finished: bool = False) -> None:
         """The request lets go of its blocks, tail first (`free_blocks`): blocks without a hash go to the
-        front of the free queue, cached ones to its back. A `finished` synthetic request's own blocks
-        can never be hit again: their hashes become `ORPHAN`."""
+        front of the free queue, cached ones to its back.
+
+        A synthetic request's own blocks (hashed by its id) can be hit only by itself, so their hashes
+        enter the map only when it is preempted; when it finishes (`finished`) they become `ORPHAN`."""
         blocks = self._blocks.pop(request.id, None)
         self._num_cached.pop(request.id, None)
-        if finished and request.token_ids is None and self.prefix_caching:
+        caching = self.prefix_caching
+        synthetic = caching and request.token_ids is None
+        if finished and synthetic and request.preemptions:
             self._orphan(request)
         if not blocks:
             return
-        refs, hashes, free = self._refs, self._hash, self._free
+        refs, hashes, free, rid = self._refs, self._hash, self._free, request.id
         first: list[int] = []
         for block in reversed(blocks):
             refs[block] -= 1
             if refs[block] == 0:
-                if hashes[block] is None or not self.prefix_caching:
+                key = hashes[block]
+                if key is None or not caching:
                     first.append(block)
-                else:
-                    free[block] = None
+                    continue
+                if synthetic and key[0] == rid:  # type: ignore[index]
+                    if finished:
+                        hashes[block] = ORPHAN
+                    else:
+                        self._register(key, block)
+                free[block] = None
         for block in reversed(first):
             free[block] = None
             free.move_to_end(block, last=False)
 
     def _orphan(self, request: Request) -> None:
-        hashes = self._hash
+        """A finished synthetic request that was preempted: its own blocks registered then (held
+        again after a hit, or still cached) leave the map."""
+        hashes, cached, rid = self._hash, self._cached, request.id
         for index in range((request.prompt + request.generated) // self.block_size):
-            key = self.block_hash(request, index)
-            if key[0] != request.id:  # type: ignore[index]
-                continue
-            present = self._cached.pop(key, None)
+            present = cached.pop((rid, index), None)
             if present is None:
                 continue
             for block in [present] if isinstance(present, int) else list(present):
@@ -279,6 +311,17 @@ class KvCache:
 
     # -- runs of decode steps --------------------------------------------------------------
 
-    def extend(self, request: Request, blocks: int) -> None:
-        """Append `blocks` new blocks to a running request (a decode run's allocations, in order)."""
-        self._blocks[request.id].extend(self._take(blocks))
+    def extend(self, requests: Sequence[Request]) -> None:
+        """A decode run's allocations: one new block for each entry of `requests`, in that order."""
+        blocks = self._blocks
+        for request, block in zip(requests, self._take(len(requests))):
+            blocks[request.id].append(block)
+
+    def cache_computed(self, requests: list[Request]) -> None:
+        """After a decode run: cache what each request's computed tokens filled (as its steps would have)."""
+        if not self.prefix_caching:
+            return
+        bs, num_cached = self.block_size, self._num_cached
+        for request in requests:
+            if request.computed // bs > num_cached[request.id]:
+                self.cache_blocks(request, request.computed)

@@ -300,11 +300,10 @@ class Scheduler:
         allocate and cache their blocks (the caller made sure they fit and nobody finishes early)."""
         kv, bs = self.kv, self.kv.block_size
         running = self.running
-        order = sorted(((k, position) for position, request in enumerate(running)
-                        for k in range((-request.computed) % bs, steps, bs)))
-        for _, position in order:
-            kv.extend(running[position], 1)
+        order = sorted((k, position) for position, request in enumerate(running)
+                       for k in range((-request.computed) % bs, steps, bs))
+        kv.extend([running[position] for _, position in order])
         for request in running:
             request.computed += steps
             request.generated += steps
-            kv.cache_blocks(request, request.computed)
+        kv.cache_computed(running)
