@@ -138,7 +138,8 @@ class Scheduler:
             tokens = request.prompt + request.generated + request.placeholders - request.computed
             if 0 < threshold < tokens:
                 tokens = threshold
-            tokens = min(tokens, budget, kv.max_model_len - request.computed - 1)
+            # an embedding (a pooling model's request) samples nothing, so its prompt may fill the context
+            tokens = min(tokens, budget, kv.max_model_len - request.computed - (request.output > 0))
             if tokens <= 0:
                 index += 1
                 continue
