@@ -458,7 +458,9 @@ def _add_schedule_command(commands: argparse._SubParsersAction[argparse.Argument
         '{"step", "arrived", "n_waiting", "n_running", "total_scheduled_tokens", "n_prefill_tokens", '
         '"n_decode_reqs", "scheduled": [[req_id, tokens, "P"|"D", "new"|"resumed"|"run", '
         'num_computed_tokens_before]], "prefix_hit_tokens": {req_id: n}, "preempted", "finished", "kv_usage", '
-        '"free_blocks"}; tests/data/schedules/README.md has the details.')
+        '"free_blocks"}. Step k adds the requests whose arrival_step is k, then schedules; every decode samples '
+        "token 0; with --async each step's output is applied after the next step is scheduled. "
+        "tests/data/schedules/README.md has the details.")
     schedule.add_argument("trace", metavar="TRACE.jsonl", help="the trace (JSON lines; .gz for gzip)")
     schedule.add_argument("--num-gpu-blocks", type=_number(int, 2), required=True, metavar="N",
                           help="KV cache blocks, vLLM's null block included")
