@@ -418,6 +418,75 @@ def _add_replay_commands(commands: argparse._SubParsersAction[argparse.ArgumentP
     calibrate.set_defaults(handler=_calibrate)
 
 
+def _schedule(args: argparse.Namespace) -> int:
+    """`aisim schedule`: the engine's scheduler on a trace, one vLLM step record per line."""
+    import gzip
+
+    from .engine.schedule_trace import (
+        Limits,
+        Stuck,
+        TraceFormatError,
+        read_trace,
+        replay,
+    )
+
+    opener = gzip.open if args.trace.endswith(".gz") else open
+    limits = Limits(args.num_gpu_blocks, args.block_size, args.max_num_seqs, args.max_num_batched_tokens,
+                    not args.no_prefix_caching, args.async_scheduling, args.max_model_len)
+    try:
+        with opener(args.trace, "rt", encoding="utf-8") as trace:
+            requests = read_trace(trace)
+        with contextlib.ExitStack() as files:
+            out = files.enter_context(open(args.steps, "w", encoding="utf-8")) if args.steps else None
+            steps = preempted = hits = 0
+            peak = 0.0
+            for record in replay(requests, limits):
+                if out is not None:
+                    out.write(json.dumps(record) + "\n")
+                steps += 1
+                preempted += len(record["preempted"])
+                hits += sum(record["prefix_hit_tokens"].values())
+                peak = max(peak, record["kv_usage"])
+    except OSError as error:
+        sys.stderr.write(f"aisim schedule: {error.filename}: {error.strerror}\n")
+        return 2
+    except (TraceFormatError, Stuck) as error:
+        sys.stderr.write(f"aisim schedule: {args.trace}: {error}\n")
+        return 1
+    sys.stdout.write(f"{len(requests)} requests in {steps} steps: {preempted} preemptions, {hits} prefix-hit tokens, "
+                     f"peak KV usage {peak:.1%}\n")
+    return 0
+
+
+def _add_schedule_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`aisim schedule` (implemented in `aisim.engine.schedule_trace`)."""
+    schedule = commands.add_parser(
+        "schedule", help="step the engine's vLLM scheduler through a token trace; write vLLM's step records",
+        description="Run aisim's own scheduler (the code the engine runs) on a trace, arrivals counted in steps "
+        "and one token per decode, no cost model and no clock, and write one JSON step record per scheduler "
+        "step, the format tools/record_vllm_schedule.py records from vLLM itself. TRACE: JSON lines "
+        '{"req_id", "arrival_step", "prompt_token_ids", "max_tokens"} (.gz read as gzip). Step record: '
+        '{"step", "arrived", "n_waiting", "n_running", "total_scheduled_tokens", "n_prefill_tokens", '
+        '"n_decode_reqs", "scheduled": [[req_id, tokens, "P"|"D", "new"|"resumed"|"run", '
+        'num_computed_tokens_before]], "prefix_hit_tokens": {req_id: n}, "preempted", "finished", "kv_usage", '
+        '"free_blocks"}. Step k adds the requests whose arrival_step is k, then schedules; every decode samples '
+        "token 0; with --async each step's output is applied after the next step is scheduled. "
+        "tests/data/schedules/README.md has the details.")
+    schedule.add_argument("trace", metavar="TRACE.jsonl", help="the trace (JSON lines; .gz for gzip)")
+    schedule.add_argument("--num-gpu-blocks", type=_number(int, 2), required=True, metavar="N",
+                          help="KV cache blocks, vLLM's null block included")
+    schedule.add_argument("--block-size", type=COUNT, required=True, metavar="B", help="tokens per block")
+    schedule.add_argument("--max-num-seqs", type=COUNT, required=True, metavar="S")
+    schedule.add_argument("--max-num-batched-tokens", type=COUNT, required=True, metavar="T")
+    schedule.add_argument("--no-prefix-caching", action="store_true", help="prefix caching off (default on)")
+    schedule.add_argument("--async", dest="async_scheduling", action="store_true",
+                          help="async scheduling: two batches in flight, as a GPU server's default")
+    schedule.add_argument("--max-model-len", type=COUNT, default=32768, metavar="L",
+                          help="context length (default 32768, the recorder's model)")
+    schedule.add_argument("--steps", metavar="OUT.jsonl", help="write the step records here")
+    schedule.set_defaults(handler=_schedule)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of every subcommand."""
     parser = argparse.ArgumentParser(prog="aisim", description="AI inference service simulator.")
@@ -503,6 +572,7 @@ def build_parser() -> argparse.ArgumentParser:
     tui.set_defaults(handler=_tui)
 
     _add_replay_commands(commands)
+    _add_schedule_command(commands)
 
     schema = commands.add_parser("schema", help="print the JSON Schema of the scenario language")
     schema.set_defaults(handler=_schema)

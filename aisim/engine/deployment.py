@@ -183,7 +183,7 @@ class ServedModel:
             placed.append(tensors)
             cost = CostModel(arch, profile, efficiency, tp, memory.kv_bytes_per_token, cuda_graphs=model.engine.cuda_graphs,
                              factor=version.latency_factor * runtimes.step_factor(model, version))
-            kv = KvCache(memory.num_blocks, memory.block_size, model.engine.enable_prefix_caching)
+            kv = KvCache(memory.num_blocks, memory.block_size, model.engine.enable_prefix_caching, memory.max_model_len)
             suffix = "" if version.version == model.versions[0].version else f"@v{version.version}"
             replica = Replica(
                 f"{model.id}{suffix}/{len(engines)}", host.kernel, host.timeline, cost, kv, memory.max_num_seqs,

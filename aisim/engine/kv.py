@@ -1,178 +1,327 @@
-"""The KV cache of one engine replica: fixed-size blocks, prefix caching, LRU eviction.
+"""The KV cache of one engine replica, block for block as vLLM V1 keeps it.
 
-vLLM hashes each full block chained from the prompt start, so a block is reused only when
-everything before it matches. aisim's prompts carry no token ids, only their structure: an
-optional shared prefix (a group of requests with the same system prompt) followed by content
-unique to the request. Blocks are therefore tracked as counts along two kinds of chain, which is
-exact for this structure and costs O(1) per request instead of O(blocks):
+One full-attention group (`vllm/v1/core/block_pool.py`, `kv_cache_manager.py`,
+`single_type_kv_cache_manager.py`): `num_blocks` blocks, of which block 0 is vLLM's null block and
+never handed out; a free queue holding every block nobody references, cached or not; a reference
+count per block; and, with prefix caching, a map from block hash to the blocks holding it.
 
-- a group chain: the cached full blocks of a shared prefix, referenced by every running request
-  that hit it;
-- a request's own chain: its unique blocks. When the request finishes nobody can hit them again,
-  so they are plainly freed; when it is preempted they stay cached, so its recompute can hit them.
+- A full block is cached (given its hash) as soon as it is allocated for tokens whose ids are
+  known, before those tokens are computed, so a request admitted later in the same step can hit it.
+- A lookup walks the request's block hashes from the start and stops at the first miss (hashes are
+  chained, so nothing later can match); it never covers the last token, which must be computed to
+  sample from.
+- Freeing walks a request's blocks tail first: blocks without a hash go to the front of the free
+  queue (reused first), cached ones to its back (evicted last, oldest first: LRU). Allocation pops
+  the front and evicts whatever hash the popped block still had.
 
-Chains nobody references sit in an LRU (oldest first); allocation takes uncached free blocks
-first, then evicts from the oldest chain, tail blocks first, as vLLM's free-block queue does.
+Block hashes: a request with token ids (`aisim schedule` traces) hashes each full block chained
+from the prompt start, as vLLM does, decoded tokens counted as `SAMPLED_TOKEN`; the engine's
+synthetic requests carry only their structure (a shared prefix of a group, then unique content), so
+a block of the shared prefix is named by (group, index) and every other block by (request, index):
+the same equalities that real token hashes would give.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Hashable, Sequence
 
-ChainKey = tuple[str, int]
+from .request import Request
 
-
-@dataclass(slots=True)
-class Chain:
-    """Cached full blocks of a shared prefix and how many running requests reference them."""
-
-    length: int = 0
-    refs: int = 0
+SAMPLED_TOKEN = 0
+"""The token id every decode step samples in a trace replay (the recorder's model output)."""
+ORPHAN: Hashable = ("orphan",)
+"""The hash of a cached block that nobody can hit again (a finished synthetic request's own block):
+it still sits at the back of the free queue like any cached block, but its real hash is dropped, so
+a server that runs for ever keeps no memory per past request."""
 
 
 class KvCache:
-    """Block accounting with prefix caching (see the module docstring)."""
+    """vLLM's block pool and full-attention KV cache manager for one replica."""
 
-    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = True) -> None:
+    def __init__(self, num_blocks: int, block_size: int, prefix_caching: bool = True,
+                 max_model_len: int = 1 << 62) -> None:
         self.total = num_blocks
         self.block_size = block_size
         self.prefix_caching = prefix_caching
-        self.free = num_blocks
-        self.cached_free = 0
-        self._lru: OrderedDict[ChainKey, int] = OrderedDict()
-        self._groups: dict[int, Chain] = {}
+        self.max_model_len = max_model_len
+        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
+        self._refs = [0] * num_blocks
+        self._hash: list[Hashable | None] = [None] * num_blocks
+        self._cached: dict[Hashable, int | dict[int, None]] = {}
+        self._blocks: dict[int, list[int]] = {}
+        """Request id -> its blocks, in token order (`req_to_blocks`)."""
+        self._num_cached: dict[int, int] = {}
+        """Request id -> how many of its leading blocks are cached (`num_cached_block`)."""
+        self._chains: dict[tuple[int, tuple[int, ...]], int] = {}
+        """(parent hash, block tokens) -> hash, for requests with token ids (exact: no collisions)."""
         self.query_tokens = 0
         self.hit_tokens = 0
 
-    @property
-    def used(self) -> int:
-        """Blocks held by running requests."""
-        return self.total - self.free - self.cached_free
+    # -- counts ----------------------------------------------------------------------------
 
     @property
-    def usage(self) -> float:
-        """Used blocks / total blocks (`vllm:kv_cache_usage_perc`)."""
-        return self.used / self.total if self.total else 0.0
+    def free_blocks(self) -> int:
+        """Blocks in the free queue, evictable cached ones included (`get_num_free_blocks`)."""
+        return len(self._free)
 
     @property
     def available(self) -> int:
-        """Blocks an allocation can get: free plus evictable cached ones."""
-        return self.free + self.cached_free
+        """Blocks an allocation can get."""
+        return len(self._free)
 
-    def available_after_hit(self, request_id: int, group: int, shared: int, own: int) -> int:
-        """Blocks an allocation could get once a request took the hit (`shared`, `own`) `lookup` found.
+    @property
+    def used(self) -> int:
+        """Blocks referenced by requests (the null block aside)."""
+        return self.total - 1 - len(self._free)
 
-        Taking a hit moves the hit chains out of the LRU, so they are no longer evictable.
-        """
-        parked_group = 0
-        if shared and self._groups[group].refs == 0:
-            parked_group = self._groups[group].length
-        return self.free + self.cached_free - parked_group - own
+    @property
+    def usage(self) -> float:
+        """`vllm:kv_cache_usage_perc`: 1 - free / (blocks - the null block), as vLLM computes it."""
+        usable = self.total - 1
+        return 1.0 - len(self._free) / usable if usable else 0.0
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks needed to hold `tokens` tokens."""
         return -(-tokens // self.block_size)
 
-    def take(self, count: int) -> bool:
-        """Allocate `count` blocks, evicting cached ones if needed; False (and nothing taken) if impossible."""
-        if count <= self.free:
-            self.free -= count
-            return True
-        if count > self.free + self.cached_free:
+    def held(self, request: Request) -> int:
+        """Blocks the request holds."""
+        return len(self._blocks.get(request.id, ()))
+
+    # -- hashes ----------------------------------------------------------------------------
+
+    def block_hash(self, request: Request, index: int) -> Hashable:
+        """The hash of the request's full block `index` (its tokens must be known)."""
+        if request.token_ids is None:
+            if request.group >= 0 and (index + 1) * self.block_size <= request.prefix:
+                return (~request.group, index)
+            return (request.id, index)
+        hashes = request.block_hashes
+        if hashes is None:
+            hashes = request.block_hashes = []
+        bs = self.block_size
+        while len(hashes) <= index:
+            start = len(hashes) * bs
+            prompt = request.token_ids
+            tokens = tuple(prompt[start:start + bs])
+            if len(tokens) < bs:
+                tokens += (SAMPLED_TOKEN,) * (bs - len(tokens))
+            key = (hashes[-1] if hashes else -1, tokens)
+            found = self._chains.get(key)
+            if found is None:
+                found = self._chains[key] = len(self._chains)
+            hashes.append(found)
+        return hashes[index]
+
+    def _cached_block(self, key: Hashable) -> int | None:
+        blocks = self._cached.get(key)
+        if blocks is None or isinstance(blocks, int):
+            return blocks
+        return next(iter(blocks))
+
+    # -- lookups and allocation ------------------------------------------------------------
+
+    def lookup(self, request: Request) -> list[int]:
+        """The longest run of cached blocks that starts the request (`get_computed_blocks`): never
+        every token, the last one is computed to sample from. Changes nothing."""
+        if not self.prefix_caching:
+            return []
+        hit: list[int] = []
+        for index in range((request.prompt + request.generated - 1) // self.block_size):
+            block = self._cached_block(self.block_hash(request, index))
+            if block is None:
+                break
+            hit.append(block)
+        return hit
+
+    def _to_allocate(self, request: Request, tokens: int, hit: Sequence[int]) -> int:
+        """`get_num_blocks_to_allocate`: new blocks for `tokens` slots, plus hit blocks that sit in
+        the free queue (taking them removes them from it)."""
+        required = -(-tokens // self.block_size)
+        held = self._blocks.get(request.id)
+        if held is not None:
+            return max(required - len(held), 0)
+        refs = self._refs
+        return max(required - len(hit), 0) + sum(1 for b in hit if refs[b] == 0)
+
+    def can_allocate(self, request: Request, new_tokens: int, hit: Sequence[int] = (),
+                     whole: bool = False) -> bool:
+        """Whether `allocate` would succeed. Changes nothing."""
+        computed = min(request.computed + len(hit) * self.block_size, self.max_model_len)
+        if whole and self._to_allocate(request, min(request.prompt + request.generated, self.max_model_len),
+                                       hit) > len(self._free):
             return False
-        need = count - self.free
-        self.free = 0
-        while need:
-            key, blocks = next(iter(self._lru.items()))
-            evicted = min(blocks, need)
-            need -= evicted
-            self.cached_free -= evicted
-            if evicted == blocks:
-                del self._lru[key]
-            else:
-                self._lru[key] = blocks - evicted
-            if key[0] == "group":
-                self._groups[key[1]].length -= evicted
+        slots = min(computed + new_tokens, self.max_model_len)
+        return self._to_allocate(request, slots, hit) <= len(self._free)
+
+    def allocate(self, request: Request, new_tokens: int, hit: Sequence[int] = (), whole: bool = False) -> bool:
+        """vLLM's `allocate_slots`: take the hit blocks, allocate slots for `new_tokens` more tokens and
+        cache the full blocks among them. `whole` (a waiting request's admission,
+        `scheduler_reserve_full_isl`): the whole sequence must fit. False, and nothing changed, if not."""
+        held = self._blocks.get(request.id)
+        if held is not None and not hit:  # a running request: the common case, kept short
+            bs = self.block_size
+            end = min(request.computed + new_tokens, self.max_model_len)
+            missing = -(-end // bs) - len(held)
+            if missing > len(self._free) and not whole:
+                return False
+            if not whole:
+                if missing > 0:
+                    held.extend(self._take(missing))
+                if self.prefix_caching and min(end, request.prompt + request.generated) // bs > self._num_cached[request.id]:
+                    self.cache_blocks(request, min(end, request.prompt + request.generated))
+                return True
+        if not self.can_allocate(request, new_tokens, hit, whole):
+            return False
+        computed = min(request.computed + len(hit) * self.block_size, self.max_model_len)
+        blocks = self._blocks.get(request.id)
+        if blocks is None:
+            blocks = self._blocks[request.id] = []
+            self._num_cached[request.id] = 0
+        if hit:
+            self._touch(hit)
+            blocks.extend(hit)
+            self._num_cached[request.id] = len(blocks)
+        missing = -(-min(computed + new_tokens, self.max_model_len) // self.block_size) - len(blocks)
+        if missing > 0:
+            blocks.extend(self._take(missing))
+        self.cache_blocks(request, min(computed + new_tokens, request.prompt + request.generated))
         return True
 
-    def release(self, count: int) -> None:
-        """Return blocks that nobody can hit again."""
-        self.free += count
+    def record_hit(self, request: Request, hit_tokens: int) -> None:
+        """Prefix-cache query and hit tokens of an admission (`vllm:prefix_cache_*`, which leave
+        out re-admissions after a preemption)."""
+        if self.prefix_caching and request.preemptions == 0:
+            self.query_tokens += request.prompt + request.generated
+            self.hit_tokens += hit_tokens
 
-    def _park(self, key: ChainKey, blocks: int) -> None:
-        if blocks:
-            self._lru[key] = blocks
-            self._lru.move_to_end(key)
-            self.cached_free += blocks
-
-    def _unpark(self, key: ChainKey) -> int:
-        blocks = self._lru.pop(key, 0)
-        self.cached_free -= blocks
-        return blocks
-
-    def lookup(self, request_id: int, group: int, prefix_tokens: int, tokens: int) -> tuple[int, int]:
-        """Prefix-cache hit for a request about to be scheduled: (shared blocks, own blocks) it may reuse.
-
-        The hit never covers every token: at least one token must be computed to sample from.
-        Taking the hit is `acquire`; a lookup alone changes nothing.
-        """
+    def cache_blocks(self, request: Request, tokens: int) -> None:
+        """Give the request's full blocks up to `tokens` their hashes (`cache_full_blocks`)."""
         if not self.prefix_caching:
-            return 0, 0
-        shared = 0
-        if group >= 0:
-            chain = self._groups.get(group)
-            shared = min(chain.length, prefix_tokens // self.block_size) if chain else 0
-        own = self._lru.get(("request", request_id), 0)
-        if group >= 0 and shared < prefix_tokens // self.block_size:
-            own = 0  # the request's own chain starts after its prefix: unreachable without it
-        while (shared + own) * self.block_size >= tokens and (shared + own):
-            if own:
-                own -= 1
+            return
+        start = self._num_cached.get(request.id)
+        full = tokens // self.block_size
+        if start is None or start >= full:
+            return
+        blocks = self._blocks[request.id]
+        hashes = self._hash
+        synthetic = request.token_ids is None
+        shared = request.prefix // self.block_size if request.group >= 0 else 0
+        for index in range(start, full):
+            block = blocks[index]
+            if synthetic:
+                key: Hashable = (~request.group, index) if index < shared else (request.id, index)
             else:
-                shared -= 1
-        return shared, own
+                key = self.block_hash(request, index)
+            if hashes[block] is not None:
+                continue
+            hashes[block] = key
+            if not synthetic or index < shared:
+                self._register(key, block)
+        self._num_cached[request.id] = full
 
-    def acquire(self, request_id: int, group: int, shared: int, own: int, tokens: int) -> None:
-        """Take the hit `lookup` found for a request of `tokens` prompt tokens; counts queries and hits."""
-        self.query_tokens += tokens
-        self.hit_tokens += (shared + own) * self.block_size
-        if shared:
-            chain = self._groups[group]
-            if chain.refs == 0:
-                self._unpark(("group", group))
-            chain.refs += 1
-        parked = self._unpark(("request", request_id))
-        self.free += parked - own
-
-    def extend_group(self, group: int, referenced: int, computed_full: int) -> int:
-        """A request at the frontier of its group's chain computed more full prefix blocks.
-
-        `referenced` is how many chain blocks the request holds (0: none, and then it starts
-        referencing a new chain). The new blocks move from the request's own into the chain;
-        returns how many moved. A request behind the frontier keeps its copies (as vLLM does).
-        """
-        if not self.prefix_caching:
-            return 0
-        chain = self._groups.setdefault(group, Chain())
-        if referenced != chain.length or computed_full <= chain.length:
-            return 0
-        if referenced == 0:
-            chain.refs += 1
-        grown = computed_full - chain.length
-        chain.length = computed_full
-        return grown
-
-    def drop_group(self, group: int) -> None:
-        """A request stops referencing its group's chain."""
-        chain = self._groups[group]
-        chain.refs -= 1
-        if chain.refs == 0:
-            self._park(("group", group), chain.length)
-
-    def park_request(self, request_id: int, own: int) -> None:
-        """A preempted request's own blocks stay cached for its recompute."""
-        if self.prefix_caching:
-            self._park(("request", request_id), own)
+    def _register(self, key: Hashable, block: int) -> None:
+        """Map `key` to `block` too (a second block with the same hash comes after the first)."""
+        present = self._cached.get(key)
+        if present is None:
+            self._cached[key] = block
+        elif isinstance(present, int):
+            if present != block:
+                self._cached[key] = {present: None, block: None}
         else:
-            self.free += own
+            present[block] = None
+
+    def _touch(self, hit: Sequence[int]) -> None:
+        refs, free = self._refs, self._free
+        for block in hit:
+            if refs[block] == 0:
+                del free[block]
+            refs[block] += 1
+
+    def _take(self, count: int) -> list[int]:
+        """Pop `count` blocks off the free queue's front, evicting their hashes (`get_new_blocks`)."""
+        popitem, refs, hashes = self._free.popitem, self._refs, self._hash
+        taken = [popitem(last=False)[0] for _ in range(count)]
+        for block in taken:
+            key = hashes[block]
+            if key is not None:
+                self._evict(block, key)
+            refs[block] = 1
+        return taken
+
+    def _evict(self, block: int, key: Hashable) -> None:
+        if key is ORPHAN:
+            self._hash[block] = None
+            return
+        present = self._cached.pop(key, None)
+        if present is None:  # a running synthetic request's own block: never registered
+            pass
+        elif isinstance(present, dict):
+            present.pop(block, None)
+            if present:
+                self._cached[key] = present
+        elif present != block:
+            self._cached[key] = present
+        self._hash[block] = None
+
+    def free(self, request: Request, finished: bool = False) -> None:
+        """The request lets go of its blocks, tail first (`free_blocks`): blocks without a hash go to the
+        front of the free queue, cached ones to its back.
+
+        A synthetic request's own blocks (hashed by its id) can be hit only by itself, so their hashes
+        enter the map only when it is preempted; when it finishes (`finished`) they become `ORPHAN`."""
+        blocks = self._blocks.pop(request.id, None)
+        self._num_cached.pop(request.id, None)
+        caching = self.prefix_caching
+        synthetic = caching and request.token_ids is None
+        if finished and synthetic and request.preemptions:
+            self._orphan(request)
+        if not blocks:
+            return
+        refs, hashes, free, rid = self._refs, self._hash, self._free, request.id
+        first: list[int] = []
+        for block in reversed(blocks):
+            refs[block] -= 1
+            if refs[block] == 0:
+                key = hashes[block]
+                if key is None or not caching:
+                    first.append(block)
+                    continue
+                if synthetic and key[0] == rid:  # type: ignore[index]
+                    if finished:
+                        hashes[block] = ORPHAN
+                    else:
+                        self._register(key, block)
+                free[block] = None
+        for block in reversed(first):
+            free[block] = None
+            free.move_to_end(block, last=False)
+
+    def _orphan(self, request: Request) -> None:
+        """A finished synthetic request that was preempted: its own blocks registered then (held
+        again after a hit, or still cached) leave the map."""
+        hashes, cached, rid = self._hash, self._cached, request.id
+        for index in range((request.prompt + request.generated) // self.block_size):
+            present = cached.pop((rid, index), None)
+            if present is None:
+                continue
+            for block in [present] if isinstance(present, int) else list(present):
+                hashes[block] = ORPHAN
+
+    # -- runs of decode steps --------------------------------------------------------------
+
+    def extend(self, requests: Sequence[Request]) -> None:
+        """A decode run's allocations: one new block for each entry of `requests`, in that order."""
+        blocks = self._blocks
+        for request, block in zip(requests, self._take(len(requests))):
+            blocks[request.id].append(block)
+
+    def cache_computed(self, requests: list[Request]) -> None:
+        """After a decode run: cache what each request's computed tokens filled (as its steps would have)."""
+        if not self.prefix_caching:
+            return
+        bs, num_cached = self.block_size, self._num_cached
+        for request in requests:
+            if request.computed // bs > num_cached[request.id]:
+                self.cache_blocks(request, request.computed)

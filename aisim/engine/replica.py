@@ -1,12 +1,12 @@
 """One vLLM engine instance: the V1 scheduler, its KV cache and its steps on the GPU.
 
-Scheduling follows vLLM V1 (`shared/reference/vllm-engine-and-perf-model.md` §1): each step
-hands out a token budget, first to running requests (one token each while decoding, up to the
-rest of the prompt while prefilling: chunked prefill), then to waiting requests in FCFS or
-priority order while the budget, `max_num_seqs` and free KV blocks allow. When a running request
-cannot get a block, the lowest-priority running request (the last admitted under FCFS) is
-preempted: its blocks are freed and it goes back to the front of the queue, to be recomputed.
-No waiting request is admitted in a step that preempted.
+Scheduling is vLLM V1's, decision for decision (`scheduler.py`, checked against vLLM's own
+scheduler by `tests/test_schedule_golden.py`): each step hands out a token budget, first to running
+requests (one token each while decoding, up to the rest of the prompt while prefilling: chunked
+prefill), then to waiting requests in FCFS or priority order while the budget, `max_num_seqs` and
+free KV blocks allow; a running request that cannot get a block preempts the lowest-priority one.
+The engine runs one step at a time (vLLM's synchronous loop): a step's tokens count as computed,
+and its sampled tokens come back, when it ends.
 
 Speed without approximation: while every running request is decoding and nothing can join,
 consecutive steps differ only by one token of context per request, so a run of them is planned
@@ -19,8 +19,6 @@ at a time; `macro_steps=False` does that, and a test compares the two.
 
 from __future__ import annotations
 
-import heapq
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -36,6 +34,7 @@ from .kv import KvCache
 from .meter import ReplicaMeter
 from .pool import OutOfMemoryError
 from .request import Request
+from .scheduler import DONE, LAST_TOKEN, NO_TOKEN, Scheduler, Step
 from .timeline import StepRun, Timeline
 
 ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
@@ -109,6 +108,8 @@ class _Plan:
     hits: int = 0
     stream: str = ""
     """The stream the step was launched on, when not the model's."""
+    step: Step | None = None
+    """What the scheduler decided (a single step)."""
     activity: object | None = None
     """Its per-step GPU activity, once a metered replica computed it (`meter.py`)."""
 
@@ -125,16 +126,11 @@ class Replica:
         self.timeline = timeline
         self.cost = cost
         self.kv = kv
-        self.max_num_seqs = max_num_seqs
+        self.scheduler = Scheduler(kv, max_num_seqs, max_num_batched_tokens, policy, long_prefill_threshold)
         self.max_tokens = max_num_batched_tokens
-        self.priority_policy = policy == "priority"
-        self.long_prefill = long_prefill_threshold
         self.gpus = gpus
         self.stream = stream
         self.macro_steps = macro_steps
-        self.running: list[Request] = []
-        self._fcfs: deque[Request] = deque()
-        self._heap: list[tuple[int, int, int, Request]] = []
         self._plan: _Plan | None = None
         self._kicked = False
         self.stats = ReplicaStats(keep_itl=not timeline.rolling)
@@ -156,32 +152,17 @@ class Replica:
     # -- queue -----------------------------------------------------------------------------
 
     @property
+    def running(self) -> list[Request]:
+        return self.scheduler.running
+
+    @property
     def waiting(self) -> int:
-        return len(self._heap) if self.priority_policy else len(self._fcfs)
+        return self.scheduler.waiting
 
     @property
     def outstanding(self) -> int:
         """Requests waiting or running (for routing)."""
         return self.waiting + len(self.running)
-
-    def _push(self, request: Request, front: bool = False) -> None:
-        if self.priority_policy:
-            heapq.heappush(self._heap, (request.priority, request.arrival, request.id, request))
-        elif front:
-            self._fcfs.appendleft(request)
-        else:
-            self._fcfs.append(request)
-
-    def _head(self) -> Request | None:
-        if self.priority_policy:
-            return self._heap[0][3] if self._heap else None
-        return self._fcfs[0] if self._fcfs else None
-
-    def _pop(self) -> None:
-        if self.priority_policy:
-            heapq.heappop(self._heap)
-        else:
-            self._fcfs.popleft()
 
     # -- entry points ----------------------------------------------------------------------
 
@@ -194,7 +175,7 @@ class Replica:
         if self.dead:
             request.conclude("failed", self.kernel.now, self.timeline, ENGINE_DEAD)
             return
-        self._push(request)
+        self.scheduler.add(request)
         if self._plan is not None:
             self.interrupt()
         elif not self._kicked:
@@ -238,7 +219,8 @@ class Replica:
                     plan.handle.cancel()
                 return
         preempted_before, queries, hits = self.stats.preemptions, self.kv.query_tokens, self.kv.hit_tokens
-        batch = self._schedule()
+        step = self._schedule()
+        batch = step.batch
         if not batch:
             self._plan = None
             return
@@ -259,7 +241,8 @@ class Replica:
             handle = self.kernel.at(int(ends[0]), self._finish_step)
         self._plan = _Plan(now, ends, batch, False, handle, kv_used=self.kv.used,
                            preemptions=self.stats.preemptions - preempted_before,
-                           queries=self.kv.query_tokens - queries, hits=self.kv.hit_tokens - hits, stream=stream)
+                           queries=self.kv.query_tokens - queries, hits=self.kv.hit_tokens - hits, stream=stream,
+                           step=step)
 
     def _launch(self, batch: list[tuple[Request, int]], new_tokens: int, context: int, pairs: float,
                 stream: str) -> EventHandle:
@@ -329,8 +312,7 @@ class Replica:
             if self.meter is not None:
                 self.meter.cut(plan, now)
         self._plan = None
-        doomed = list(self.running) + ([entry[3] for entry in self._heap] if self.priority_policy else list(self._fcfs))
-        self.running, self._heap, self._fcfs = [], [], deque()
+        doomed = self.scheduler.clear()
         for request in doomed:
             request.conclude("failed", now, self.timeline, ENGINE_DEAD)
         self.leave_gpus()
@@ -370,111 +352,18 @@ class Replica:
         self._plan = None
         self._start()
 
-    def _schedule(self) -> list[tuple[Request, int]]:
-        """Plan one V1 step: running requests first, then waiting ones; may preempt."""
-        kv = self.kv
-        budget = self.max_tokens
-        batch: list[tuple[Request, int]] = []
-        preempted: set[int] = set()
-        for request in list(self.running):
-            if budget == 0:
-                break
-            if request.id in preempted:
-                continue
-            tokens = min(request.to_compute, budget)
-            if self.long_prefill and request.to_compute > 1:
-                tokens = min(tokens, self.long_prefill)
-            need = kv.blocks_for(request.computed + tokens) - request.own_blocks - request.shared_blocks
-            while need > 0 and not kv.take(need):
-                victim = self._victim()
-                for position, (scheduled, granted) in enumerate(batch):
-                    if scheduled is victim:
-                        del batch[position]
-                        budget += granted
-                        break
-                self._preempt(victim)
-                preempted.add(victim.id)
-                if victim is request:
-                    break
-            if request.id in preempted:
-                continue
-            request.own_blocks += max(need, 0)
-            batch.append((request, tokens))
-            budget -= tokens
-        if preempted:
-            return batch
-        while budget > 0 and len(self.running) < self.max_num_seqs:
-            head = self._head()
-            if head is None:
-                break
-            tokens = self._admit(head, budget)
-            if tokens == 0:
-                break
-            self._pop()
-            self.running.append(head)
-            batch.append((head, tokens))
-            budget -= tokens
-        return batch
-
-    def _admission(self, request: Request, budget: int) -> tuple[int, int, int, int] | None:
-        """How a waiting request would start now: (shared hit, own hit, tokens, new blocks), or None
-        when it cannot (no budget left for a whole block, or not enough free blocks). Changes nothing."""
-        kv = self.kv
-        total = request.prompt + request.generated
-        shared, own = kv.lookup(request.id, request.group, request.prefix, total)
-        cached = (shared + own) * kv.block_size
-        tokens = min(total - cached, budget)
-        if self.long_prefill:
-            tokens = min(tokens, self.long_prefill)
-        if kv.prefix_caching and cached + tokens < total:
-            tokens = (cached + tokens) // kv.block_size * kv.block_size - cached
-        if tokens <= 0:
-            return None
-        need = kv.blocks_for(cached + tokens) - shared - own
-        if need > kv.available_after_hit(request.id, request.group, shared, own):
-            return None
-        return shared, own, tokens, need
-
-    def _admit(self, request: Request, budget: int) -> int:
-        """Give a waiting request its prefix-cache hit and blocks for its first chunk; 0 if it cannot start."""
-        admission = self._admission(request, budget)
-        if admission is None:
-            return 0
-        shared, own, tokens, need = admission
-        kv = self.kv
-        kv.acquire(request.id, request.group, shared, own, request.prompt + request.generated)
-        kv.take(need)
-        request.computed = (shared + own) * kv.block_size
-        request.shared_blocks = shared
-        request.own_blocks = own + need
-        if request.scheduled_at < 0:
-            request.scheduled_at = self.kernel.now
-            self.timeline.add(self.kernel.now, "request_scheduled", request.id, self.name)
-        return tokens
-
-    def _victim(self) -> Request:
-        if self.priority_policy:
-            return max(self.running, key=lambda r: (r.priority, r.arrival, r.id))
-        return self.running[-1]
-
-    def _preempt(self, request: Request) -> None:
-        self.running.remove(request)
-        self._release(request, preempted=True)
-        request.computed = 0
-        request.preemptions += 1
-        self.stats.preemptions += 1
-        self.timeline.add(self.kernel.now, "request_preempted", request.id, self.name)
-        self._push(request, front=True)
-
-    def _release(self, request: Request, preempted: bool) -> None:
-        if preempted:
-            self.kv.park_request(request.id, request.own_blocks)
-        else:
-            self.kv.release(request.own_blocks)
-        if request.shared_blocks:
-            self.kv.drop_group(request.group)
-        request.own_blocks = 0
-        request.shared_blocks = 0
+    def _schedule(self) -> Step:
+        """Plan one V1 step (`Scheduler.schedule`) and log its preemptions and first admissions."""
+        step = self.scheduler.schedule()
+        now = self.kernel.now
+        for victim in step.preempted:
+            self.stats.preemptions += 1
+            self.timeline.add(now, "request_preempted", victim.id, self.name)
+        for request, _ in step.batch:
+            if request.scheduled_at < 0:
+                request.scheduled_at = now
+                self.timeline.add(now, "request_scheduled", request.id, self.name)
+        return step
 
     def _apply_step(self, plan: _Plan) -> None:
         end = int(plan.ends[0])
@@ -483,20 +372,17 @@ class Replica:
         first_prompts = 0
         sampled = 0
         for request, tokens in plan.batch:
-            if request.done:  # aborted while the step ran
-                continue
-            if request.to_compute > 1 or request.generated == 0:
+            if not request.done and (request.to_compute > 1 or request.generated == 0):
                 prefill += tokens
-            before = request.computed
-            request.computed += tokens
-            if request.group >= 0 and before < request.prefix:
-                self._grow_group(request)
-            if request.to_compute:
+        step = plan.step
+        assert step is not None
+        self.scheduler.advance(step)
+        for (request, tokens), state in zip(plan.batch, self.scheduler.update(step)):
+            if state == NO_TOKEN:
                 continue
-            if request.output == 0:
+            if state == DONE:
                 self._finish(request, end)
                 continue
-            request.generated += 1
             sampled += 1
             if request.first_token_at < 0:
                 request.first_token_at = end
@@ -508,24 +394,17 @@ class Replica:
             if self.timeline.per_token:
                 self.timeline.add(end, "token", request.id, request.generated - 1)
             request.notify("token", end)
-            if request.generated >= request.output:
+            if state == LAST_TOKEN:
                 self._finish(request, end)
         if itl and self.stats.keep_itl:
             self.stats.add_itl(np.array(itl, dtype=np.int64), np.ones(len(itl), dtype=np.int64))
         decode = sum(tokens for _, tokens in plan.batch) - prefill
         self._log(plan.start, plan.ends, len(plan.batch), prefill, decode, np.array([plan.kv_used]), plan.stream)
-        self.running = [r for r in self.running if not r.done]
         if self.on_step is not None:
             self.on_step(self, StepReport(first_prompts, sampled, plan.preemptions, plan.queries, plan.hits))
 
-    def _grow_group(self, request: Request) -> None:
-        full = min(request.computed, request.prefix) // self.kv.block_size
-        moved = self.kv.extend_group(request.group, request.shared_blocks, full)
-        request.own_blocks -= moved
-        request.shared_blocks += moved
-
     def _finish(self, request: Request, time_ns: int) -> None:
-        self._release(request, preempted=False)
+        """A request the scheduler let go of (its blocks are free) completes."""
         request.conclude("completed", time_ns, self.timeline)
         if self.on_finish is not None:
             self.on_finish(request)
@@ -534,14 +413,7 @@ class Replica:
         """The client went away: drop the request now and free its blocks (vLLM's abort)."""
         if request.done:
             return
-        if request in self.running:
-            self.running.remove(request)
-            self._release(request, preempted=False)
-        elif self.priority_policy:
-            self._heap = [entry for entry in self._heap if entry[3] is not request]
-            heapq.heapify(self._heap)
-        else:
-            self._fcfs.remove(request)
+        self.scheduler.abort(request)
         request.conclude("aborted", self.kernel.now, self.timeline)
         self.interrupt()
 
@@ -569,10 +441,7 @@ class Replica:
             return False
         if any(r.to_compute != 1 or r.generated == 0 or r.watcher is not None for r in running):
             return False  # a watched request needs an event per token
-        head = self._head()
-        if head is None or len(running) >= self.max_num_seqs:
-            return True
-        return self._admission(head, self.max_tokens - len(running)) is None
+        return not self.scheduler.admissible()
 
     def _plan_decode_run(self) -> _Plan | None:
         running = self.running
@@ -597,22 +466,15 @@ class Replica:
     def _apply_decode_run(self, plan: _Plan) -> None:
         ends = plan.ends
         steps = len(ends)
-        bs = self.kv.block_size
         assert plan.blocks is not None
-        taken = int(plan.blocks[steps - 1])
+        assert int(plan.blocks[steps - 1]) <= self.kv.available, "a decode run took blocks that were not available"
         used_before = self.kv.used
-        ok = self.kv.take(taken)
-        assert ok, "a decode run took blocks that were not available"
-        requests = [r for r, _ in plan.batch]
-        computed = np.fromiter((r.computed for r in requests), dtype=np.int64, count=len(requests))
-        new_blocks = -(-(computed + steps) // bs) - (-(-computed // bs))
+        requests = [r for r, _ in plan.batch if not r.done]  # an abort cut the run short
+        self.scheduler.decode_run(steps)
         last = np.fromiter((r.last_token_at for r in requests), dtype=np.int64, count=len(requests))
         end = int(ends[-1])
         per_token = self.timeline.per_token
-        for request, grown in zip(requests, new_blocks.tolist()):
-            request.computed += steps
-            request.generated += steps
-            request.own_blocks += grown
+        for request in requests:
             request.last_token_at = end
             if per_token:
                 for k in range(steps):
@@ -623,7 +485,8 @@ class Replica:
             if steps > 1:
                 stats.add_itl(np.diff(ends), np.full(steps - 1, len(requests), dtype=np.int64))
         self._log(plan.start, ends, len(requests), 0, len(requests), used_before + plan.blocks[:steps])
-        for request in requests:
-            if request.generated >= request.output:
+        finished = [r for r in requests if r.generated >= r.output]
+        if finished:
+            self.scheduler.finish(finished)
+            for request in finished:
                 self._finish(request, end)
-        self.running = [r for r in self.running if not r.done]

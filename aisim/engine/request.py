@@ -23,9 +23,10 @@ class Watcher(Protocol):
 class Request:
     """One inference request.
 
-    Progress follows vLLM V1: `computed` tokens have KV in the cache; the tokens to compute
-    before the next token can be sampled are `prompt + generated - computed` (all of the prompt
-    at first, 1 while decoding, everything again after a recompute preemption).
+    Progress follows vLLM V1: `computed` tokens have KV in the cache (or are being computed by a
+    scheduled step); the tokens to compute before the next token can be sampled are
+    `prompt + generated - computed` (all of the prompt at first, 1 while decoding, everything again
+    after a recompute preemption).
     """
 
     id: int
@@ -42,9 +43,18 @@ class Request:
     stream: str = ""
     """CUDA stream of its priority class; '' for the model's stream."""
     computed: int = 0
+    """Tokens with KV (vLLM's `num_computed_tokens`): advanced when a step is scheduled."""
     generated: int = 0
-    own_blocks: int = 0
-    shared_blocks: int = 0
+    token_ids: tuple[int, ...] | None = None
+    """The prompt's token ids, when known (a trace replay): blocks are then hashed on them."""
+    block_hashes: list[int] | None = None
+    """Hashes of its full blocks so far (with `token_ids`)."""
+    placeholders: int = 0
+    """Tokens scheduled to be sampled whose output has not come back (async scheduling)."""
+    in_flight: int = 0
+    """Tokens scheduled in steps whose output has not come back."""
+    stale: int = 0
+    """In-flight tokens of steps scheduled before its last preemption."""
     scheduled_at: int = -1
     first_token_at: int = -1
     last_token_at: int = -1
