@@ -7,8 +7,9 @@ same figure. A request that failed counts as missing every request-level objecti
 the requests a lost replica held (vLLM's EngineDeadError) are the failure being ridden out and are
 counted apart (`lost`), not against the SLO.
 
-The search starts at the workload's rate times the replica count (or `search.start`), doubles or halves
-until one rate passes and one fails, then bisects geometrically until they are within
+The search starts at the workload's rate times the replica count (or `search.start`; the planner starts
+a configuration with more replicas from what its smallest sibling carried, scaled, and a smaller step),
+doubles or halves until one rate passes and one fails, then bisects geometrically until they are within
 `search.precision` of each other. Every rate is evaluated with the same seed (the configuration's), so a
 higher rate is the same sample of requests arriving faster.
 """
@@ -30,11 +31,21 @@ from ..engine.replica import ENGINE_DEAD
 from ..engine.simulation import Simulation
 from ..scenario import Scenario
 from ..scenario.plan import Objective, Plan
-from .space import Config, base_rate, deployment, document_hash, infeasibility, planned_model, rate_text
+from .space import (
+    Config,
+    base_rate,
+    deployment,
+    document_hash,
+    infeasibility,
+    planned_model,
+    rate_text,
+)
 
 METRICS = ("ttft", "itl", "tpot", "e2e")
 MIN_RATE = 1e-3
 """Below this many requests per second the search gives up on a configuration."""
+MAX_RATE = 100_000.0
+"""Above this the search stops growing the rate (the arrival draws stop at 1000000/s)."""
 
 
 def quantile(values: np.ndarray, weights: np.ndarray | None, q: float) -> float:
@@ -103,6 +114,10 @@ class Task:
     config: Config
     cache_dir: str | None
     code: str
+    start: float | None = None
+    """First rate tried (default: `search.start`, else the workload's rate times the replicas)."""
+    step: float = 2.0
+    """Factor between the rates tried until one passes and one fails."""
 
 
 class Cache:
@@ -120,7 +135,7 @@ class Cache:
         if self.directory is None:
             return None
         try:
-            return json.loads(self._path(key).read_text(encoding="utf-8"))  # type: ignore[no-any-return]
+            return json.loads(self._path(key).read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
 
@@ -166,8 +181,9 @@ def search(task: Task) -> dict[str, Any]:
         curve.append(point)
         return point
 
-    start = plan.search.start.per_second if plan.search.start else base_rate(scenario, model, base_dir) * config.replicas
-    passed, failed = _bracket(evaluate, start, plan.search.max_evaluations)
+    start = task.start or (plan.search.start.per_second if plan.search.start
+                           else base_rate(scenario, model, base_dir) * config.replicas)
+    passed, failed = _bracket(evaluate, start, task.step, plan.search.max_evaluations)
     if curve and "failure" in curve[0]:
         return {**result, "status": "infeasible", "reason": curve[0]["failure"], "simulations": result["simulations"],
                 "cached": result["cached"]}
@@ -186,13 +202,14 @@ def search(task: Task) -> dict[str, Any]:
             "next_failing_rate": failed["rate"] if failed else None}
 
 
-def _bracket(evaluate: Callable[[float], dict[str, Any]], start: float,
+def _bracket(evaluate: Callable[[float], dict[str, Any]], start: float, step: float,
              budget: int) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """Double or halve from `start` until one rate passes and a higher one fails (or the budget ends)."""
+    """Multiply or divide by `step` from `start` until one rate passes and a higher one fails (or the budget
+    ends, or the rate leaves what the workload can draw)."""
     passed: dict[str, Any] | None = None
     failed: dict[str, Any] | None = None
     rate, used = start, 0
-    while used < budget and rate >= MIN_RATE:
+    while used < budget and MIN_RATE <= rate <= MAX_RATE:
         point = evaluate(rate)
         used += 1
         if "failure" in point:
@@ -201,12 +218,12 @@ def _bracket(evaluate: Callable[[float], dict[str, Any]], start: float,
             passed = point
             if failed is not None:
                 break
-            rate *= 2
+            rate *= step
         else:
             failed = point
             if passed is not None:
                 break
-            rate /= 2
+            rate /= step
     return passed, failed
 
 

@@ -26,8 +26,8 @@ def table(result: dict[str, Any], shown: int = SHOWN) -> str:
     execution = result["execution"]
     lines = [f"plan {result['scenario']}: {result['model']}, goal {result['goal']}, SLO {slo}"
              + (f", surviving {result['survive']} lost replica(s)" if result["survive"] else ""),
-             f"{execution['configurations']} configurations ({execution['infeasible']} infeasible), "
-             f"{execution['simulations']} simulations, {execution['cached']} from the cache", ""]
+             (f"{execution['configurations']} configurations ({execution['infeasible']} infeasible), "
+             f"{execution['simulations']} simulations, {execution['cached']} from the cache"), ""]
     head = f"{'#':>3}  {'configuration':<52} {'rate/s':>8} {'TTFT ms':>8} {'ITL ms':>7} {'/s/GPU':>7} {'req/$':>8} {'$/h':>7}"
     lines += [head, "-" * len(head)]
     rows = result["configurations"]

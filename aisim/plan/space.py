@@ -3,8 +3,10 @@
 A configuration is one point of `plan.space`. Its deployment scenario is the original scenario with the
 planned model alone on `tensorParallel x replicas` GPUs of one profile, the configuration's engine
 limits, and the workload sources of that model scaled to the evaluated rate: Poisson, gamma and
-constant rates are multiplied, a trace is time-scaled. Each evaluation simulates `search.requests`
-requests (the workload's `requests`), so its cost does not grow with the rate.
+constant rates are multiplied, a trace is time-scaled. Each evaluation simulates `search.requests` requests
+per replica (the workload's `requests`): its cost does not grow with the rate, and near a configuration's
+capacity its runs last about as long whatever the replica count (a fixed count would become a short burst
+that a large deployment absorbs at any rate).
 """
 
 from __future__ import annotations
@@ -199,12 +201,12 @@ def deployment(document: dict[str, Any], scenario: Scenario, config: Config, rat
         raw = copy.deepcopy(raw)
         arrival = raw["arrival"]
         if arrival["kind"] == "trace":
-            arrival["timeScale"] = round(source.arrival.time_scale / factor, 9)  # type: ignore[union-attr]
+            arrival["timeScale"] = round(source.arrival.time_scale / factor, 9)
         else:
-            arrival["rate"] = rate_text(source.arrival.rate.per_second * factor)  # type: ignore[union-attr]
+            arrival["rate"] = rate_text(source.arrival.rate.per_second * factor)
         raw.pop("requests", None)
         sources.append(raw)
-    requests = scenario.plan.search.requests
+    requests = scenario.plan.search.requests * config.replicas
     doc["workload"] = {"sources": sources, "requests": requests}
     if survive:
         at_ns = int(requests / 4 / rate * 1e9)

@@ -36,6 +36,11 @@ Tokens = Annotated[int, Field(ge=1, le=1_048_576)]
 Utilization = Annotated[float, Field(gt=0, le=1)]
 
 
+def _engine_default() -> list[int | None]:
+    """One value: null, vLLM's default for the GPU."""
+    return [None]
+
+
 class Space(Spec):
     """The configurations to try: every combination of these lists."""
 
@@ -45,9 +50,9 @@ class Space(Spec):
     """GPUs per replica (tensor-parallel degree)."""
     replicas: list[Replicas] = Field(default_factory=lambda: [1], min_length=1, max_length=256)
     """Replica counts."""
-    max_num_seqs: list[Seqs | None] = Field(default_factory=lambda: [None], min_length=1, max_length=32)
+    max_num_seqs: list[Seqs | None] = Field(default_factory=_engine_default, min_length=1, max_length=32)
     """vLLM `--max-num-seqs` values (null: vLLM's default for the GPU)."""
-    max_num_batched_tokens: list[Tokens | None] = Field(default_factory=lambda: [None], min_length=1, max_length=32)
+    max_num_batched_tokens: list[Tokens | None] = Field(default_factory=_engine_default, min_length=1, max_length=32)
     """vLLM `--max-num-batched-tokens` values (null: vLLM's default for the GPU)."""
     chunked_prefill: list[bool] = Field(default_factory=lambda: [True], min_length=1, max_length=2)
     """Chunked prefill on or off; the simulated engine always chunks (vLLM V1), so `false` is listed as not
@@ -89,8 +94,8 @@ class Slo(Spec):
 class Search(Spec):
     """How the highest rate meeting the SLO is searched for (bisection on the arrival rate)."""
 
-    requests: int = Field(600, ge=20, le=1_000_000)
-    """Requests simulated per evaluated rate."""
+    requests: int = Field(300, ge=20, le=1_000_000)
+    """Requests simulated per replica at each evaluated rate."""
     start: PositiveRate | None = None
     """First rate tried (default: the workload's own)."""
     precision: float = Field(0.03, gt=0, lt=1)
