@@ -153,7 +153,7 @@ def test_a_second_run_does_no_simulation(tmp_path: Path) -> None:
 
 def test_survive_one_needs_another_replica(tmp_path: Path) -> None:
     plan = PLAN.replace("replicas: [1, 2]", "replicas: [1, 2, 3]").replace("maxNumSeqs: [64, 256]", "maxNumSeqs: [256]") \
-        .replace("goal: goodput_per_gpu", "goal: cheapest\n  targetRate: 13/s")
+        .replace("goal: goodput_per_gpu", "goal: cheapest\n  targetRate: 25/s")
     plain = plan_file(_write(tmp_path, plan), jobs=1)
     survive = plan_file(_write(tmp_path, plan + "  survive: 1\n", "survive.yaml"), jobs=1)
     assert plain["answer"]["winner"] == "H100-SXM tp1 x2 seqs=256 tokens=default gmu=0.9"
@@ -178,10 +178,11 @@ def test_plan_mistakes_are_reported_with_their_place(tmp_path: Path) -> None:
     plan = PLAN.replace("gpus: [H100-SXM]", "gpus: [H100-SMX]").replace("goal: goodput_per_gpu", "goal: cheapest") \
         + "  model: llama-3\n"
     checked = check_text(BASE + plan, "bad.yaml", tmp_path)
-    text = {(p.line, p.message) for p in checked.problems}
+    text = {(p.line, p.column, p.message) for p in checked.problems}
     assert checked.scenario is None
-    assert any(line == 17 and "'H100-SMX' is not one of" in message for line, message in text), text
-    assert any("unknown model 'llama-3'; did you mean 'llama3-8b'" in message for _, message in text), text
+    assert any((line, column) == (22, 12) and "'H100-SMX' is not one of" in message and "did you mean 'H100-SXM'" in message
+               for line, column, message in text), text
+    assert any(line == 30 and "unknown model 'llama-3'; did you mean 'llama3-8b'" in message for line, _, message in text), text
     no_target = check_text(BASE + PLAN.replace("goal: goodput_per_gpu", "goal: cheapest"), "t.yaml", tmp_path)
     assert [p.message for p in no_target.problems if p.severity == "error"] == ["goal cheapest needs targetRate"]
 

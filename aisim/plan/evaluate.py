@@ -10,7 +10,9 @@ counted apart (`lost`), not against the SLO.
 The search starts at the workload's rate times the replica count (or `search.start`; the planner starts
 a configuration with more replicas from what its smallest sibling carried, scaled, and a smaller step),
 doubles or halves until one rate passes and one fails, then bisects geometrically until they are within
-`search.precision` of each other. Every rate is evaluated with the same seed (the configuration's), so a
+`search.precision` of each other; the rate 1.1 times the highest passing one must fail too (a run near
+the limit is noisy: when it passes, the search goes on above it), so the reported rate meets every SLO
+and 1.1 times it misses one, both simulated. Every rate is evaluated with the same seed (the configuration's), so a
 higher rate is the same sample of requests arriving faster.
 """
 
@@ -44,6 +46,8 @@ from .space import (
 METRICS = ("ttft", "itl", "tpot", "e2e")
 MIN_RATE = 1e-3
 """Below this many requests per second the search gives up on a configuration."""
+CONFIRM = 1.1
+"""The reported rate is one whose CONFIRM times fails too (evaluated), not only the bisection's neighbour."""
 MAX_RATE = 100_000.0
 """Above this the search stops growing the rate (the arrival draws stop at 1000000/s)."""
 
@@ -165,6 +169,7 @@ def search(task: Task) -> dict[str, Any]:
     cache = Cache(task.cache_dir)
     attainments = {name: getattr(plan.slo, name).attainment for name in METRICS if getattr(plan.slo, name)}
     curve: list[dict[str, Any]] = []
+    visited: dict[float, dict[str, Any]] = {}
 
     def evaluate(rate: float) -> dict[str, Any]:
         doc = deployment(task.document, scenario, config, rate, base_dir, plan.survive)
@@ -179,6 +184,7 @@ def search(task: Task) -> dict[str, Any]:
         point = {"rate": float(rate_text(rate)[:-2]), **metrics}
         point["meets"] = "failure" not in metrics and not misses(metrics, plan)
         curve.append(point)
+        visited[point["rate"]] = point
         return point
 
     start = task.start or (plan.search.start.per_second if plan.search.start
@@ -187,9 +193,17 @@ def search(task: Task) -> dict[str, Any]:
     if curve and "failure" in curve[0]:
         return {**result, "status": "infeasible", "reason": curve[0]["failure"], "simulations": result["simulations"],
                 "cached": result["cached"]}
-    while passed and failed and failed["rate"] / passed["rate"] - 1 > plan.search.precision \
-            and len(curve) < plan.search.max_evaluations:
-        middle = evaluate(math.sqrt(passed["rate"] * failed["rate"]))
+    budget = plan.search.max_evaluations
+    while passed and failed and len(curve) < budget:
+        if failed["rate"] / passed["rate"] - 1 > plan.search.precision:
+            middle = evaluate(math.sqrt(passed["rate"] * failed["rate"]))
+        else:  # converged: the rate CONFIRM times higher must fail too (a noisy run may pass above a failure)
+            middle = visited.get(float(rate_text(passed["rate"] * CONFIRM)[:-2])) or evaluate(passed["rate"] * CONFIRM)
+            if not middle["meets"]:
+                break
+            failed = None
+            passed, failed = _bracket(evaluate, middle["rate"] * 2, 2.0, budget - len(curve), middle)
+            continue
         if middle["rate"] in (passed["rate"], failed["rate"]):
             break
         passed, failed = (middle, failed) if middle["meets"] else (passed, middle)
@@ -202,11 +216,10 @@ def search(task: Task) -> dict[str, Any]:
             "next_failing_rate": failed["rate"] if failed else None}
 
 
-def _bracket(evaluate: Callable[[float], dict[str, Any]], start: float, step: float,
-             budget: int) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def _bracket(evaluate: Callable[[float], dict[str, Any]], start: float, step: float, budget: int,
+             passed: dict[str, Any] | None = None) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
     """Multiply or divide by `step` from `start` until one rate passes and a higher one fails (or the budget
-    ends, or the rate leaves what the workload can draw)."""
-    passed: dict[str, Any] | None = None
+    ends, or the rate leaves what the workload can draw); `passed`: a rate below `start` known to pass."""
     failed: dict[str, Any] | None = None
     rate, used = start, 0
     while used < budget and MIN_RATE <= rate <= MAX_RATE:
