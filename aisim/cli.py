@@ -296,6 +296,12 @@ def _plan_dict(result: object) -> dict[str, object]:
     return data
 
 
+def _plan(args: argparse.Namespace) -> int:
+    from .plan.command import plan_command
+
+    return plan_command(args)
+
+
 def _replay_snapshot(args: argparse.Namespace) -> int:
     from .engine.pool.replay import ALLOCATORS, replay_all
     from .engine.pool.snapshot import SnapshotError, load_snapshot
@@ -536,6 +542,23 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument("--kv-cache-dtype", choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"))
     memory.add_argument("--json", action="store_true", help="print the figures as JSON")
     memory.set_defaults(handler=_memory)
+
+    plan = commands.add_parser("plan", help="capacity planning: the cheapest deployment that meets the scenario's SLO")
+    plan.add_argument("scenario", metavar="SCENARIO", help="a scenario with a plan: section")
+    plan.add_argument("--json", action="store_true", help="print the whole result as JSON")
+    plan.add_argument("--out", metavar="DIR", help="write plan.json, plan.csv, report.html, pareto.svg, pareto.png, "
+                      "winner.yaml and vllm-serve.txt there")
+    plan.add_argument("--jobs", type=COUNT, help="processes (default: every core; 1 runs serially)")
+    plan.add_argument("--ray", metavar="ADDRESS", help="run one Ray task per configuration on this cluster "
+                      "('local' starts one here; needs pip install 'aisim[ray]')")
+    plan.add_argument("--cache", metavar="DIR", help="evaluation cache (default: ~/.cache/aisim/plan)")
+    plan.add_argument("--no-cache", action="store_true", help="neither read nor write the cache")
+    plan.add_argument("--survive", type=_number(int, 0), help="override plan.survive")
+    plan.add_argument("--requests", type=_number(int, 20), help="override plan.search.requests")
+    plan.add_argument("--goal", choices=("cheapest", "goodput_per_gpu", "goodput_per_dollar"), help="override plan.goal")
+    plan.add_argument("--target-rate", metavar="RATE", help="override plan.targetRate, like 20/s")
+    plan.add_argument("--quiet", action="store_true", help="no progress bar")
+    plan.set_defaults(handler=_plan)
 
     replay = commands.add_parser("replay-snapshot", help="replay a PyTorch memory snapshot through the allocator models")
     replay.add_argument("snapshot", metavar="SNAPSHOT",

@@ -10,6 +10,7 @@ from .base import Spec
 from .faults import Fault
 from .hardware import Gpu
 from .models import Model
+from .plan import Plan
 from .server import Server, Simulation, Telemetry
 from .workload import PriorityClass, Workload
 
@@ -55,6 +56,8 @@ class Scenario(Spec):
     """GPU telemetry settings."""
     simulation: Simulation = Simulation()
     """Run settings: stop time, kernel detail, timeline options."""
+    plan: Plan | None = None
+    """Capacity planning (`aisim plan`): search space, SLOs, goal, prices."""
 
     def gpu_devices(self) -> dict[str, Gpu]:
         """Every device id (and every multi-device entry's id) mapped to its GPU entry."""

@@ -44,6 +44,7 @@ def check(data: Any, source: Source, base_dir: Path) -> list[Problem]:
     _check_faults(data, set(devices), models, keys, report)
     _check_sources(data, models, classes, base_dir, report)
     _check_telemetry(data, report)
+    _check_plan(data, models, report)
     return problems
 
 
@@ -265,3 +266,10 @@ def _check_telemetry(data: dict[str, Any], report: Report) -> None:
         if name not in FIELDS:
             report(["telemetry", "dcgm", "fields", j], f"{name!r} is not a DCGM field aisim exports{suggest(name, FIELDS)}",
                    "reference")
+
+
+def _check_plan(data: dict[str, Any], models: set[str], report: Report) -> None:
+    """`plan.model` names a model of the scenario."""
+    name = _string(_mapping(data.get("plan")).get("model"))
+    if name is not None and name not in models:
+        report(["plan", "model"], f"unknown model {name!r}{suggest(name, models)}", "reference")

@@ -1,0 +1,111 @@
+"""Capacity planning (`aisim plan`): the cheapest deployment that meets a latency SLO.
+
+    result = plan_file("scenarios/plan-llama3-8b.yaml")       # a JSON-ready dict
+    result["answer"]["text"]
+
+The scenario's `plan:` section (`aisim.scenario.plan`) gives the search space, the SLO and the goal;
+`space` builds each configuration's deployment scenario, `evaluate` searches its highest rate within the
+SLO on the real engine, `execute` runs the searches (serial, process pool, Ray) with an on-disk cache,
+and `ranking` turns the results into the answer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from ..scenario import Scenario, check_file
+from ..scenario.source import parse
+from .evaluate import Task
+from .execute import Progress, code_version, run_tasks
+from .ranking import answer, enrich, pareto, score, winner_deployment
+from .space import Config, PlanError, base_rate, configurations, planned_model
+
+__all__ = ["PlanError", "plan_file", "plan_scenario"]
+
+
+SIBLING_STEP = 1.25
+"""Search step of a configuration started from its smallest sibling's rate (it starts close)."""
+
+
+def _sibling(config: Config) -> Config:
+    """The configuration without its replica count (the same for every count)."""
+    return dataclasses.replace(config, replicas=0)
+
+
+def _start(smallest: dict[str, Any], config: Config, fewest: int) -> tuple[float | None, float]:
+    """Where a configuration's search starts: its smallest sibling's rate scaled by the replicas, when that
+    one met the SLO (the search is the same whichever runs it, so results stay identical serial or not)."""
+    if smallest.get("status") != "meets":
+        return None, 2.0
+    return smallest["max_rate"] * config.replicas / fewest, SIBLING_STEP
+
+
+def raw_document(path: str | Path) -> dict[str, Any]:
+    """The scenario file as plain JSON data (what the deployment scenarios are edited from)."""
+    text = Path(path).read_text(encoding="utf-8")
+    return json.loads(json.dumps(parse(text, str(path)).data))
+
+
+def plan_file(path: str | Path, jobs: int | None = None, ray_address: str | None = None,
+              cache_dir: str | None = None, progress: Progress | None = None) -> dict[str, Any]:
+    """Validate the scenario at `path` and plan it (raises ScenarioError or PlanError)."""
+    checked = check_file(path)
+    if checked.scenario is None:
+        from ..scenario import ScenarioError
+        raise ScenarioError(checked.problems)
+    return plan_scenario(raw_document(path), checked.scenario, checked.base_dir, jobs, ray_address, cache_dir, progress)
+
+
+def plan_scenario(document: dict[str, Any], scenario: Scenario, base_dir: Path, jobs: int | None = None,
+                  ray_address: str | None = None, cache_dir: str | None = None,
+                  progress: Progress | None = None) -> dict[str, Any]:
+    """Plan a validated scenario; `document` is its raw data."""
+    plan = scenario.plan
+    if plan is None:
+        raise PlanError("the scenario has no plan section")
+    model = planned_model(scenario)
+    rate = base_rate(scenario, model, base_dir)
+    configs = configurations(plan)
+    code = code_version()
+    fewest = min(plan.space.replicas)
+
+    def run(chosen: list[Task], done: int) -> list[dict[str, Any]]:
+        told = (lambda n, _, result: progress(done + n, len(configs), result)) if progress else None
+        return run_tasks(chosen, jobs, ray_address, told)
+
+    first = [Task(document, str(base_dir), c, cache_dir, code) for c in configs if c.replicas == fewest]
+    smallest = {_sibling(task.config): result for task, result in zip(first, run(first, 0))}
+    rest = [Task(document, str(base_dir), c, cache_dir, code, *_start(smallest[_sibling(c)], c, fewest))
+            for c in configs if c.replicas != fewest]
+    found = {task.config: result for task, result in zip(rest, run(rest, len(first)))}
+    results = [enrich(smallest[_sibling(c)] if c.replicas == fewest else found[c], plan) for c in configs]
+    order = sorted(range(len(results)), key=lambda i: score(results[i], plan), reverse=True)
+    ranked = [results[i] for i in order]
+    for rank, result in enumerate(ranked, 1):
+        result["rank"] = rank
+    verdict = answer(ranked, plan)
+    output: dict[str, Any] = {
+        "scenario": scenario.metadata.name,
+        "model": model.id,
+        "goal": plan.goal,
+        "target_rate": plan.target_rate.per_second if plan.target_rate else None,
+        "survive": plan.survive,
+        "slo": {name: {"max_s": o.max / 1e9, "attainment": o.attainment}
+                for name in ("ttft", "itl", "tpot", "e2e") if (o := getattr(plan.slo, name)) is not None},
+        "workload_rate": round(rate, 6),
+        "requests_per_evaluation": plan.search.requests,
+        "answer": verdict,
+        "pareto": pareto(ranked),
+        "configurations": ranked,
+        "execution": {"configurations": len(ranked),
+                      "infeasible": sum(r["status"] == "infeasible" for r in ranked),
+                      "simulations": sum(r["simulations"] for r in ranked),
+                      "cached": sum(r["cached"] for r in ranked)},
+    }
+    if verdict["winner"]:
+        winner = next(r for r in ranked if r["key"] == verdict["winner"])
+        output["winner_scenario"], output["vllm_serve"] = winner_deployment(document, scenario, winner, base_dir)
+    return output

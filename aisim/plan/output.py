@@ -1,0 +1,70 @@
+"""A plan's result as text: the ranked terminal table, CSV, and the winner's scenario as YAML."""
+
+from __future__ import annotations
+
+import csv
+import io
+from typing import Any
+
+from ruamel.yaml import YAML
+
+SHOWN = 15
+"""Rows of the terminal table (the CSV and the JSON have them all)."""
+CSV_COLUMNS = ("rank", "key", "status", "gpu", "tensor_parallel", "replicas", "gpus", "max_num_seqs",
+               "max_num_batched_tokens", "chunked_prefill", "prefix_caching", "gpu_memory_utilization",
+               "max_rate", "ttft_s", "itl_s", "tpot_s", "e2e_s", "requests_per_s_per_gpu", "requests_per_dollar",
+               "output_tokens_per_s", "cost_per_hour", "reason")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:,.1f}"
+
+
+def table(result: dict[str, Any], shown: int = SHOWN) -> str:
+    """The ranked configurations, the verdict and the winner's `vllm serve` line."""
+    slo = ", ".join(f"{name.upper()} p{o['attainment'] * 100:g} <= {o['max_s'] * 1e3:g} ms" for name, o in result["slo"].items())
+    execution = result["execution"]
+    lines = [f"plan {result['scenario']}: {result['model']}, goal {result['goal']}, SLO {slo}"
+             + (f", surviving {result['survive']} lost replica(s)" if result["survive"] else ""),
+             (f"{execution['configurations']} configurations ({execution['infeasible']} infeasible), "
+             f"{execution['simulations']} simulations, {execution['cached']} from the cache"), ""]
+    head = f"{'#':>3}  {'configuration':<52} {'rate/s':>8} {'TTFT ms':>8} {'ITL ms':>7} {'/s/GPU':>7} {'req/$':>8} {'$/h':>7}"
+    lines += [head, "-" * len(head)]
+    rows = result["configurations"]
+    for row in rows[:shown]:
+        if row["status"] == "meets":
+            at, goodput = row["at_max"], row["goodput"]
+            lines.append(f"{row['rank']:>3}  {row['key']:<52} {row['max_rate']:>8.3g} {_ms(at.get('ttft')):>8} "
+                         f"{_ms(at.get('itl')):>7} {goodput['requests_per_s_per_gpu']:>7.3g} "
+                         f"{goodput['requests_per_dollar']:>8,.0f} {row['cost_per_hour']:>7.2f}")
+        else:
+            why = row.get("reason") or "misses the SLO at every rate tried"
+            lines.append(f"{row['rank']:>3}  {row['key']:<52} {row['status']}: {why[:90]}")
+    if len(rows) > shown:
+        lines.append(f"     ... {len(rows) - shown} more (--json, --out DIR for all)")
+    lines += ["", result["answer"]["text"]]
+    if result.get("vllm_serve"):
+        lines += ["", "winner as a vLLM command:", f"  {result['vllm_serve']}"]
+    return "\n".join(lines) + "\n"
+
+
+def csv_text(result: dict[str, Any]) -> str:
+    """One row per configuration, in rank order."""
+    out = io.StringIO()
+    writer = csv.DictWriter(out, CSV_COLUMNS, extrasaction="ignore", lineterminator="\n")
+    writer.writeheader()
+    for row in result["configurations"]:
+        at = row.get("at_max", {})
+        flat = {**row, **{f"{m}_s": at.get(m) for m in ("ttft", "itl", "tpot", "e2e")}, **row.get("goodput", {})}
+        writer.writerow(flat)
+    return out.getvalue()
+
+
+def yaml_text(document: dict[str, Any], header: str = "") -> str:
+    """A scenario document as YAML (block style, keys in document order)."""
+    yaml = YAML()
+    yaml.default_flow_style = False
+    yaml.width = 120
+    out = io.StringIO()
+    yaml.dump(document, out)
+    return "".join(f"# {line}\n" if line else "#\n" for line in header.splitlines()) + out.getvalue()

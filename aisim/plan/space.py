@@ -1,0 +1,231 @@
+"""The configurations of a plan, their memory feasibility, and the scenario each one is run as.
+
+A configuration is one point of `plan.space`. Its deployment scenario is the original scenario with the
+planned model alone on `tensorParallel x replicas` GPUs of one profile, the configuration's engine
+limits, and the workload sources of that model scaled to the evaluated rate: Poisson, gamma and
+constant rates are multiplied, a trace is time-scaled. Each evaluation simulates `search.requests` requests
+per replica (the workload's `requests`): its cost does not grow with the rate, and near a configuration's
+capacity its runs last about as long whatever the replica count (a fixed count would become a short burst
+that a large deployment absorbs at any rate).
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from ..engine.deployment import load_failure
+from ..engine.memory import plan as memory_plan
+from ..engine.workload import SourceFeed
+from ..scenario import Scenario
+from ..scenario.models import Model
+from ..scenario.plan import Plan
+from ..scenario.presets import GIB, GPU_PROFILES
+from ..scenario.workload import Source, Trace
+
+GPU_ID = "gpu"
+"""Id of the GPU entry of a deployment scenario (its devices are `gpu-0`, `gpu-1`, ...)."""
+RATE_KINDS = ("poisson", "gamma", "constant")
+
+
+class PlanError(ValueError):
+    """The scenario cannot be planned (no model to plan, a workload that cannot be scaled)."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """One deployment: a GPU profile, its split, the replica count and vLLM's limits."""
+
+    gpu: str
+    tensor_parallel: int
+    replicas: int
+    max_num_seqs: int | None
+    max_num_batched_tokens: int | None
+    chunked_prefill: bool
+    prefix_caching: bool
+    gpu_memory_utilization: float
+
+    @property
+    def gpus(self) -> int:
+        return self.tensor_parallel * self.replicas
+
+    @property
+    def key(self) -> str:
+        """A short unique name, as the table and the plots show it."""
+        seqs = self.max_num_seqs or "default"
+        tokens = self.max_num_batched_tokens or "default"
+        flags = ("" if self.chunked_prefill else " nochunk") + ("" if self.prefix_caching else " nocache")
+        return (f"{self.gpu} tp{self.tensor_parallel} x{self.replicas} seqs={seqs} tokens={tokens} "
+                f"gmu={self.gpu_memory_utilization:g}{flags}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "gpus": self.gpus, **asdict(self)}
+
+
+def configurations(plan: Plan) -> list[Config]:
+    """Every combination of the search space, in the order the space lists them."""
+    space = plan.space
+    return [Config(*values) for values in itertools.product(
+        space.gpus, space.tensor_parallel, space.replicas, space.max_num_seqs, space.max_num_batched_tokens,
+        space.chunked_prefill, space.prefix_caching, space.gpu_memory_utilization)]
+
+
+def planned_model(scenario: Scenario) -> Model:
+    """The model the plan deploys: `plan.model`, else the first simulated model."""
+    assert scenario.plan is not None
+    wanted = scenario.plan.model
+    for model in scenario.models:
+        if (model.id == wanted or (wanted is not None and wanted in model.aliases)) or (wanted is None and not model.mock):
+            if model.mock:
+                raise PlanError(f"model {model.id!r} runs in mock mode (latency override): there is nothing to plan")
+            return model
+    raise PlanError("the scenario has no simulated model to plan")
+
+
+def engine_limits(model: Model, config: Config) -> dict[str, Any]:
+    """The model's `engine` section (camelCase) with the configuration's limits."""
+    engine = model.engine.model_dump(by_alias=True, exclude_unset=True, mode="json")
+    engine.pop("kvCacheMemory", None)
+    engine.update(gpuMemoryUtilization=config.gpu_memory_utilization, enablePrefixCaching=config.prefix_caching)
+    for key, value in (("maxNumSeqs", config.max_num_seqs), ("maxNumBatchedTokens", config.max_num_batched_tokens)):
+        if value is None:
+            engine.pop(key, None)
+        else:
+            engine[key] = value
+    return engine
+
+
+def infeasibility(model: Model, config: Config, survive: int) -> str:
+    """Why a configuration cannot serve (memory, tensor split, chunking, headroom), or ''."""
+    if not config.chunked_prefill:
+        return "chunked prefill off is not simulated: the engine always chunks prefills (vLLM V1's default)"
+    if config.replicas <= survive:
+        return f"{config.replicas} replica(s) cannot survive losing {survive}"
+    profile = GPU_PROFILES[config.gpu]
+    split = model.model_copy(update={"placement": model.placement.model_copy(update={"tensor_parallel": config.tensor_parallel})
+                                     if model.placement else None})
+    problem = split.tensor_parallel_problem()
+    if problem:
+        return problem
+    limits = model.engine.model_validate(engine_limits(model, config))
+    result = memory_plan(model, profile, limits, config.tensor_parallel)
+    if result.requested < result.non_kv:
+        return (f"weights, activations and buffers take {result.non_kv / GIB:.2f} GiB per GPU, more than the "
+                f"{result.requested / GIB:.2f} GiB that gpuMemoryUtilization {config.gpu_memory_utilization:g} "
+                f"allows on {config.gpu}")
+    failure = load_failure(result)
+    if failure:
+        return failure
+    return ""
+
+
+def base_rate(scenario: Scenario, model: Model, base_dir: Path) -> float:
+    """Requests per second of the workload that reaches `model` (a trace's mean rate over its span)."""
+    total = 0.0
+    for source in _sources(scenario, model):
+        arrival = source.arrival
+        if isinstance(arrival, Trace):
+            total += _trace_rate(source, base_dir)
+        elif arrival.kind in RATE_KINDS:
+            total += arrival.rate.per_second  # type: ignore[union-attr]
+        else:
+            raise PlanError(f"source {source.name!r}: a closed batch has no rate to scale; use poisson, gamma, "
+                            "constant or a trace")
+    if not total:
+        raise PlanError(f"no workload source sends requests to {model.id!r}")
+    return total
+
+
+def _sources(scenario: Scenario, model: Model) -> list[Source]:
+    sources = scenario.workload.sources if scenario.workload else []
+    chosen = []
+    for source in sources:
+        if source.mix is not None:
+            raise PlanError(f"source {source.name!r}: a model mix cannot be planned; give the source one model")
+        if source.model in model.names:
+            chosen.append(source)
+    return chosen
+
+
+def _trace_rate(source: Source, base_dir: Path) -> float:
+    """A trace's arrivals per second over its span (its time scale applied)."""
+    import numpy as np
+
+    times = [a.time for a in itertools.islice(SourceFeed(0, source, np.random.default_rng(0), base_dir, {}, None), 100_000)]
+    if len(times) < 2 or times[-1] == times[0]:
+        raise PlanError(f"source {source.name!r}: the trace needs two arrivals at different times to have a rate")
+    return (len(times) - 1) / ((times[-1] - times[0]) / 1e9)
+
+
+def rate_text(rate: float) -> str:
+    """A rate as the scenario writes it, exact to four decimals (the evaluated and the written rate agree)."""
+    return f"{rate:.4f}/s"
+
+
+def config_seed(seed: int, config: Config) -> int:
+    """The seed of a configuration's runs: from the scenario's seed and the configuration alone, so an
+    evaluation is the same serial, on a pool or on Ray, and wherever it falls in the plan."""
+    digest = hashlib.sha256(f"{seed}:{config.key}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1
+
+
+def deployment(document: dict[str, Any], scenario: Scenario, config: Config, rate: float, base_dir: Path,
+               survive: int = 0) -> dict[str, Any]:
+    """The scenario document that runs `config` at `rate` requests/s (`survive` replicas lost a quarter in)."""
+    assert scenario.plan is not None
+    model = planned_model(scenario)
+    doc = copy.deepcopy({k: v for k, v in document.items() if k not in ("plan", "faults", "telemetry", "simulation")})
+    doc["seed"] = config_seed(scenario.seed, config)
+    original = scenario.gpu_devices().get(model.placement.gpus[0]) if model.placement else None
+    gpu: dict[str, Any] = {"id": GPU_ID, "profile": config.gpu, "count": config.gpus}
+    if original is not None:
+        extra = original.model_dump(by_alias=True, exclude_unset=True, mode="json", include={"memory_pool", "streams"})
+        gpu.update({k: v for k, v in _raw_gpu(document, original.id).items() if k in extra})
+    doc["gpus"] = [gpu]
+    raw_model = next(m for m in document["models"] if m.get("id") == model.id)
+    placed = copy.deepcopy(raw_model)
+    placement = dict(placed.get("placement") or {})
+    placement.update(gpus=[GPU_ID], tensorParallel=config.tensor_parallel)
+    placed.update(placement=placement, engine=engine_limits(model, config))
+    doc["models"] = [placed]
+    factor = rate / base_rate(scenario, model, base_dir)
+    sources = []
+    for raw, source in zip(document["workload"]["sources"], scenario.workload.sources):  # type: ignore[union-attr]
+        if source.model not in model.names:
+            continue
+        raw = copy.deepcopy(raw)
+        arrival = raw["arrival"]
+        if arrival["kind"] == "trace":
+            arrival["timeScale"] = round(source.arrival.time_scale / factor, 9)
+        else:
+            arrival["rate"] = rate_text(source.arrival.rate.per_second * factor)
+        raw.pop("requests", None)
+        sources.append(raw)
+    requests = scenario.plan.search.requests * config.replicas
+    doc["workload"] = {"sources": sources, "requests": requests}
+    if survive:
+        at_ns = int(requests / 4 / rate * 1e9)
+        doc["faults"] = [{"name": f"lose-replica-{i}", "kind": "xid", "code": 79, "trigger": {"at": f"{at_ns}ns"},
+                          "scope": {"gpus": [f"{GPU_ID}-{i * config.tensor_parallel}" if config.gpus > 1 else GPU_ID]}}
+                         for i in range(survive)]
+    return doc
+
+
+def _raw_gpu(document: dict[str, Any], gpu_id: str) -> dict[str, Any]:
+    return next((g for g in document.get("gpus", []) if isinstance(g, dict) and g.get("id") == gpu_id), {})
+
+
+def document_hash(doc: dict[str, Any], base_dir: Path, code: str) -> str:
+    """The cache key of one evaluation: the scenario it runs, the trace files it reads, the code version."""
+    hasher = hashlib.sha256(json.dumps(doc, sort_keys=True).encode())
+    for source in doc.get("workload", {}).get("sources", []):
+        trace = source.get("arrival", {}).get("file")
+        if trace:
+            hasher.update(hashlib.sha256((base_dir / trace).read_bytes()).digest())
+    hasher.update(code.encode())
+    return hasher.hexdigest()

@@ -1,0 +1,86 @@
+"""Speed of capacity planning: the documented example plan, and the headless engine per simulated request.
+
+Runs `scenarios/plan-llama3-8b.yaml` (144 configurations) from an empty cache on every core, then a
+second time from the filled cache (which must simulate nothing), and the Azure conversation trace
+headless in a fresh process. Prints wall and CPU seconds (the machine may be shared: CPU seconds say
+what the work cost), configurations per second, simulated requests per second per core, and the headless
+microseconds per simulated request (wall and CPU) on azure-conv.
+
+    python bench/plan.py [--jobs N] [--skip-plan] [--out DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "scenarios" / "plan-llama3-8b.yaml"
+AZURE = ROOT / "scenarios" / "azure-conv.yaml"
+
+
+def _cpu() -> float:
+    """CPU seconds of this process and its finished children (the pool's workers)."""
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def headless(scenario: Path) -> dict[str, float]:
+    """One headless run in a fresh process: requests, wall and CPU seconds of the simulation alone."""
+    code = ("import json, sys, time; from pathlib import Path; from aisim.scenario import load_scenario; "
+            "from aisim.engine.simulation import Simulation; s = load_scenario(sys.argv[1]); "
+            "sim = Simulation(s, Path(sys.argv[1]).parent); w, c = time.perf_counter(), time.process_time(); sim.run(); "
+            "print(json.dumps({'requests': len(sim.requests), 'wall': time.perf_counter() - w, "
+            "'cpu': time.process_time() - c}))")
+    out = subprocess.run([sys.executable, "-c", code, str(scenario)], capture_output=True, text=True, check=True, cwd=ROOT)
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def simulated_requests(result: dict[str, object]) -> int:
+    """Requests simulated by the plan's evaluations (every point of every curve, when nothing was cached)."""
+    return sum(point["requests"] for row in result["configurations"]  # type: ignore[index,union-attr]
+               for point in row.get("curve", []) if "requests" in point)  # type: ignore[union-attr]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="processes (default: every core)")
+    parser.add_argument("--skip-plan", action="store_true", help="only the headless azure-conv figure")
+    parser.add_argument("--out", help="also write the plan's outputs (report, Pareto plot, winner) here")
+    args = parser.parse_args()
+    from aisim.plan import plan_file
+    from aisim.plan.command import write_outputs
+
+    if not args.skip_plan:
+        with tempfile.TemporaryDirectory() as cache:
+            wall, cpu = time.perf_counter(), _cpu()
+            result = plan_file(EXAMPLE, jobs=args.jobs, cache_dir=cache)
+            wall, cpu = time.perf_counter() - wall, _cpu() - cpu
+            again = time.perf_counter()
+            second = plan_file(EXAMPLE, jobs=args.jobs, cache_dir=cache)
+            again = time.perf_counter() - again
+        execution = result["execution"]
+        requests = simulated_requests(result)
+        print(f"plan      {EXAMPLE.name}: {execution['configurations']} configurations "
+              f"({execution['infeasible']} infeasible), {execution['simulations']} simulations, "
+              f"{requests:,} simulated requests, {args.jobs} process(es)")
+        print(f"          {wall:.1f} wall s, {cpu:.1f} CPU s: {execution['configurations'] / wall:.2f} configurations/s, "
+              f"{requests / cpu:,.0f} simulated requests/s per core ({cpu / requests * 1e6:.0f} CPU us per request)")
+        print(f"          second run from the cache: {again:.2f} wall s, {second['execution']['simulations']} simulations")
+        print(f"          answer: {result['answer']['text']}")
+        if args.out:
+            write_outputs(Path(args.out), result)
+    run = headless(AZURE)
+    print(f"headless  {AZURE.name}: {run['requests']:,} requests in {run['wall']:.2f} wall s, {run['cpu']:.2f} CPU s: "
+          f"{run['wall'] / run['requests'] * 1e6:.0f} wall us, {run['cpu'] / run['requests'] * 1e6:.0f} CPU us per request")
+
+
+if __name__ == "__main__":
+    main()
