@@ -297,7 +297,7 @@ async def send(client: httpx.AsyncClient, case: Case, tally: Tally) -> httpx.Res
     try:  # the bound is on the whole answer: a stream that keeps trickling tokens is no exception
         response = await asyncio.wait_for(client.request(case.method, case.path, content=case.body, headers=[
             (k, v.encode()) for k, v in case.headers], timeout=TIME_BOUND_S), TIME_BOUND_S)
-    except (httpx.TimeoutException, asyncio.TimeoutError):
+    except (TimeoutError, httpx.TimeoutException):
         tally.hangs.append(case)
         return None
     except httpx.TransportError:  # the server closed the connection: a fault, or a refused body

@@ -13,8 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from aisim.scenario import check_text
-from aisim.scenario import source
+from aisim.scenario import check_text, source
 from aisim.testing import running_server
 
 from .conftest import TEST_SCENARIOS

@@ -15,7 +15,15 @@ from hypothesis import strategies as st
 from aisim.testing import running_server
 
 from .conftest import TEST_SCENARIOS
-from .fuzzing import SPEED, Case, LogCatcher, Tally, kserve_cases, openai_cases, run_batch
+from .fuzzing import (
+    SPEED,
+    Case,
+    LogCatcher,
+    Tally,
+    kserve_cases,
+    openai_cases,
+    run_batch,
+)
 
 FUZZ = settings(max_examples=12, derandomize=True, deadline=None, database=None, phases=[Phase.generate],
                 suppress_health_check=list(HealthCheck))

@@ -12,7 +12,14 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    model_validator,
+)
 
 from .errors import ApiError, invalid
 
@@ -246,7 +253,7 @@ class ResponseRequest(_Body):
         if fmt is not None and not isinstance(fmt, dict):
             raise ValueError("text.format|Invalid type for 'text.format': expected an object.")
         if isinstance(fmt, dict) and not isinstance(fmt.get("schema", {}), (dict, bool)):
-            raise ValueError("text.format.schema|Invalid type for 'text.format.schema': expected an object.")
+            raise ValueError("text.format.schema|Invalid type for 'text.format.schema': expected an object.")  # noqa: TRY004 (pydantic wraps ValueError only)
         if isinstance(self.tool_choice, dict) and self.tool_choice.get("name") is not None:
             name = self.tool_choice["name"]
             if not isinstance(name, str) or name not in {t.get("name") for t in self.tools if t.get("type") == "function"}:
