@@ -11,7 +11,6 @@ while the batches ran, against the median /health answer with no fuzzing (the ba
 from __future__ import annotations
 
 import argparse
-import asyncio
 import statistics
 import sys
 import time
@@ -20,25 +19,10 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
-from hypothesis import HealthCheck, Phase, given, settings
-from hypothesis import strategies as st
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the harness lives with the tests
 
-from aisim.testing import running_server
-from tests.conftest import TEST_SCENARIOS
-from tests.fuzzing import (
-    SPEED,
-    Case,
-    LogCatcher,
-    Tally,
-    kserve_cases,
-    openai_cases,
-    run_batch,
-)
-
-PERSONALITIES = {"openai": (TEST_SCENARIOS / "serve" / "fuzz-openai.yaml", openai_cases, "/health"),
-                 "kserve": (TEST_SCENARIOS / "serve" / "triton.yaml", kserve_cases, "/v2/health/live")}
+from tests.fuzzing import PERSONALITIES, LogCatcher, Tally, fuzz_personality
 
 
 def idle_health_ms(url: str, path: str) -> float:
@@ -52,26 +36,19 @@ def idle_health_ms(url: str, path: str) -> float:
 
 
 def fuzz(personality: str, batches: int, size: int) -> None:
-    scenario, strategy, health = PERSONALITIES[personality]
+    health = PERSONALITIES[personality][2]
     tally = Tally()
-    with LogCatcher().installed() as caught, running_server(scenario, speed=SPEED) as url:
-        idle = idle_health_ms(url, health)
+    idle: list[float] = []
+    with LogCatcher().installed() as caught:
         started = time.perf_counter()
-
-        @settings(max_examples=batches, derandomize=True, deadline=None, database=None, phases=[Phase.generate],
-                  suppress_health_check=list(HealthCheck))
-        @given(st.lists(strategy, min_size=size, max_size=size))
-        def run(batch: list[Case]) -> None:
-            asyncio.run(run_batch(url, personality, batch, tally))
-
-        run()
+        fuzz_personality(personality, batches, size, tally, lambda url: idle.append(idle_health_ms(url, health)))
         wall = time.perf_counter() - started
         distinct: Counter[str] = Counter()
         for record in caught.records:
             text = "".join(traceback.format_exception(*record.exc_info)) if record.exc_info else record.getMessage()
             frames = [line.strip() for line in text.splitlines() if line.strip().startswith("File") and "aisim" in line]
             distinct[(frames[-1] if frames else "") + " | " + text.strip().splitlines()[-1][:160]] += 1
-    print(f"{personality}: {tally.summary(len(caught.records))}; /health idle median {idle:.2f} ms; {wall:.0f} s")
+    print(f"{personality}: {tally.summary(len(caught.records))}; /health idle median {idle[0]:.2f} ms; {wall:.0f} s")
     for key, count in distinct.most_common():
         print(f"  {count} x {key}")
     for case, text in tally.unexplained_500[:5]:

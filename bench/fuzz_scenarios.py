@@ -14,11 +14,12 @@ import sys
 import time
 from pathlib import Path
 
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the harness lives with the tests
 
 from tests.conftest import SCENARIOS
+from tests.fuzzing import fuzz_settings
 from tests.fuzzing_scenarios import ScenarioTally, check_and_run, scenario_texts
 
 
@@ -29,8 +30,7 @@ def main() -> None:
     tally = ScenarioTally()
     started = time.perf_counter()
 
-    @settings(max_examples=args.examples, derandomize=True, deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @fuzz_settings(args.examples)
     @given(scenario_texts())
     def run(pair: tuple[str, str]) -> None:
         check_and_run(*pair, SCENARIOS, tally)

@@ -21,12 +21,18 @@ import threading
 import time
 import zlib
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
+
+from aisim.testing import running_server
+
+from .conftest import TEST_SCENARIOS
 
 TIME_BOUND_S = 30.0
 """A request whose whole answer takes longer than this is a hang (the fuzz servers run the clock at `SPEED`,
@@ -231,6 +237,19 @@ def cases(templates: list[tuple[str, Any]], gets: list[str]) -> st.SearchStrateg
 openai_cases = cases(OPENAI_TEMPLATES, OPENAI_GETS)
 kserve_cases = st.one_of(cases(KSERVE_TEMPLATES, KSERVE_GETS), binary_case())
 
+PERSONALITIES: dict[str, tuple[Path, st.SearchStrategy[Case], str]] = {
+    "openai": (TEST_SCENARIOS / "serve" / "fuzz-openai.yaml", openai_cases, "/health"),
+    "kserve": (TEST_SCENARIOS / "serve" / "triton.yaml", kserve_cases, "/v2/health/live"),
+}
+"""Each personality's fuzz server scenario, its requests and its health path."""
+
+
+def fuzz_settings(examples: int) -> settings:
+    """Seeded (`derandomize`), generation only: the checks record what they find and never raise, so there
+    is nothing to shrink and a run costs what its examples cost."""
+    return settings(max_examples=examples, derandomize=True, deadline=None, database=None, phases=[Phase.generate],
+                    suppress_health_check=list(HealthCheck))
+
 
 class LogCatcher(logging.Handler):
     """Every log record with a traceback, or at ERROR and above, from any logger of this process but the
@@ -325,7 +344,7 @@ async def listing(client: httpx.AsyncClient, personality: str) -> str:
 async def run_batch(url: str, personality: str, batch: list[Case], tally: Tally) -> None:
     """Send `batch`: the requests that cannot change state at once, with `/health` timed meanwhile; then the
     others one by one, each checked to have changed nothing unless it succeeded."""
-    health = "/health" if personality == "openai" else "/v2/health/live"
+    health = PERSONALITIES[personality][2]
     async with httpx.AsyncClient(base_url=url) as client:
         before = await listing(client, personality)
         quiet = [c for c in batch if not c.changes_state]
@@ -351,3 +370,20 @@ async def run_batch(url: str, personality: str, batch: list[Case], tally: Tally)
                 tally.changed.append((case, f"{before} -> {after}"))
             if '"error"' in after and personality == "openai":
                 tally.changed.append((case, after))
+
+
+def fuzz_personality(personality: str, batches: int, size: int, tally: Tally,
+                     before: Callable[[str], None] | None = None) -> None:
+    """`batches` seeded batches of `size` requests against the personality's fuzz server, into `tally`;
+    `before(url)` runs once the server is up (a baseline measurement, say)."""
+    scenario, strategy, _ = PERSONALITIES[personality]
+    with running_server(scenario, speed=SPEED) as url:
+        if before is not None:
+            before(url)
+
+        @fuzz_settings(batches)
+        @given(st.lists(strategy, min_size=size, max_size=size))
+        def run(batch: list[Case]) -> None:
+            asyncio.run(run_batch(url, personality, batch, tally))  # records, never raises
+
+        run()

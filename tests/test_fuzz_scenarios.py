@@ -4,17 +4,17 @@ the longer run is `python bench/fuzz_scenarios.py`."""
 
 from __future__ import annotations
 
-from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import given
 
 from .conftest import SCENARIOS
+from .fuzzing import fuzz_settings
 from .fuzzing_scenarios import ScenarioTally, check_and_run, scenario_texts
 
 
 def test_mutated_scenarios_are_rejected_with_problems_or_run() -> None:
     tally = ScenarioTally()
 
-    @settings(max_examples=150, derandomize=True, deadline=None, database=None, phases=[Phase.generate],
-              suppress_health_check=list(HealthCheck))
+    @fuzz_settings(150)
     @given(scenario_texts())
     def fuzz(pair: tuple[str, str]) -> None:
         check_and_run(*pair, SCENARIOS, tally)  # records, never raises: the tally is asserted once, below
