@@ -53,6 +53,9 @@ def fuzz(personality: str, batches: int, size: int) -> None:
         print(f"  {count} x {key}")
     for case, text in tally.unexplained_500[:5]:
         print(f"  500 {case.method} {case.path} {case.body[:120] if case.body else b''!r}: {text[:120]}")
+    for case, error in tally.dropped[:5]:
+        print(f"  closed {case.method} {case.path} {dict(case.headers)} {case.body[:100] if case.body else b''!r}: "
+              f"{error[:100]}")
     for case in tally.hangs[:5]:
         print(f"  hang {case.method} {case.path} {case.body[:200] if case.body else b''!r}")
     for case, change in tally.changed[:5]:

@@ -286,6 +286,8 @@ class Tally:
     sent: int = 0
     statuses: Counter[int] = field(default_factory=Counter)
     hangs: list[Case] = field(default_factory=list)
+    dropped: list[tuple[Case, str]] = field(default_factory=list)
+    """Requests whose connection the server closed without an answer (status 0 in `statuses`)."""
     unexplained_500: list[tuple[Case, str]] = field(default_factory=list)
     changed: list[tuple[Case, str]] = field(default_factory=list)
     slowest_health_s: float = 0.0
@@ -319,8 +321,9 @@ async def send(client: httpx.AsyncClient, case: Case, tally: Tally) -> httpx.Res
     except (TimeoutError, httpx.TimeoutException):
         tally.hangs.append(case)
         return None
-    except httpx.TransportError:  # the server closed the connection: a fault, or a refused body
+    except httpx.TransportError as error:  # the server closed the connection: a fault, or a refused body
         tally.statuses[0] += 1
+        tally.dropped.append((case, repr(error)))
         return None
     finally:
         tally.sent += 1
