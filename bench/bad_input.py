@@ -35,8 +35,9 @@ ROOT = Path(__file__).resolve().parent.parent
 def alias_bomb(width: int = 9, depth: int = 8) -> str:
     """Nine aliases nested eight deep, with anchor names long enough to make about 2 KB."""
     lines = ["apiVersion: aisim/v1", "kind: Scenario", "metadata: {name: bomb}",
-             "lol: &level_00 [" + ", ".join(["lol"] * width) + "]"]
-    lines += [f"l{d}: &level_{d:02} [" + ", ".join([f"*level_{d - 1:02}"] * width) + "]" for d in range(1, depth + 1)]
+             "lol: &alias_of_level_00 [" + ", ".join(["lol"] * width) + "]"]
+    lines += [f"l{d}: &alias_of_level_{d:02} [" + ", ".join([f"*alias_of_level_{d - 1:02}"] * width) + "]"
+              for d in range(1, depth + 1)]
     return "\n".join([*lines, "models: [{id: m, latency: {ttft: 1ms}}]", ""])
 
 
