@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import secrets
 from typing import Any
 
@@ -86,7 +87,7 @@ class AdminHandler(BaseHandler):
 
     def gpu(self, value: Any) -> str:
         """The device id of a `gpu` parameter (device id or DCGM index)."""
-        if isinstance(value, str) and value.isdigit():
+        if isinstance(value, str) and value.isascii() and value.isdigit():  # `int("¹")` raises
             value = int(value)
         if not isinstance(value, (str, int)) or isinstance(value, bool):
             raise _bad("`gpu` must be a device id or a DCGM GPU index.", "gpu")
@@ -137,11 +138,11 @@ class InjectHandler(AdminHandler):
     def _duration(value: Any) -> int | None:
         if value is None:
             return None
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)) or \
+                not isinstance(value, str) and not (math.isfinite(value) and abs(value) < 1e9):
+            raise _bad("`duration` must be a number of seconds or a duration such as `30s`.", "duration")
         try:
-            if isinstance(value, (int, float)) and not isinstance(value, bool):
-                ns = int(value * 1e9)
-            else:
-                ns = parse_duration(value)
+            ns = int(value * 1e9) if isinstance(value, (int, float)) else parse_duration(value)
         except QuantityError as error:
             raise _bad(f"`duration`: {error}", "duration") from None
         if ns <= 0:

@@ -32,7 +32,7 @@ import numpy as np
 from ..engine.sampling import sample
 from ..scenario.distributions import ConstantCount, UniformCount
 from .content import ContentSource
-from .schema_values import json_object_value, value_for_schema
+from .schema_values import MAX_TOKENS, bounded_value, json_object_value
 from .tokenizer import Tokenizer
 
 DEFAULT_LENGTH = UniformCount(kind="uniform", min=16, max=256)
@@ -121,9 +121,12 @@ class _Draws:
 def answer(ask: Ask, index: int, content: ContentSource, length: Any, tokenizer: Tokenizer) -> Answer:
     """The answer of choice `index` (choices differ by their index, like sampled completions)."""
     draws = _Draws(ask, index)
-    call = _tool_call(ask, draws.rng, tokenizer) if ask.tools and ask.tool_choice != "none" else None
-    if call is not None:
+    made = _tool_call(ask, draws.rng, tokenizer) if ask.tools and ask.tool_choice != "none" else None
+    if made is not None:
+        call, complete = made
         finish = "stop" if isinstance(ask.tool_choice, dict) else "tool_calls"
+        if not complete:
+            finish = "length"
         if ask.cap is not None and len(call.pieces) > ask.cap:  # the cap cuts the arguments, as it cuts text
             call.pieces = call.pieces[: ask.cap]
             call.arguments, finish = "".join(call.pieces), "length"
@@ -131,8 +134,9 @@ def answer(ask: Ask, index: int, content: ContentSource, length: Any, tokenizer:
     dist = length or DEFAULT_LENGTH
     natural = max(round(dist.value), 0) if isinstance(dist, ConstantCount) else int(sample(dist, draws.rng, 1)[0])
     target = ask.cap if ask.ignore_eos and ask.cap else max(natural, 1)
-    text = _text(ask, draws, content, target) or "."
-    finish = "stop"
+    text, complete = _text(ask, draws, content, target)
+    text = text or "."
+    finish = "stop" if complete else "length"  # a schema asking for more than the cap is cut, as a model is
     if ask.ignore_eos and ask.cap:
         base = text
         while tokenizer.count(text) < ask.cap:
@@ -150,17 +154,19 @@ def answer(ask: Ask, index: int, content: ContentSource, length: Any, tokenizer:
     return Answer(pieces, finish, [], _logprobs(ask, draws, len(pieces)))
 
 
-def _text(ask: Ask, draws: _Draws, content: ContentSource, words: int) -> str:
+def _text(ask: Ask, draws: _Draws, content: ContentSource, words: int) -> tuple[str, bool]:
+    """The answer's text, and False when a schema asked for more than the token cap allows (cut short)."""
     kind = (ask.response_format or {}).get("type")
     if kind == "json_object":
-        return json.dumps(json_object_value(draws.rng))
+        return json.dumps(json_object_value(draws.rng)), True
     if kind == "json_schema":
         schema = (ask.response_format or {}).get("json_schema", {}).get("schema") or {}
-        return json.dumps(value_for_schema(schema, draws.rng))
+        value, complete = bounded_value(schema, draws.rng, ask.cap or MAX_TOKENS)
+        return json.dumps(value), complete
     # the content's seed is drawn when the content uses it, or when log-probabilities are drawn after it
     seed = int(draws.rng.integers(2**62)) if content.uses_seed or ask.logprobs else 0
     return content.text(prompt=ask.prompt, last_user_message=ask.last_user_message, model=ask.model, seed=seed,
-                        words=words)
+                        words=words), True
 
 
 def _apply_stops(text: str, stops: list[str]) -> tuple[str, bool]:
@@ -170,7 +176,8 @@ def _apply_stops(text: str, stops: list[str]) -> tuple[str, bool]:
     return text[: min(cuts)], True
 
 
-def _tool_call(ask: Ask, rng: np.random.Generator, tokenizer: Tokenizer) -> ToolCall | None:
+def _tool_call(ask: Ask, rng: np.random.Generator, tokenizer: Tokenizer) -> tuple[ToolCall, bool] | None:
+    """The forced or chosen tool's call, and False when its schema asked for more than the cap (cut short)."""
     if isinstance(ask.tool_choice, dict):
         wanted = (ask.tool_choice.get("function") or {}).get("name") or ask.tool_choice.get("name")
         tool = next(t for t in ask.tools if t["name"] == wanted)
@@ -179,9 +186,10 @@ def _tool_call(ask: Ask, rng: np.random.Generator, tokenizer: Tokenizer) -> Tool
     else:
         return None
     parameters = tool.get("parameters") or {"type": "object", "properties": {}}
-    arguments = json.dumps(value_for_schema(parameters, rng))
+    value, complete = bounded_value(parameters, rng, ask.cap or MAX_TOKENS)
+    arguments = json.dumps(value)
     call_id = "call_" + rng.bytes(12).hex()
-    return ToolCall(call_id, tool["name"], arguments, tokenizer.pieces(arguments))
+    return ToolCall(call_id, tool["name"], arguments, tokenizer.pieces(arguments)), complete
 
 
 PROMPT_DRAWS = 2**32

@@ -24,7 +24,7 @@ from ..engine.workload import Arrival
 from ..scenario.faults import ApiError as ApiErrorFault
 from ..scenario.faults import Timeout
 from ..scenario.models import Model
-from . import errors
+from . import bodies, errors
 from .connections import json_media_type
 from .errors import ApiError
 from .faults import Context
@@ -39,6 +39,11 @@ FLUSH_BYTES = 256 * 1024
 """A large answer written in slices goes out once this much is waiting."""
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
 FINGERPRINT = "fp_aisim"
+NOT_JSON = ("We could not parse the JSON body of your request. (HINT: This likely means you aren't using your HTTP "
+            "library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid JSON. If you "
+            "have trouble figuring out how to fix this, please contact us through our help center at "
+            "help.openai.com.)")
+"""OpenAI's answer to a body that is not JSON (also to one nested too deep, or with numbers out of range)."""
 
 
 class ConnectionDropped(Exception):
@@ -115,16 +120,16 @@ class BaseHandler(tornado.web.RequestHandler):
                            None, "unsupported_media_type")
 
     def json_body(self) -> Any:
-        """The body as JSON (its size was checked as it arrived: `connections.Gate`)."""
+        """The body's JSON value (None when empty), read within `bodies.decode`'s bounds: too large is
+        OpenAI's 413, anything else it refuses the 400 of a body that is not JSON."""
+        limit = self.state.scenario.server.max_body_size
         try:
-            return json.loads(self.request.body or b"null")
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise errors.invalid(
-                "We could not parse the JSON body of your request. (HINT: This likely means you aren't using your "
-                "HTTP library correctly. The OpenAI API expects a JSON payload, but what was sent was not valid "
-                "JSON. If you have trouble figuring out how to fix this, please contact us through our help center "
-                "at help.openai.com.)"
-            ) from None
+            return bodies.decode(self.request.body, limit)
+        except bodies.BodyError as error:
+            if error.kind == "too_large":
+                raise ApiError(413, f"Request too large: {error.message}.", "invalid_request_error", None,
+                               "request_too_large") from None
+            raise errors.invalid(NOT_JSON) from None
 
     def authenticate(self) -> None:
         keys = self.state.api_keys

@@ -43,8 +43,10 @@ from .kserve_tensors import (
     decompress,
     encode_response,
     generate_outputs,
+    header_number,
     parse_request,
     raw_request,
+    read_json,
 )
 from .recording import Recording
 from .server import ServerState
@@ -167,12 +169,8 @@ class KServeHandler(tornado.web.RequestHandler):
         return ",".join(values) if values else None
 
     def json_body(self) -> Any:
-        """The request body as JSON (an empty body is `{}`); a malformed one is Triton's 500."""
-        try:
-            return json.loads(self.request.body or b"{}")
-        except (json.JSONDecodeError, UnicodeDecodeError) as error:
-            position = getattr(error, "pos", 0)
-            raise KServeError(500, f"failed to parse the request JSON buffer: Invalid value. at {position}") from None
+        """The request body as JSON (an empty body is `{}`), read within bounds (`kserve_tensors.read_json`)."""
+        return read_json(self.request.body, self.state.scenario.server.max_body_size, {})
 
 
 def _bearer(request: tornado.httputil.HTTPServerRequest) -> str | None:
@@ -304,13 +302,14 @@ class ModelHandler(KServeHandler):
         served = self.served(name)
         chosen = self.ready_version(served, model_version(version))
         model = served.model
-        body = decompress(self.request.body, self._header("Content-Encoding"))
+        limit = self.state.scenario.server.max_body_size
+        body = decompress(self.request.body, self._header("Content-Encoding"), limit)
         header = self._header(HEADER)
         signature = self.signature(model, chosen)
-        if header is not None and header.strip().isdigit() and int(header) == 0:
+        if header is not None and header_number(header) == 0:
             request = raw_request(body, model.id, signature)
         else:
-            request = parse_request(body, header, model.id)
+            request = parse_request(body, header, model.id, limit)
         batch = check_inputs(request, model.id, signature)
         outputs = generate_outputs(request, signature, batch, model.id, chosen)
         answer = _Answer(model.id, chosen, request, batch, outputs, self.state.recording)

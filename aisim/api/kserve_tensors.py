@@ -14,6 +14,7 @@ import gzip
 import hashlib
 import json
 import math
+import re
 import struct
 import zlib
 from collections.abc import Iterable
@@ -23,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..scenario.models import Tensor
+from . import bodies
 
 NUMPY_TYPES: dict[str, str] = {
     "BOOL": "?", "UINT8": "<u1", "UINT16": "<u2", "UINT32": "<u4", "UINT64": "<u8", "INT8": "<i1", "INT16": "<i2",
@@ -84,15 +86,39 @@ class InferRequest:
         return f"[request id: {self.id or '<id_unknown>'}] "
 
 
-def decompress(body: bytes, encoding: str | None) -> bytes:
-    """The request body after `Content-Encoding` (gzip and deflate, as Triton accepts)."""
+MAX_INPUT_SIZE = 64 * 2**20
+"""Triton's `--http-max-input-size` default: the largest request body, after decompression."""
+
+
+def decompress(body: bytes, encoding: str | None, limit: int = MAX_INPUT_SIZE) -> bytes:
+    """The request body after `Content-Encoding` (gzip and deflate, as Triton accepts), inflated no further than
+    `limit` bytes: a body that would inflate past it is refused without inflating the rest."""
     if not encoding or encoding == "identity":
         return body
-    if encoding == "gzip":
-        return zlib.decompress(body, 16 + zlib.MAX_WBITS)
-    if encoding == "deflate":
-        return zlib.decompress(body)
-    raise KServeError(501, "Unsupported compression type", {"Accept-Encoding": "gzip, deflate"})  # §8.2
+    if encoding not in ("gzip", "deflate"):
+        raise KServeError(501, "Unsupported compression type", {"Accept-Encoding": "gzip, deflate"})  # §8.2
+    try:
+        return bodies.inflate(body, 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS, limit)
+    except bodies.BodyError as error:
+        raise _refused(error, len(body), limit) from None
+
+
+def read_json(data: bytes, limit: int = MAX_INPUT_SIZE, empty: Any = None) -> Any:
+    """A JSON request document read within `bodies.decode`'s bounds, refusals in Triton's words (a document
+    it cannot parse is its 500, `failed to parse the request JSON buffer`)."""
+    try:
+        return bodies.decode(data, limit, empty)
+    except bodies.BodyError as error:
+        raise _refused(error, len(data), limit) from None
+
+
+def _refused(error: bodies.BodyError, size: int, limit: int) -> KServeError:
+    if error.kind == "too_large":
+        return KServeError(400, f"Request JSON size of {size if size > limit else 'more than ' + str(limit)} exceeds "
+                                f"the maximum allowed value of {limit}. Use --http-max-input-size to increase the "
+                                "limit.")
+    reason = "Invalid value" if error.kind == "not_json" else error.message  # RapidJSON's words for the first
+    return KServeError(500, f"failed to parse the request JSON buffer: {reason}. at {error.position}")
 
 
 def bytes_elements(items: Iterable[bytes]) -> bytes:
@@ -150,22 +176,17 @@ def raw_request(body: bytes, model: str, signature: Signature) -> InferRequest:
                         {"binary_data_output": True})
 
 
-def parse_request(body: bytes, header_length: str | None, model: str) -> InferRequest:
+def parse_request(body: bytes, header_length: str | None, model: str, limit: int = MAX_INPUT_SIZE) -> InferRequest:
     """Split JSON and binary parts and read every input's bytes."""
     json_part, binary = body, b""
     if header_length is not None:
-        try:
-            length = int(header_length)
-        except ValueError:
-            raise KServeError(400, f"Unable to parse {HEADER}, got: {header_length}") from None
+        length = header_number(header_length)
+        if length is None:
+            raise KServeError(400, f"Unable to parse {HEADER}, got: {header_length}")
         if not 0 < length <= len(body):
             raise KServeError(400, f"inference header size should be in range (0, {len(body)}), got: {header_length}")
         json_part, binary = body[:length], body[length:]
-    try:
-        document = json.loads(json_part)
-    except (json.JSONDecodeError, UnicodeDecodeError) as error:
-        position = getattr(error, "pos", 0)
-        raise KServeError(500, f"failed to parse the request JSON buffer: Invalid value. at {position}") from None
+    document = read_json(json_part, limit)
     if not isinstance(document, dict):
         raise KServeError(500, "failed to parse the request JSON buffer: The document root must be an object. at 0")
     inputs_json = document.get("inputs")
@@ -182,9 +203,25 @@ def parse_request(body: bytes, header_length: str | None, model: str) -> InferRe
     if offset < len(binary):
         raise KServeError(400, f"unexpected additional input data for model '{model}'")
     outputs = document.get("outputs") or []
+    for output in outputs if isinstance(outputs, list) else []:
+        if not isinstance(output, dict):
+            raise KServeError(500, "Unable to parse 'outputs': attempt to access JSON non-object as object")
+        if not isinstance(output.get("name"), str):
+            raise KServeError(500, "Unable to parse 'name': attempt to access JSON non-string as string")
+        if not isinstance(output.get("parameters", {}), dict):
+            raise KServeError(500, "Unable to parse 'parameters': attempt to access JSON non-object as object")
     parameters = document.get("parameters") or {}
     return InferRequest(request_id, inputs, outputs if isinstance(outputs, list) else [],
                         parameters if isinstance(parameters, dict) else {})
+
+
+_HEADER_NUMBER = re.compile(r"\s*[+-]?[0-9]{1,19}\s*")
+
+
+def header_number(text: str) -> int | None:
+    """A header's integer as Triton's `std::stoi` family reads it: ASCII digits only (Python's `int` also
+    takes `١٢` and `¹` is a digit to `str.isdigit`), at most 64 bits; None otherwise."""
+    return int(text) if _HEADER_NUMBER.fullmatch(text) else None
 
 
 def _read_input(item: Any, binary: bytes, offset: int, has_header: bool, model: str) -> tuple[InputTensor, int]:
@@ -202,6 +239,9 @@ def _read_input(item: Any, binary: bytes, offset: int, has_header: bool, model: 
     parameters = item.get("parameters") or {}
     size = parameters.get("binary_data_size") if isinstance(parameters, dict) else None
     if size is not None:
+        if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+            raise KServeError(500, "Unable to parse 'binary_data_size': attempt to access JSON non-unsigned-integer as "
+                                   "unsigned-integer")
         if not has_header:
             raise KServeError(400, "must specify valid 'Infer-Header-Content-Length' in request header and "
                                    "'binary_data_size' when passing inputs in binary data format")

@@ -42,20 +42,27 @@ _CATEGORY_TEST: dict[Any, Callable[[str], bool]] = {
 _PRINTABLE = [chr(c) for c in range(32, 127)]
 
 
-def pattern_string(pattern: str, rng: np.random.Generator) -> str | None:
-    """A string in which `re.search(pattern, ...)` succeeds, or None when it cannot make one."""
+MAX_LENGTH = 4096
+"""The longest string made (nested repeats such as `(a{1000}){1000}` would make millions of characters)."""
+
+
+def pattern_string(pattern: str, rng: np.random.Generator, limit: int = MAX_LENGTH) -> str | None:
+    """A string in which `re.search(pattern, ...)` succeeds, or None when it cannot make one in `limit`
+    characters (at most `MAX_LENGTH`)."""
     try:
         parsed = _sre_parse.parse(pattern)
         out: list[str] = []
-        _emit(parsed, rng, out, {})
+        _emit(parsed, rng, out, {}, min(limit, MAX_LENGTH))
         text = "".join(out)
         return text if re.search(pattern, text) else None
     except (re.error, _Unsupported, RecursionError, OverflowError):
         return None
 
 
-def _emit(items: Any, rng: np.random.Generator, out: list[str], groups: dict[int, str]) -> None:
+def _emit(items: Any, rng: np.random.Generator, out: list[str], groups: dict[int, str], limit: int) -> None:
     for op, arg in items:
+        if len(out) > limit:
+            raise _Unsupported("longer than the limit")
         if op is _sre.LITERAL:
             out.append(chr(arg))
         elif op is _sre.NOT_LITERAL:
@@ -67,17 +74,17 @@ def _emit(items: Any, rng: np.random.Generator, out: list[str], groups: dict[int
         elif op in (_sre.MAX_REPEAT, _sre.MIN_REPEAT, getattr(_sre, "POSSESSIVE_REPEAT", None)):
             low, high, sub = arg
             for _ in range(int(rng.integers(low, min(high, low + _REPEAT_EXTRA) + 1))):
-                _emit(sub, rng, out, groups)
+                _emit(sub, rng, out, groups, limit)
         elif op is _sre.SUBPATTERN:
             group, sub = arg[0], arg[-1]
             start = len(out)
-            _emit(sub, rng, out, groups)
+            _emit(sub, rng, out, groups, limit)
             if group is not None:
                 groups[group] = "".join(out[start:])
         elif op is getattr(_sre, "ATOMIC_GROUP", None):
-            _emit(arg, rng, out, groups)
+            _emit(arg, rng, out, groups, limit)
         elif op is _sre.BRANCH:
-            _emit(_pick(arg[1], rng), rng, out, groups)
+            _emit(_pick(arg[1], rng), rng, out, groups, limit)
         elif op is _sre.GROUPREF:
             out.append(groups.get(arg, ""))
         elif op is _sre.CATEGORY:

@@ -12,7 +12,14 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, ClassVar, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    ValidationError,
+    model_validator,
+)
 
 from .errors import ApiError, invalid
 
@@ -146,8 +153,9 @@ class ChatRequest(_Sampling):
         if self.top_logprobs is not None and not self.logprobs:
             raise ValueError("top_logprobs|`top_logprobs` can only be set when `logprobs` is true.")
         if isinstance(self.tool_choice, dict):
-            name = (self.tool_choice.get("function") or {}).get("name")
-            if not self.tools or name not in {t.function.name for t in self.tools}:
+            function = self.tool_choice.get("function")
+            name = function.get("name") if isinstance(function, dict) else None
+            if not self.tools or not isinstance(name, str) or name not in {t.function.name for t in self.tools}:
                 raise ValueError(f"tool_choice|Invalid value for 'tool_choice': no function named '{name}' in 'tools'.")
         if self.response_format is not None:
             kind = self.response_format.get("type")
@@ -234,6 +242,24 @@ class ResponseRequest(_Body):
     user: str | None = None
     previous_response_id: str | None = None
 
+    @model_validator(mode="after")
+    def _typed_parts(self) -> ResponseRequest:
+        """The parts kept as plain objects (echoed back as sent) still have the types the handler reads."""
+        for index, tool in enumerate(self.tools):
+            for key, kind, word in (("type", str, "a string"), ("name", str, "a string"), ("parameters", dict, "an object")):
+                if tool.get(key) is not None and not isinstance(tool[key], kind):
+                    raise ValueError(f"tools.[{index}].{key}|Invalid type for 'tools[{index}].{key}': expected {word}.")
+        fmt = (self.text or {}).get("format")
+        if fmt is not None and not isinstance(fmt, dict):
+            raise ValueError("text.format|Invalid type for 'text.format': expected an object.")
+        if isinstance(fmt, dict) and not isinstance(fmt.get("schema", {}), (dict, bool)):
+            raise ValueError("text.format.schema|Invalid type for 'text.format.schema': expected an object.")  # noqa: TRY004 (pydantic wraps ValueError only)
+        if isinstance(self.tool_choice, dict) and self.tool_choice.get("name") is not None:
+            name = self.tool_choice["name"]
+            if not isinstance(name, str) or name not in {t.get("name") for t in self.tools if t.get("type") == "function"}:
+                raise ValueError(f"tool_choice|Invalid value for 'tool_choice': no function named '{name}' in 'tools'.")
+        return self
+
 
 class TokenizeRequest(_Body):
     """vLLM's `POST /tokenize`: a `prompt`, or chat `messages` (with `tools`) under the chat template."""
@@ -249,6 +275,22 @@ class TokenizeRequest(_Body):
     def _roles(self) -> TokenizeRequest:
         _check_roles(self.messages or [])
         return self
+
+
+class DetokenizeRequest(_Body):
+    """vLLM's `POST /detokenize`."""
+
+    model: str | None = None
+    tokens: list[StrictInt]
+
+
+class LoraRequest(_Body):
+    """vLLM's `POST /v1/load_lora_adapter` and `/v1/unload_lora_adapter` (`base_model_name` is aisim's: which
+    served model the adapter belongs to, the first when absent)."""
+
+    lora_name: str | None = None
+    lora_path: str | None = None
+    base_model_name: str | None = None
 
 
 Body = TypeVar("Body", bound=BaseModel)

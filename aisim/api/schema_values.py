@@ -21,6 +21,13 @@ keywords, deterministically for a given generator state:
 Whatever the builder cannot follow (`not`, overlapping `oneOf` branches, lookaround patterns) is
 covered by checking each candidate with `jsonschema` and trying again, a few times.
 Strings are short lorem words and numbers small, so the output reads like a model's.
+
+The work is bounded by what a real model would write: the builder has a budget of tokens (the request's
+`max_tokens`, at most `MAX_TOKENS`); a schema whose minimum output is larger (`minLength: 1000000`,
+`minItems: 100000`, a pattern of nested repeats) is built up to the budget and no further, and the answer
+stops at `length` as a real model's would. Past `DISTINCT_ITEMS` items an array repeats its items, and a
+value that took more than `CHECKED_TOKENS` is not checked again, so a large answer costs a few
+milliseconds, not the event loop's whole attention.
 """
 
 from __future__ import annotations
@@ -53,6 +60,15 @@ SHALLOW_RECURSION = 2
 """Re-entries of one `$ref` on a path from which only required parts are built."""
 MAX_DEPTH = 32
 """Nesting depth at which building gives up (null): the schema has no finite value to find."""
+MAX_TOKENS = 32768
+"""The largest budget of one value, in tokens (a request without `max_tokens` gets its context's room)."""
+DISTINCT_ITEMS = 32
+"""Items of an array built one by one; the rest repeat them (uniqueness then gives way to the budget)."""
+CHECKED_TOKENS = 2048
+"""Values built with more tokens than this are not checked with jsonschema (the check costs more than the
+build, and a value that large was cut by the budget or is as the builder made it)."""
+CHARS_PER_TOKEN = 4
+"""Characters of a string counted as one token of the budget (lorem words run about 6 per token)."""
 
 _SCALARS = ("string", "integer", "number", "boolean", "null")
 _LOWER_BOUNDS = ("minimum", "minLength", "minItems", "minProperties", "minContains")
@@ -71,7 +87,14 @@ _SCHEMA_TROUBLE = (SchemaError, UnknownType, Unresolvable, re.error, RecursionEr
 
 
 def value_for_schema(schema: Schema, rng: np.random.Generator) -> Any:
-    """A JSON value valid against `schema` (best effort for contradictory or exotic schemas).
+    """A JSON value valid against `schema` (best effort for contradictory or exotic schemas), within
+    `MAX_TOKENS`; see `bounded_value`."""
+    return bounded_value(schema, rng, MAX_TOKENS)[0]
+
+
+def bounded_value(schema: Schema, rng: np.random.Generator, tokens: int) -> tuple[Any, bool]:
+    """A value valid against `schema` built with at most `tokens` tokens (and `MAX_TOKENS`), and whether it
+    is complete: False when the schema asks for more than the budget (the value is then cut short).
 
     Raises:
         ValueError: for the schema `false`, which no value satisfies.
@@ -81,13 +104,17 @@ def value_for_schema(schema: Schema, rng: np.random.Generator) -> Any:
         raise ValueError("the schema `false` admits no value")
     if not isinstance(schema, (dict, bool)):
         raise TypeError(f"a JSON Schema is an object or a boolean, not {type(schema).__name__}")
+    budget = max(1, min(tokens, MAX_TOKENS))
     check = _checker(schema)
     value: Any = None
     for _ in range(ATTEMPTS):
-        value = _Builder(schema, rng).build(schema, 0, ())
-        if check is None or check(value):
+        builder = _Builder(schema, rng, budget)
+        value = builder.build(schema, 0, ())
+        if builder.left < 0:
+            return value, False  # cut by the budget: no other attempt would fit either
+        if check is None or budget - builder.left > CHECKED_TOKENS or check(value):
             break
-    return value
+    return value, True
 
 
 def json_object_value(rng: np.random.Generator) -> dict[str, Any]:
@@ -202,9 +229,14 @@ def _checker(schema: Schema) -> Callable[[Any], bool] | None:
 class _Builder:
     """One attempt at a value; `path` is the `$ref`s expanded above the current subschema."""
 
-    def __init__(self, root: Schema, rng: np.random.Generator) -> None:
+    def __init__(self, root: Schema, rng: np.random.Generator, budget: int = MAX_TOKENS) -> None:
         self.root = root
         self.rng = rng
+        self.left = budget
+        """Tokens the value may still take; below zero once the schema asked for more (building stops)."""
+
+    def spend(self, tokens: int) -> None:
+        self.left -= tokens
 
     def choice(self, options: list[Any] | tuple[Any, ...] | str) -> Any:
         return options[int(self.rng.integers(len(options)))]
@@ -213,8 +245,9 @@ class _Builder:
         return bool(self.rng.random() < p)
 
     def build(self, schema: Schema, depth: int, path: tuple[str, ...]) -> Any:
-        if depth > MAX_DEPTH:
+        if depth > MAX_DEPTH or self.left < 0:
             return None
+        self.spend(1)  # every value is at least a token (its punctuation, its digits)
         if schema is True:
             return self.any_value()
         if not isinstance(schema, dict):
@@ -323,26 +356,33 @@ class _Builder:
         return self.chance(0.5)
 
     def string(self, schema: dict[str, Any]) -> str:
+        room = max(0, self.left) * CHARS_PER_TOKEN
         low = _count(schema.get("minLength"), 0)
         high = _limit(schema.get("maxLength"))
+        if low > room:
+            low, high = room, room  # more than the budget: the string is cut where the model would stop
+            self.left = -1
         fmt = schema.get("format")
         if isinstance(fmt, str) and fmt in _FORMATS:
             return _FORMATS[fmt](self)
         pattern = schema.get("pattern")
         if isinstance(pattern, str):
             for _ in range(8):
-                text = pattern_string(pattern, self.rng)
+                text = pattern_string(pattern, self.rng, room)
                 if text is None:
                     break
                 if len(text) >= low and (high is None or len(text) <= high):
+                    self.spend(len(text) // CHARS_PER_TOKEN)
                     return text
-        text = " ".join(lorem_words(self.rng, int(self.rng.integers(1, 4))))
+        words = lorem_words(self.rng, int(self.rng.integers(1, 4)) + low // 5)  # lorem words: 5.5 letters and a space
+        text = " ".join(words)
         while len(text) < low:
-            text += " " + " ".join(lorem_words(self.rng, 3))
+            text += " " + " ".join(lorem_words(self.rng, 3 + (low - len(text)) // 5))
         if high is not None:
             text = text[:high]
             if text.endswith(" "):
                 text = text[:-1] + "a"
+        self.spend(len(text) // CHARS_PER_TOKEN)
         return text
 
     def number(self, schema: dict[str, Any], integer: bool) -> int | float:
@@ -393,7 +433,13 @@ class _Builder:
         unique = schema.get("uniqueItems") is True
         out: list[Any] = []
         seen: set[str] = set()
+        start = self.left
         for i in range(size):
+            if self.left < 0:
+                break
+            if i >= DISTINCT_ITEMS and i >= len(prefix) and i < size - containing:
+                out += self.repeated(out[len(prefix):], size - containing - i, (start - self.left) / i)
+                break
             sub = prefix[i] if i < len(prefix) else items
             if i >= size - containing:
                 sub = _both(sub, contained)
@@ -408,6 +454,16 @@ class _Builder:
             distinct = list({_key(v): v for v in out}.values())
             out = distinct if len(distinct) >= low else out
         return out
+
+    def repeated(self, built: list[Any], count: int, each: float) -> list[Any]:
+        """`count` more items, the built ones over again (each costing what they cost on average), as many
+        as the budget leaves room for."""
+        if not built:
+            return []
+        room = int(self.left / max(each, 1.0)) + 1
+        take = min(count, room)
+        self.spend(int(take * max(each, 1.0)))
+        return [built[i % len(built)] for i in range(take)]
 
     def object(self, schema: dict[str, Any], depth: int, path: tuple[str, ...], shallow: bool) -> dict[str, Any]:
         properties, patterns = _mapping(schema, "properties"), _mapping(schema, "patternProperties")
@@ -433,8 +489,9 @@ class _Builder:
         if not properties and not patterns and extra is not False and not shallow:
             wanted = max(wanted, int(self.rng.integers(1, 4)))
         for _ in range(4 * wanted):
-            if wanted <= 0:
+            if wanted <= 0 or self.left < 0:
                 break
+            self.spend(1)  # the key
             key = self.new_key(schema, patterns, extra)
             if key is None:
                 break

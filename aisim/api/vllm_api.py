@@ -14,7 +14,7 @@ from typing import Any
 
 from .errors import ApiError, invalid
 from .handlers import BaseHandler
-from .protocol import TokenizeRequest, parse
+from .protocol import DetokenizeRequest, LoraRequest, TokenizeRequest, parse
 from .tokenizer import chat_prompt_ids
 
 VLLM_VERSION = "0.34.0"
@@ -59,12 +59,10 @@ class DetokenizeHandler(BaseHandler):
 
     async def post(self) -> None:
         async def work() -> None:
-            body = self.json_body()
-            tokens = body.get("tokens") if isinstance(body, dict) else None
-            if not isinstance(tokens, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
-                raise invalid("`tokens` must be a list of integers.", "tokens")
-            if body.get("model"):
-                self.find_model(body["model"])
+            body = parse(DetokenizeRequest, self.json_body())
+            tokens = body.tokens
+            if body.model:
+                self.find_model(body.model)
             try:
                 text = self.state.tokenizer.decode(tokens)
             except (ValueError, KeyError) as error:
@@ -90,24 +88,23 @@ class LoraHandler(BaseHandler):
 
     async def post(self) -> None:
         async def work() -> None:
-            body = self.json_body()
-            name = body.get("lora_name") if isinstance(body, dict) else None
+            body = parse(LoraRequest, self.json_body())  # typed before anything changes
+            name = body.lora_name
             if not name:
                 raise _vllm_error(400, "The lora_name must be provided.", "InvalidUserInput", "lora_name")
-            base = body.get("base_model_name") or next(m.id for m in self.state.scenario.models)
+            base = body.base_model_name or next(m.id for m in self.state.scenario.models)
             adapters = self.state.lora_adapters.get(base)
             if adapters is None:
                 raise _vllm_error(404, f"The model `{base}` does not exist.", "NotFoundError", "base_model_name")
-            loaded = any(name in a for a in self.state.lora_adapters.values())
+            owner = next((a for a in self.state.lora_adapters.values() if name in a), None)
             if self.load:
-                if not body.get("lora_path"):
+                if not body.lora_path:
                     raise _vllm_error(400, "Both 'lora_name' and 'lora_path' must be provided.", "InvalidUserInput")
-                if loaded:
+                if owner is not None or self.state.model(name) is not None:
                     raise _vllm_error(400, f"The lora adapter '{name}' has already been loaded.", "InvalidUserInput")
-                adapters[name] = str(body["lora_path"])
+                adapters[name] = body.lora_path
                 message = f"Success: LoRA adapter '{name}' added successfully."
             else:
-                owner = next((a for a in self.state.lora_adapters.values() if name in a), None)
                 if owner is None:
                     raise _vllm_error(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError")
                 del owner[name]

@@ -14,7 +14,7 @@ from typing import (
     cast,
 )
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from .base import Spec
 from .presets import GPU_PROFILES, GpuProfile, approximate_capacity
@@ -87,6 +87,10 @@ class PoolCommon(Spec):
     """Warning and critical usage thresholds (0.85 / 0.92)."""
 
 
+MIN_SPLIT_SIZE = 20 * 2**20
+"""The smallest `max_split_size` PyTorch accepts (its large-segment size, 20 MiB)."""
+
+
 class CachingPool(PoolCommon):
     """PyTorch's CUDA caching allocator: 512 B rounding, 2 MiB / 20 MiB segments, split and merge."""
 
@@ -101,6 +105,13 @@ class CachingPool(PoolCommon):
     garbage_collection_threshold: float | None = Field(None, gt=0, lt=1)
     """Reclaim cached blocks proactively above this usage (`garbage_collection_threshold`)."""
 
+    @field_validator("max_split_size")
+    @classmethod
+    def _split_at_least_20mib(cls, value: int | None) -> int | None:
+        if value is not None and value < MIN_SPLIT_SIZE:  # PyTorch's own check (`CUDAAllocatorConfig`)
+            raise ValueError("maxSplitSize must be at least 20MiB (PyTorch: max_split_size_mb must be >= 20)")
+        return value
+
 
 class BuddyPool(PoolCommon):
     """A binary buddy allocator: power-of-two blocks that split in halves and merge with their buddy."""
@@ -109,6 +120,13 @@ class BuddyPool(PoolCommon):
     """Allocator model."""
     min_block: ByteSize = 512
     """Smallest block; requests are rounded up to a power of two at least this large."""
+
+    @field_validator("min_block")
+    @classmethod
+    def _power_of_two(cls, value: int) -> int:
+        if value <= 0 or value & (value - 1):
+            raise ValueError(f"minBlock must be a power of two (such as 512B or 4KiB), not {value} bytes")
+        return value
 
 
 class SlabPool(PoolCommon):
@@ -120,6 +138,26 @@ class SlabPool(PoolCommon):
     """Object sizes served from slabs, ascending (default 512B to 1MiB in powers of two)."""
     slab_size: ByteSize = 2 * 2**20
     """Size of one slab (default 2MiB)."""
+
+    @field_validator("size_classes")
+    @classmethod
+    def _ascending(cls, value: list[int]) -> list[int]:
+        if any(c <= 0 for c in value) or sorted(set(value)) != value:
+            raise ValueError("size classes must be above zero and strictly ascending")
+        return value
+
+    @field_validator("slab_size")
+    @classmethod
+    def _positive(cls, value: int) -> int:
+        if value <= 0:
+            raise ValueError("slabSize must be above zero")
+        return value
+
+    @model_validator(mode="after")
+    def _classes_fit(self) -> SlabPool:
+        if self.size_classes and self.size_classes[-1] > self.slab_size:
+            raise ValueError(f"every size class must fit in one slab ({self.slab_size} bytes)")
+        return self
 
 
 MemoryPool = Annotated[CachingPool | BuddyPool | SlabPool, Field(discriminator="allocator")]

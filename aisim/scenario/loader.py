@@ -65,7 +65,7 @@ def check_text(text: str, file: str = "<scenario>", base_dir: Path | None = None
 def _replaced(problems: list[Problem]) -> set[tuple[str, int, int]]:
     """Where YAML problems left a null in place of a value (an unsupported tag, a recursive alias): the
     later stages would only say that null is of the wrong type there."""
-    return {(p.path, p.line, p.column) for p in problems if p.rule in ("yaml-tag", "yaml-alias")}
+    return {(p.path, p.line, p.column) for p in problems if p.rule in ("yaml-tag", "yaml-alias", "yaml-number")}
 
 
 def check_file(path: str | Path) -> Checked:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,6 +29,17 @@ Position = tuple[int, int]
 
 TAG = "tag:yaml.org,2002:"
 
+MAX_NODES = 100_000
+"""Most nodes a document may hold once its aliases are expanded (the largest shipped scenario holds a few
+hundred; a generated one with 1,000 models about 30,000). A few lines of nested aliases can stand for
+billions (an alias bomb); such a document is refused at the alias that crosses the limit."""
+
+MAX_INT_DIGITS = 40
+"""Longest integer literal read (2**128 has 39 digits)."""
+
+MAX_DEPTH = 64
+"""Deepest nesting of mappings and sequences, aliases expanded (scenarios nest about 8 deep)."""
+
 try:
     from _ruamel_yaml import CParser
 
@@ -42,10 +53,16 @@ try:
     def _compose(text: str) -> Node | None:
         return _Composer(io.StringIO(text)).get_single_node()
 
+    def _events(text: str) -> Iterator[Any]:
+        return iter(_Composer(io.StringIO(text)).get_event, None)
+
 except ImportError:  # pragma: no cover - without ruamel.yaml.clib
 
     def _compose(text: str) -> Node | None:
         return YAML(typ="safe", pure=True).compose(io.StringIO(text))
+
+    def _events(text: str) -> Iterator[Any]:
+        return iter(YAML(typ="safe", pure=True).parse(io.StringIO(text)))
 
 
 @dataclass
@@ -96,12 +113,81 @@ def parse(text: str, file: str) -> Source:
         return Source(file, problems=[Problem(file, 1, 1, "$", f"not readable as YAML: {error}", "yaml-syntax")], readable=False)
     if root is None:
         return source
+    if "*" in text:  # aliases, perhaps: their expansion is bounded before anything walks it
+        too_big = _over_limits(root, text, file)
+        if too_big is not None:
+            return Source(file, problems=[too_big], readable=False)
     source.positions[()] = (_mark(root), _mark(root))
     try:
         source.data = _Walker(source).plain(root, (), frozenset())
     except RecursionError:
         source.problems.append(Problem(file, 1, 1, "$", "the document is nested too deeply", "yaml-depth"))
     return source
+
+
+def _over_limits(root: Node, text: str, file: str) -> Problem | None:
+    """A problem when the document, its aliases expanded, holds more than `MAX_NODES` nodes or nests deeper
+    than `MAX_DEPTH`: placed at the first alias that crosses the limit. Sizes are counted once per node
+    (memoised), so a bomb costs as little to measure as to read."""
+    sizes: dict[int, tuple[int, int]] = {}
+
+    def measure(node: Node) -> tuple[int, int]:
+        known = sizes.get(id(node))
+        if known is not None:
+            return known
+        sizes[id(node)] = (1, 1)  # a recursive alias counts once (the walker reports it)
+        children = [n for pair in node.value for n in pair] if isinstance(node, MappingNode) else \
+            node.value if isinstance(node, SequenceNode) else []
+        count, depth = 1, 1
+        for child in children:
+            size, deep = measure(child)
+            count, depth = count + size, max(depth, deep + 1)
+        sizes[id(node)] = (count, depth)
+        return count, depth
+
+    try:
+        count, depth = measure(root)
+    except RecursionError:
+        count, depth = 0, MAX_DEPTH + 1
+    if count <= MAX_NODES and depth <= MAX_DEPTH:
+        return None
+    line, column = _crossing_alias(text, count > MAX_NODES)
+    what = f"more than {MAX_NODES} nodes" if count > MAX_NODES else f"deeper than {MAX_DEPTH} levels"
+    return Problem(file, line, column, "$", f"the document expands to {what} through its aliases (an alias bomb?); "
+                                            "aliases are limited to that", "yaml-alias-limit")
+
+
+def _crossing_alias(text: str, by_count: bool) -> Position:
+    """The 1-based position of the alias at which the expanded document first passes the limit: replays the
+    parser's events, counting each anchor's expanded size (and depth) as it closes."""
+    total, depth = 0, 0
+    open_anchors: list[list[Any]] = []  # [anchor, size, depth, level above] of each open collection
+    size_of: dict[str, int] = {}
+    depth_of: dict[str, int] = {}
+    for event in _events(text):
+        kind = type(event).__name__
+        if kind in ("MappingStartEvent", "SequenceStartEvent", "ScalarEvent", "AliasEvent"):
+            grown = size_of.get(event.anchor, 1) if kind == "AliasEvent" else 1
+            reach = depth + (depth_of.get(event.anchor, 1) if kind == "AliasEvent" else 1)
+            total += grown
+            for entry in open_anchors:
+                entry[1] += grown
+                entry[2] = max(entry[2], reach - entry[3])
+            if kind == "AliasEvent" and (total > MAX_NODES if by_count else reach > MAX_DEPTH):
+                return event.start_mark.line + 1, event.start_mark.column + 1
+            if kind.endswith("StartEvent"):
+                depth += 1
+                open_anchors.append([event.anchor, 1, 1, depth - 1])
+            elif kind == "ScalarEvent" and event.anchor:
+                size_of[event.anchor], depth_of[event.anchor] = 1, 1
+        elif kind in ("MappingEndEvent", "SequenceEndEvent"):
+            depth -= 1
+            anchor, size, deep, _ = open_anchors.pop()
+            if anchor:
+                size_of[anchor], depth_of[anchor] = size, deep
+        elif kind == "StreamEndEvent":
+            break
+    return 1, 1
 
 
 def _mark(node: Node) -> Position:
@@ -169,6 +255,9 @@ class _Walker:
         if tag == TAG + "bool":
             return text.lower() == "true"
         if tag == TAG + "int":
+            if len(text) > MAX_INT_DIGITS:  # `int()` refuses 4,300 digits; no scenario field needs 40
+                self.report(parts, f"an integer of {len(text)} digits is larger than any scenario value", "yaml-number")
+                return None
             return _yaml_int(text)
         if tag == TAG + "float":
             return _yaml_float(text)

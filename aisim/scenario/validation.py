@@ -207,7 +207,10 @@ def common_problems(source: Source, data: Any, covered: list[list[PathPart]]) ->
         items = data.get(section) if isinstance(data, dict) else None
         for i, item in enumerate(items if isinstance(items, list) else []):
             value = item.get(key) if key and isinstance(item, dict) else item
-            if not isinstance(value, dict) or value.get(tag) in _tags(union, tag):
+            if not isinstance(value, dict):
+                continue
+            given = value.get(tag)  # a list or a mapping where the tag belongs is an unknown tag, not a crash
+            if isinstance(given, str) and given in _tags(union, tag):
                 continue
             names = {info.alias or name for name, info in common.model_fields.items()}
             try:

@@ -94,10 +94,11 @@ class FieldError(ValueError):
 
 def lookup(field: str | int) -> DcgmField:
     """A field by name or DCGM id (as `dcgmi test --inject -f` takes either)."""
-    if isinstance(field, int) or (isinstance(field, str) and field.isdigit()):
+    if isinstance(field, int) and not isinstance(field, bool) or isinstance(field, str) and field.isascii() \
+            and field.isdigit():
         found = BY_ID.get(int(field))
-    else:
-        found = FIELDS.get(field)
+    else:  # a name; anything but a string (a list, an object from a JSON body) names no field
+        found = FIELDS.get(field) if isinstance(field, str) else None
     if found is None:
         raise FieldError(f"unknown DCGM field {field!r}")
     return found
