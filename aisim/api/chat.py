@@ -20,7 +20,7 @@ from .handlers import (
     token_logprobs,
     usage,
 )
-from .protocol import ChatRequest
+from .protocol import ChatRequest, ignore_eos
 
 
 class ChatHandler(GenerationHandler):
@@ -39,7 +39,7 @@ class ChatHandler(GenerationHandler):
         budget = self.admit(model, prompt_tokens, body.token_cap)
         prompt = chat_prompt(body.messages)
         ask = Ask(prompt, last_user(body.messages), body.messages[-1].role, model.id, min(body.token_cap or budget, budget),
-                  body.stops, body.seed, bool((body.model_extra or {}).get("ignore_eos")), body.response_format, tools,
+                  body.stops, body.seed, ignore_eos(body), body.response_format, tools,
                   body.tool_choice if tools else None, body.logprobs, state.next_seed())
         answers = [answer(ask, i, state.contents[model.id], model.content.tokens, state.tokenizer) for i in range(body.n)]
         await self.network()
