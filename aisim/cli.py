@@ -128,7 +128,7 @@ def _write_metrics(sim: object, path: str, out: TextIO) -> None:
     out.write(series_csv(sim.timeline.records()) if path.lower().endswith(".csv") else sim.telemetry.exposition())
 
 
-SERVE_FLAGS = {"--port", "--host", "--delay-ms", "--config", "--seed", "--speed", "--record", "-h", "--help"}
+SERVE_FLAGS = {"--port", "--port-offset", "--host", "--delay-ms", "--config", "--seed", "--speed", "--record", "-h", "--help"}
 
 
 def split_foreign_flags(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -186,7 +186,7 @@ def _serve(args: argparse.Namespace) -> int:
     async def main() -> None:
         state = ServerState(scenario, checked.base_dir, seed=args.seed, network_delay=delay, speed=args.speed,
                             record=args.record)
-        bound = await serve(state, args.host, args.port)
+        bound = await serve(state, args.host, args.port, args.port_offset)
         settle_garbage_collector()
         for (host, port), listener in zip(bound, scenario.server.listeners):
             print(f"aisim serving {scenario.metadata.name} at http://{host}:{port} "
@@ -436,6 +436,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("scenario", nargs="?", metavar="SCENARIO", help="scenario file (default: the built-in default)")
     serve.add_argument("--config", metavar="FILE", help="scenario file (same as SCENARIO)")
     serve.add_argument("--port", type=PORT, help="port of the first listener (default: the scenario's, 8080)")
+    serve.add_argument("--port-offset", type=int, default=0, metavar="N",
+                       help="add N to every listener's port (--port still sets the first one): two servers of one "
+                            "scenario side by side")
     serve.add_argument("--host", help="interface to bind (default: the scenario's, 127.0.0.1)")
     serve.add_argument("--delay-ms", metavar="MS", help="network delay added to every request: 200 or 120-350")
     serve.add_argument("--seed", type=SEED, help="override the scenario's seed")

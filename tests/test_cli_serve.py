@@ -85,3 +85,45 @@ def test_stopping_with_streams_open_ends_them_quietly_and_logs_them_as_aborted(t
         stderr = process.stderr.read() if process.stderr else ""  # type: ignore[union-attr]
     assert stderr == ""
     assert [r.status for r in read_log(log).requests] == ["aborted"] * 3
+
+
+def _free_offset(ports: list[int], taken: set[int]) -> int:
+    """An offset that moves every one of `ports` to a port free now (and not in `taken`)."""
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            offset = probe.getsockname()[1] - ports[0]
+        moved = [p + offset for p in ports]
+        if not all(0 < p <= 65535 and p not in taken for p in moved):
+            continue
+        try:
+            for p in moved:
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return offset
+    raise RuntimeError("no free offset")
+
+
+def test_port_offset_lets_two_triton_servers_run_side_by_side() -> None:
+    """`--port-offset N` moves every listener (the KServe port and the fixed metrics port alike)."""
+    scenario = str(ROOT / "scenarios" / "triton.yaml")
+    first = _free_offset([8000, 8002], set())
+    second = _free_offset([8000, 8002], {8000 + first, 8002 + first})
+    processes = [subprocess.Popen([sys.executable, "-m", "aisim", "serve", scenario, "--port-offset", str(offset)],
+                                  cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for offset in (first, second)]
+    try:
+        for process, offset in zip(processes, (first, second)):
+            lines = [process.stdout.readline(), process.stdout.readline()]  # type: ignore[union-attr]
+            assert f"127.0.0.1:{8000 + offset} " in lines[0] and f"127.0.0.1:{8002 + offset} " in lines[1], lines
+            assert httpx.get(f"http://127.0.0.1:{8000 + offset}/v2/health/live").status_code == 200
+            metrics = httpx.get(f"http://127.0.0.1:{8002 + offset}/metrics")
+            assert metrics.status_code == 200 and "nv_inference_count" in metrics.text
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=10)

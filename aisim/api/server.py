@@ -212,15 +212,27 @@ def make_app(state: ServerState, personalities: tuple[str, ...] = DEFAULT_PERSON
                                    default_handler_class=openai_api.NotFoundHandler if openai else kserve_api.NotFoundHandler)
 
 
-async def serve(state: ServerState, host: str | None = None, port: int | None = None) -> list[tuple[str, int]]:
-    """Start every listener of the scenario (the first one's port overridden by `port`); returns
-    the (host, port) pairs actually bound."""
+def listener_port(declared: int, offset: int) -> int:
+    """A listener's port moved by `--port-offset` (0, a free port, stays 0): two servers of one scenario run
+    side by side with different offsets, every port of each moved alike."""
+    if declared == 0 or offset == 0:
+        return declared
+    moved = declared + offset
+    if not 0 < moved <= 65535:
+        raise OSError(f"port {declared} moved by the offset {offset} is {moved}, outside 1-65535")
+    return moved
+
+
+async def serve(state: ServerState, host: str | None = None, port: int | None = None,
+                port_offset: int = 0) -> list[tuple[str, int]]:
+    """Start every listener of the scenario (the first one's port overridden by `port`, the others' moved by
+    `port_offset`); returns the (host, port) pairs actually bound."""
     state.start()
     server = state.scenario.server
     bound: list[tuple[str, int]] = []
     for index, listener in enumerate(server.listeners):
         app = make_app(state, tuple(listener.personalities), listener.metrics_path)
-        chosen = port if (index == 0 and port is not None) else listener.port
+        chosen = port if (index == 0 and port is not None) else listener_port(listener.port, port_offset)
         http = tornado.httpserver.HTTPServer(app, max_body_size=server.max_body_size * 2)
         sockets = tornado.netutil.bind_sockets(chosen, host or server.host, backlog=LISTEN_BACKLOG)
         http.add_sockets(sockets)

@@ -119,6 +119,10 @@ class MetricsHandler(BaseHandler):
         self.set_header("Content-Type", content_type)
         self.finish(payload)
 
+    head = get
+    """`HEAD /metrics`: GET's status and headers (its Content-Length too), no body (Tornado drops it), as
+    Prometheus' and probes' HEAD checks expect."""
+
 
 def routes() -> list[Any]:
     return [
