@@ -189,13 +189,23 @@ class ServerState:
 def make_app(state: ServerState, personalities: tuple[str, ...] = DEFAULT_PERSONALITIES,
              metrics_path: str = "/metrics") -> tornado.web.Application:
     """The Tornado application of one listener, speaking the given personalities."""
-    from . import admin_api, dcgm_api, kserve_api, openai_api, triton_metrics, vllm_api
+    from . import (
+        admin_api,
+        anthropic_api,
+        dcgm_api,
+        kserve_api,
+        openai_api,
+        triton_metrics,
+        vllm_api,
+    )
 
     routes: list[Any] = []
     if "openai" in personalities or "vllm" in personalities:
         routes += openai_api.routes()
     if "vllm" in personalities:
         routes += vllm_api.routes()
+    if "vllm" in personalities or "anthropic" in personalities:  # vLLM serves Anthropic's Messages API too
+        routes += anthropic_api.routes(strict="vllm" not in personalities)
     if "vllm-metrics" in personalities:
         routes.append((metrics_path, vllm_api.MetricsHandler))
     if "triton-metrics" in personalities:
@@ -208,8 +218,10 @@ def make_app(state: ServerState, personalities: tuple[str, ...] = DEFAULT_PERSON
         routes += kserve_api.routes()
     openai = "openai" in personalities or "vllm" in personalities
     body_limit = state.scenario.server.max_body_size
+    missing = (openai_api.NotFoundHandler if openai else
+               anthropic_api.NotFoundHandler if "anthropic" in personalities else kserve_api.NotFoundHandler)
     return tornado.web.Application(routes, state=state, max_body_size=body_limit * 2, compress_response=False,
-                                   default_handler_class=openai_api.NotFoundHandler if openai else kserve_api.NotFoundHandler)
+                                   default_handler_class=missing)
 
 
 def listener_port(declared: int, offset: int) -> int:

@@ -11,7 +11,8 @@ from .distributions import DurationDistribution
 from .hardware import Identifier
 from .units import ByteSize, Duration, PositiveRate
 
-Personality = Literal["openai", "vllm", "kserve", "vllm-metrics", "triton-metrics", "dcgm-metrics", "admin"]
+Personality = Literal["openai", "vllm", "anthropic", "kserve", "vllm-metrics", "triton-metrics", "dcgm-metrics",
+                      "admin"]
 PLANNED_PERSONALITIES: dict[str, str] = {}
 """Personalities accepted ahead of their implementation, with the issue that builds each (none now)."""
 
