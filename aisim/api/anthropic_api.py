@@ -168,7 +168,7 @@ def chat_request(body: CountTokensRequest) -> ChatRequest:
 class AnthropicHandler(BaseHandler):
     """Anthropic's error bodies, `request-id`, and its key header for every Messages route."""
 
-    def initialize(self, strict: bool = False) -> None:  # type: ignore[override]
+    def initialize(self, strict: bool = False) -> None:
         super().initialize()
         self.strict = strict
         """The `anthropic` personality: `anthropic-version` is required, as Anthropic requires it."""
