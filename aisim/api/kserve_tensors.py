@@ -54,12 +54,15 @@ _string = json.encoder.encode_basestring_ascii
 class KServeError(Exception):
     """An error answer: Triton's status and message, sent as `{"error": message}`."""
 
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None, grpc: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.headers = headers or {}
         """Headers the answer carries besides the body (an unsupported encoding names those read)."""
+        self.grpc = grpc
+        """The gRPC status code's name where Triton's gRPC frontend does not answer the HTTP status's own
+        (None: the code of `status`, see `kserve_grpc.GRPC_CODES`)."""
 
 
 @dataclass
