@@ -189,7 +189,8 @@ def _serve(args: argparse.Namespace) -> int:
         bound = await serve(state, args.host, args.port, args.port_offset)
         settle_garbage_collector()
         for (host, port), listener in zip(bound, scenario.server.listeners):
-            print(f"aisim serving {scenario.metadata.name} at http://{host}:{port} "
+            scheme = "grpc" if "kserve-grpc" in listener.personalities else "http"
+            print(f"aisim serving {scenario.metadata.name} at {scheme}://{host}:{port} "
                   f"({', '.join(listener.personalities)})", flush=True)
         print(f"models: {', '.join(m.id for m in scenario.models)}", flush=True)
         stopping = asyncio.Event()

@@ -109,18 +109,22 @@ def _free_offset(ports: list[int], taken: set[int]) -> int:
 
 
 def test_port_offset_lets_two_triton_servers_run_side_by_side() -> None:
-    """`--port-offset N` moves every listener (the KServe port and the fixed metrics port alike)."""
+    """`--port-offset N` moves every listener (KServe's HTTP and gRPC ports and the fixed metrics port alike)."""
+    import tritonclient.grpc
+
     scenario = str(ROOT / "scenarios" / "triton.yaml")
-    first = _free_offset([8000, 8002], set())
-    second = _free_offset([8000, 8002], {8000 + first, 8002 + first})
+    first = _free_offset([8000, 8001, 8002], set())
+    second = _free_offset([8000, 8001, 8002], {8000 + first, 8001 + first, 8002 + first})
     processes = [subprocess.Popen([sys.executable, "-m", "aisim", "serve", scenario, "--port-offset", str(offset)],
                                   cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for offset in (first, second)]
     try:
         for process, offset in zip(processes, (first, second)):
-            lines = [process.stdout.readline(), process.stdout.readline()]  # type: ignore[union-attr]
-            assert f"127.0.0.1:{8000 + offset} " in lines[0] and f"127.0.0.1:{8002 + offset} " in lines[1], lines
+            lines = [process.stdout.readline() for _ in range(3)]  # type: ignore[union-attr]
+            assert f"http://127.0.0.1:{8000 + offset} " in lines[0] and f"grpc://127.0.0.1:{8001 + offset} " in lines[1] \
+                and f"http://127.0.0.1:{8002 + offset} " in lines[2], lines
             assert httpx.get(f"http://127.0.0.1:{8000 + offset}/v2/health/live").status_code == 200
+            assert tritonclient.grpc.InferenceServerClient(f"127.0.0.1:{8001 + offset}").is_server_live()
             metrics = httpx.get(f"http://127.0.0.1:{8002 + offset}/metrics")
             assert metrics.status_code == 200 and "nv_inference_count" in metrics.text
     finally:

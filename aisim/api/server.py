@@ -111,6 +111,8 @@ class ServerState:
         self._task: asyncio.Task[None] | None = None
         self.http_servers: list[tornado.httpserver.HTTPServer] = []
         """The listeners `serve` started (closed by `stop`)."""
+        self.grpc_servers: list[Any] = []
+        """The gRPC listeners (`kserve-grpc`) `serve` started (`grpc.aio.Server`s, stopped by `stop`)."""
         if self.record is not None:
             self.recording = Recording(self.record, scenario.metadata.name, self.speed, self.sim.seed, self.live.started_wall)
 
@@ -129,8 +131,11 @@ class ServerState:
             http.stop()
         for http in self.http_servers:
             await http.close_all_connections()
+        for grpc_server in self.grpc_servers:  # its calls are cancelled, which aborts their requests
+            await grpc_server.stop(None)
         await asyncio.sleep(0)  # the handlers whose requests just ended return
         self.http_servers.clear()
+        self.grpc_servers.clear()
         self.live.stop()
         if self._task is not None:
             await self._task
@@ -243,8 +248,15 @@ async def serve(state: ServerState, host: str | None = None, port: int | None = 
     server = state.scenario.server
     bound: list[tuple[str, int]] = []
     for index, listener in enumerate(server.listeners):
-        app = make_app(state, tuple(listener.personalities), listener.metrics_path)
         chosen = port if (index == 0 and port is not None) else listener_port(listener.port, port_offset)
+        if "kserve-grpc" in listener.personalities:  # HTTP/2 on a port of its own (validation keeps it alone)
+            from . import kserve_grpc
+
+            grpc_server, bound_port = await kserve_grpc.start(state, host or server.host, chosen)
+            state.grpc_servers.append(grpc_server)
+            bound.append((host or server.host, bound_port))
+            continue
+        app = make_app(state, tuple(listener.personalities), listener.metrics_path)
         http = tornado.httpserver.HTTPServer(app, max_body_size=server.max_body_size * 2)
         sockets = tornado.netutil.bind_sockets(chosen, host or server.host, backlog=LISTEN_BACKLOG)
         http.add_sockets(sockets)
