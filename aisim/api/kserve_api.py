@@ -48,6 +48,7 @@ from .kserve_tensors import (
     raw_request,
 )
 from .server import ServerState
+from .shared_memory import cuda_register, cuda_status
 
 
 class KServeHandler(tornado.web.RequestHandler):
@@ -266,6 +267,38 @@ class TraceHandler(KServeHandler):
         self.finish(json.dumps(update_trace(self.models, name, body if isinstance(body, dict) else {})))
 
 
+class SharedMemoryHandler(KServeHandler):
+    """`/v2/systemsharedmemory[/region/{r}]/status|register|unregister` and the same under `cudasharedmemory`:
+    status is a GET, register and unregister POSTs (`shared_memory`)."""
+
+    def get(self, kind: str, region: str | None, action: str) -> None:
+        self.guarded(lambda: self._act(kind, region, action))
+
+    def post(self, kind: str, region: str | None, action: str) -> None:
+        self.guarded(lambda: self._act(kind, region, action))
+
+    def _act(self, kind: str, region: str | None, action: str) -> None:
+        if (action == "status") != (self.request.method == "GET"):
+            raise KServeError(405, "Method Not Allowed")
+        shared, system = self.state.shared_memory, kind == "system"
+        if action == "status":
+            self.finish(json.dumps(shared.status(region) if system else cuda_status(region)))
+            return
+        if action == "register":
+            if region is None:
+                raise KServeError(400, f"'region name' is necessary to register {kind} shared memory region")
+            body = self.json_body()
+            body = body if isinstance(body, dict) else {}
+            if system:
+                shared.register(region, body.get("key"), body.get("offset", 0), body.get("byte_size"))
+            else:
+                cuda_register(region)
+        elif system:
+            shared.unregister(region)
+        self.clear_header("Content-Type")
+        self.finish()
+
+
 class VersionedTraceHandler(KServeHandler):
     """Trace settings have no versions: Triton's router matches no handler for the versioned path and answers
     400 (§1.1; the reference has no text for it, so this is the status's reason phrase, as for 404 and 405)."""
@@ -294,6 +327,8 @@ def routes() -> list[Any]:
         (r"/v2/models/([^/]+)/trace/setting", TraceHandler, {"methods": both}),
         (r"/v2/models/[^/]+/versions/[0-9]+/trace/setting", VersionedTraceHandler, {"methods": both}),
         (r"/v2/repository/index", IndexHandler, {"methods": post}),
+        (r"/v2/(system|cuda)sharedmemory(?:/region/([^/]+))?/(status|register|unregister)", SharedMemoryHandler,
+         {"methods": both}),
         (r"/v2/repository(?:/([^/]+))?/models/([^/]+)/(load|unload)", RepositoryHandler, {"methods": post}),
         (model + r"(?:/(ready|config|stats))?", ModelHandler, {"methods": get}),
         (r"/v2/.*", NotFoundHandler, {"methods": both}),

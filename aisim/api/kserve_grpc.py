@@ -15,7 +15,10 @@ trace settings and errors. Only the wire differs (`triton-kserve.md` §14):
   NOT_FOUND, `UNAVAILABLE` 503 / UNAVAILABLE, `INTERNAL` 500 / INTERNAL, `UNSUPPORTED` 501 /
   UNIMPLEMENTED, `ALREADY_EXISTS` 409 / ALREADY_EXISTS), so the HTTP status names the gRPC code, except an
   unknown model, which Triton's HTTP frontend answers 400 and its gRPC one NOT_FOUND (`KServeError.grpc`);
-- health answers are messages (`live`, `ready`), never errors, for a known model.
+- health answers are messages (`live`, `ready`), never errors, for a known model;
+- system shared memory (`shared_memory`) is the server's one registry, whichever wire registered a region;
+  an input in shared memory takes no `raw_input_contents` entry, an output written into it an empty one
+  (so the others keep their positions) and names its region and byte size in its parameters.
 Texts for what only gRPC can send wrong (raw and typed contents together, a count of raw contents that is
 not the inputs') are aisim's: the reference has none.
 """
@@ -56,8 +59,10 @@ from .kserve_tensors import (
     KServeError,
     Signature,
     bytes_elements,
+    shm_parameters,
 )
 from .server import ServerState
+from .shared_memory import cuda_register, cuda_status
 from .triton_config import model_config_types
 
 GRPC_CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND, 409: grpc.StatusCode.ALREADY_EXISTS,
@@ -87,17 +92,24 @@ def _parameter(value: Any) -> Any:
 def read_request(message: Any, model: str, signature: Signature) -> InferRequest:
     """A `ModelInferRequest` as the shared `InferRequest` (every input's raw little-endian bytes)."""
     raw = list(message.raw_input_contents)
-    if raw and len(raw) != len(message.inputs):
-        raise KServeError(400, f"expected {len(message.inputs)} raw_input_contents, one per input, but got {len(raw)} "
+    shared = [shm_parameters({k: _parameter(v) for k, v in t.parameters.items()}) for t in message.inputs]
+    in_memory = sum(1 for where in shared if where is None)  # inputs in shared memory take no raw content
+    if raw and len(raw) != in_memory:
+        raise KServeError(400, f"expected {in_memory} raw_input_contents, one per input, but got {len(raw)} "
                                f"for model '{model}'")
     inputs = []
-    for index, tensor in enumerate(message.inputs):
+    position = 0
+    for tensor, where in zip(message.inputs, shared):
         shape = list(tensor.shape)
+        if where is not None:
+            inputs.append(InputTensor(tensor.name, tensor.datatype, shape, b"", where))
+            continue
         if raw:
             if tensor.HasField("contents"):
                 raise KServeError(400, f"contents field must not be specified when using raw_input_contents for "
                                        f"'{tensor.name}' for model '{model}'")
-            data = raw[index]
+            data = raw[position]
+            position += 1
         else:
             data = _typed_bytes(tensor, model)
         inputs.append(InputTensor(tensor.name, tensor.datatype, shape, data))
@@ -130,8 +142,14 @@ def infer_response(inference: Inference) -> Any:
     """The `ModelInferResponse`: each output's datatype and shape, its bytes in `raw_output_contents`."""
     response = pb.ModelInferResponse(model_name=inference.model, model_version=inference.version,
                                      id=inference.request.id)
+    asked = {o["name"]: o["parameters"] for o in inference.request.outputs}
     for tensor, shape, data in inference.outputs:
-        response.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=shape)
+        output = response.outputs.add(name=tensor.name, datatype=tensor.datatype, shape=shape)
+        region = asked.get(tensor.name, {}).get("shared_memory_region")
+        if region is not None:  # written into the region: the answer names it (and keeps the contents aligned)
+            output.parameters["shared_memory_region"].string_param = region
+            output.parameters["shared_memory_byte_size"].int64_param = len(data)
+            data = b""
         response.raw_output_contents.append(data)
     return response
 
@@ -235,6 +253,42 @@ class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
                 yield answer
         finally:
             reader.cancel()
+
+    # -- shared memory -----------------------------------------------------------------------
+
+    async def SystemSharedMemoryStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def work() -> Any:
+            response = pb.SystemSharedMemoryStatusResponse()
+            for region in self.state.shared_memory.status(request.name or None):
+                response.regions[region["name"]].CopyFrom(
+                    pb.SystemSharedMemoryStatusResponse.RegionStatus(**region))
+            return response
+        return await self._guard(context, work)
+
+    async def SystemSharedMemoryRegister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def work() -> Any:
+            self.state.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
+            return pb.SystemSharedMemoryRegisterResponse()
+        return await self._guard(context, work)
+
+    async def SystemSharedMemoryUnregister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        self.state.shared_memory.unregister(request.name or None)
+        return pb.SystemSharedMemoryUnregisterResponse()
+
+    async def CudaSharedMemoryStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def work() -> Any:
+            cuda_status(request.name or None)
+            return pb.CudaSharedMemoryStatusResponse()
+        return await self._guard(context, work)
+
+    async def CudaSharedMemoryRegister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        async def work() -> Any:
+            cuda_register(request.name)
+            return pb.CudaSharedMemoryRegisterResponse()
+        return await self._guard(context, work)
+
+    async def CudaSharedMemoryUnregister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
+        return pb.CudaSharedMemoryUnregisterResponse()
 
     # -- repository, settings ----------------------------------------------------------------
 

@@ -32,9 +32,11 @@ from .kserve_tensors import (
     Signature,
     check_inputs,
     generate_outputs,
+    shm_parameters,
 )
 from .recording import Recording
 from .server import ServerState
+from .shared_memory import SharedMemory
 from .triton_config import model_config, model_config_types, platform_of
 
 TRITON_VERSION = "2.61.0"
@@ -409,6 +411,8 @@ class Inference:
     outputs: Outputs
     recording: Recording | None
     call: Call
+    shared: SharedMemory
+    """The server's shared-memory regions (outputs asked into one are written there when the answer goes out)."""
 
 
 def start_inference(models: KServeModels, name: str, version: str | None,
@@ -420,13 +424,18 @@ def start_inference(models: KServeModels, name: str, version: str | None,
     model = served.model
     signature = models.signature(model, chosen)
     request = read(model.id, signature)
+    shared = models.state.shared_memory
+    for tensor in request.inputs:
+        if tensor.shared_memory is not None:
+            region, offset, size = tensor.shared_memory
+            tensor.data = shared.read(region, offset, size)
     batch = check_inputs(request, model.id, signature)
     outputs = generate_outputs(request, signature, batch, model.id, chosen)
     priority = request.parameters.get("priority", 0)
     arrival = Arrival(0, "kserve", model.id, max(batch, 1), 0, int(priority) if isinstance(priority, int) else 0,
                       -1, 0, version=chosen)
     call = models.state.live.submit(arrival, live_tokens=False)
-    return Inference(model.id, chosen, request, batch, outputs, models.state.recording, call)
+    return Inference(model.id, chosen, request, batch, outputs, models.state.recording, call, shared)
 
 
 def ended(inference: Inference, ending: tuple[str, int], elapsed_s: float) -> bool:
@@ -445,7 +454,25 @@ def ended(inference: Inference, ending: tuple[str, int], elapsed_s: float) -> bo
             recording.infer(call, inference.model, inference.version, inference.batch, request.inputs, [], elapsed_s,
                             error.message)
         raise error
+    _write_shared(inference)
     return True
+
+
+def _write_shared(inference: Inference) -> None:
+    """Outputs asked into a shared-memory region are written there (Triton's check of the room first)."""
+    for requested in inference.request.outputs:
+        parameters = requested.get("parameters") if isinstance(requested, dict) else None
+        where = shm_parameters(parameters)
+        if where is None:
+            continue
+        region, offset, size = where
+        for tensor, _, data in inference.outputs:
+            if tensor.name != requested.get("name"):
+                continue
+            if len(data) > size:
+                raise KServeError(400, f"shared memory size specified with the request for output '{tensor.name}' "
+                                       f"({size} bytes) should be at least {len(data)} bytes to hold the results")
+            inference.shared.write(region, offset, data)
 
 
 def record_answer(inference: Inference, elapsed_s: float) -> None:

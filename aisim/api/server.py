@@ -32,6 +32,7 @@ from .faults import FaultBook
 from .metrics_feed import MetricsFeed
 from .ratelimit import RateLimiter
 from .recording import Recording
+from .shared_memory import SharedMemory
 from .tokenizer import Tokenizer, default_tokenizer
 
 if TYPE_CHECKING:
@@ -111,6 +112,8 @@ class ServerState:
         self._task: asyncio.Task[None] | None = None
         self.http_servers: list[tornado.httpserver.HTTPServer] = []
         """The listeners `serve` started (closed by `stop`)."""
+        self.shared_memory = SharedMemory()
+        """Triton's registered system shared-memory regions (both KServe wires read and write them)."""
         self.grpc_servers: list[Any] = []
         """The gRPC listeners (`kserve-grpc`) `serve` started (`grpc.aio.Server`s, stopped by `stop`)."""
         if self.record is not None:
@@ -143,6 +146,7 @@ class ServerState:
         if self.recording is not None:
             self.recording.close(self.sim)
             self.recording = None
+        self.shared_memory.close()
 
     # -- lookups -----------------------------------------------------------------------------
 
