@@ -56,6 +56,9 @@ class ServerState:
     speed: float = 1.0
     record: str | Path | None = None
     """Write a request log here (`aisim serve --record`)."""
+    tokenizer_path: str | None = None
+    """Count, split and `/tokenize` with this Hugging Face tokenizer (`aisim serve --tokenizer`: a folder or a
+    model id in the local cache) instead of the built-in default."""
     sim: Simulation = field(init=False)
     live: Live = field(init=False)
     tokenizer: Tokenizer = field(init=False)
@@ -90,7 +93,13 @@ class ServerState:
         self._seeds: list[int] = []
         self._context_lengths: dict[str, int] = {}
         self._entropy, self._entropy_used = b"", 0
-        self.tokenizer = default_tokenizer()
+        if self.tokenizer_path is not None:
+            # imported here: it imports the handlers, which import this module
+            from .hf_tokenizer import load_tokenizer
+
+            self.tokenizer = load_tokenizer(self.tokenizer_path)
+        else:
+            self.tokenizer = default_tokenizer()
         self.contents = {m.id: ContentSource(m.content, self.base_dir) for m in scenario.models}
         self.faults = FaultBook(list(scenario.faults), fault_rng)
         self.limiter = RateLimiter(scenario.server.rate_limits)
