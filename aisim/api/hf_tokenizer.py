@@ -9,8 +9,8 @@ that: a `Split` pre-tokenizer with the same expression (in Oniguruma's syntax, w
 library uses: the same backtracking alternation as Python's `re`) and a `WordLevel` model, which makes
 every piece one token. Its ids are not the server's (those are computed from the piece's bytes, up to
 2**53, and a tokenizer's vocabulary is a finite table): the vocabulary holds the ASCII characters and the
-pieces of aisim's lorem text and common tokens, the others are `[UNK]`. Counts are exact; ids and
-decoding are only for those pieces. The files are generated from aisim's own code (MIT), nothing
+pieces of aisim's lorem text and common tokens, the others are one unknown token (`UNKNOWN`). Counts are
+exact; ids and decoding are only for those pieces. The files are generated from aisim's own code (MIT), nothing
 trained or downloaded.
 
 `aisim serve --tokenizer DIR` (vLLM's flag: a folder with a `tokenizer.json`, or a Hugging Face model id
@@ -32,7 +32,12 @@ from .content import LOREM_WORDS
 from .handlers import ALTERNATIVES
 from .tokenizer import _RULES, Tokenizer, default_tokenizer
 
-UNKNOWN = "[UNK]"
+UNKNOWN = " \u25a1"
+"""The text of a piece outside the vocabulary (" □"): a space and a three-byte character, which the built-in
+tokenizer makes one piece whatever comes before or after it (the space cannot join a whitespace piece before
+it: those leave their last space to what follows), so text decoded from ids counts as many tokens as it has
+ids (as clients that make prompts by decoding ids, aiperf and guidellm, expect). Not a special token:
+decoding keeps it."""
 
 
 def heuristic_pattern() -> str:
@@ -45,10 +50,13 @@ def heuristic_pattern() -> str:
 
 
 def _vocabulary() -> dict[str, int]:
-    """`[UNK]`, the ASCII characters, then the pieces of lorem words (bare, spaced, Capitalised) and of the
-    common tokens, in a fixed order."""
+    """The unknown token, the ASCII characters, digit groups and space runs, then the pieces of lorem words (bare,
+    spaced, Capitalised) and of the common tokens, in a fixed order."""
     heuristic = default_tokenizer()
     pieces: list[str] = [UNKNOWN, *map(chr, range(128))]
+    # every digit group and runs of spaces: numbers and indentation decode as themselves
+    pieces += [f"{n:0{width}d}" for width in (1, 2, 3) for n in range(10**width)]
+    pieces += [" " * n for n in range(2, 17)]
     for word in LOREM_WORDS:
         for form in (word, " " + word, word.capitalize(), " " + word.capitalize()):
             pieces += heuristic.pieces(form)
@@ -60,8 +68,7 @@ def _vocabulary() -> dict[str, int]:
 def heuristic_tokenizer_json() -> dict[str, Any]:
     """`tokenizer.json` of the default tokenizer's counting (see the module docstring)."""
     return {"version": "1.0", "truncation": None, "padding": None,
-            "added_tokens": [{"id": 0, "content": UNKNOWN, "single_word": False, "lstrip": False, "rstrip": False,
-                              "normalized": False, "special": True}],
+            "added_tokens": [],
             "normalizer": None,
             "pre_tokenizer": {"type": "Split", "pattern": {"Regex": heuristic_pattern()}, "behavior": "Isolated",
                               "invert": False},
@@ -73,7 +80,9 @@ def save(directory: str | Path) -> list[Path]:
     """Write the default tokenizer's folder (`tokenizer.json`, `tokenizer_config.json`); returns the files."""
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
-    config = {"tokenizer_class": "PreTrainedTokenizerFast", "unk_token": UNKNOWN, "model_max_length": 1_000_000,
+    # no `unk_token` here: transformers would make it a special token, which decoding with
+    # `skip_special_tokens` (guidellm's prompts) drops, and the text would count fewer tokens than its ids
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": 1_000_000,
               "clean_up_tokenization_spaces": False, "add_bos_token": False, "add_eos_token": False,
               "aisim": "the counting of aisim's built-in tokenizer (aisim tokenizer save)"}
     written = [folder / "tokenizer.json", folder / "tokenizer_config.json"]
