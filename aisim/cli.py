@@ -128,7 +128,7 @@ def _write_metrics(sim: object, path: str, out: TextIO) -> None:
     out.write(series_csv(sim.timeline.records()) if path.lower().endswith(".csv") else sim.telemetry.exposition())
 
 
-SERVE_FLAGS = {"--port", "--host", "--delay-ms", "--config", "--seed", "--speed", "--record", "-h", "--help"}
+SERVE_FLAGS = {"--port", "--port-offset", "--tokenizer", "--host", "--delay-ms", "--config", "--seed", "--speed", "--record", "-h", "--help"}
 
 
 def split_foreign_flags(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -183,14 +183,23 @@ def _serve(args: argparse.Namespace) -> int:
             return 2
 
     scenario = checked.scenario
+    if args.tokenizer:
+        from .api.hf_tokenizer import load_tokenizer
+
+        try:
+            load_tokenizer(args.tokenizer)
+        except (OSError, RuntimeError, ValueError) as error:  # (the tokenizers library raises a plain Exception too)
+            sys.stderr.write(f"aisim serve: {error}\n")
+            return 1
 
     async def main() -> None:
         state = ServerState(scenario, checked.base_dir, seed=args.seed, network_delay=delay, speed=args.speed,
-                            record=args.record, pod=PodIdentity.from_env())
-        bound = await serve(state, args.host, args.port)
+                            record=args.record, pod=PodIdentity.from_env(), tokenizer_path=args.tokenizer)
+        bound = await serve(state, args.host, args.port, args.port_offset)
         settle_garbage_collector()
         for (host, port), listener in zip(bound, scenario.server.listeners):
-            print(f"aisim serving {scenario.metadata.name} at http://{host}:{port} "
+            scheme = "grpc" if "kserve-grpc" in listener.personalities else "http"
+            print(f"aisim serving {scenario.metadata.name} at {scheme}://{host}:{port} "
                   f"({', '.join(listener.personalities)})", flush=True)
         print(f"models: {', '.join(m.id for m in scenario.models)}", flush=True)
         stopping = asyncio.Event()
@@ -216,6 +225,19 @@ def _serve(args: argparse.Namespace) -> int:
     except (OSError, RefusedToStart) as error:
         sys.stderr.write(f"aisim serve: {error}\n")
         return 1
+    return 0
+
+
+def _tokenizer(args: argparse.Namespace) -> int:
+    """`aisim tokenizer save DIR`: the built-in tokenizer's counting as a Hugging Face tokenizer folder."""
+    from .api.hf_tokenizer import save
+
+    try:
+        written = save(args.directory)
+    except OSError as error:
+        sys.stderr.write(f"aisim tokenizer: cannot write {error.filename}: {error.strerror}\n")
+        return 2
+    sys.stdout.write("".join(f"{path}\n" for path in written))
     return 0
 
 
@@ -522,12 +544,25 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("scenario", nargs="?", metavar="SCENARIO", help="scenario file (default: the built-in default)")
     serve.add_argument("--config", metavar="FILE", help="scenario file (same as SCENARIO)")
     serve.add_argument("--port", type=PORT, help="port of the first listener (default: the scenario's, 8080)")
+    serve.add_argument("--tokenizer", metavar="DIR",
+                       help="count and /tokenize with this Hugging Face tokenizer: a folder with tokenizer.json, or a "
+                            "model id in the local cache (vLLM's flag; default: aisim's built-in tokenizer)")
+    serve.add_argument("--port-offset", type=int, default=0, metavar="N",
+                       help="add N to every listener's port (--port still sets the first one): two servers of one "
+                            "scenario side by side")
     serve.add_argument("--host", help="interface to bind (default: the scenario's, 127.0.0.1)")
     serve.add_argument("--delay-ms", metavar="MS", help="network delay added to every request: 200 or 120-350")
     serve.add_argument("--seed", type=SEED, help="override the scenario's seed")
     serve.add_argument("--speed", type=POSITIVE, default=1.0, help="virtual seconds per wall second (default 1)")
     serve.add_argument("--record", metavar="FILE", help="write every request to this JSONL request log (aisim replay reads it)")
     serve.set_defaults(handler=_serve, foreign=[])
+
+    tokenizer = commands.add_parser("tokenizer", help="the built-in tokenizer as a Hugging Face tokenizer folder")
+    tokenizer_commands = tokenizer.add_subparsers(dest="action", required=True)
+    save = tokenizer_commands.add_parser("save", help="write tokenizer.json and tokenizer_config.json that count as "
+                                                      "aisim serve does (for guidellm --processor, aiperf --tokenizer)")
+    save.add_argument("directory", metavar="DIR")
+    save.set_defaults(handler=_tokenizer)
 
     memory = commands.add_parser("memory", help="predict weights, activations and KV-cache capacity, as vLLM sizes them")
     memory.add_argument("scenario", nargs="?", metavar="SCENARIO", help="a scenario: every simulated model in it")

@@ -13,6 +13,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Protocol
 
 import httpx
 
@@ -66,7 +67,21 @@ def wrk(url: str, body: object, seconds: int, connections: int, pid: int) -> tup
     return rate, used / requests * 1e6, stolen / seconds
 
 
-def compare(scenario: Path, path: str, body: object, target: float, what: str, description: str) -> None:
+class ExtraLoad(Protocol):
+    """A second wire measured on the same aisim server in the same rounds (`compare(..., extra=)`)."""
+
+    name: str
+
+    def start(self, server: subprocess.Popen[str]) -> None:
+        """Read what the load needs from the server once it has started (its other listeners' lines)."""
+
+    def run(self, seconds: int, connections: int, pid: int) -> tuple[float, float, float]:
+        """(requests/s, the server's CPU microseconds per request, the share of its core stolen), as `wrk`."""
+        ...
+
+
+def compare(scenario: Path, path: str, body: object, target: float, what: str, description: str,
+            extra: ExtraLoad | None = None) -> None:
     """Requests/s of `aisim serve SCENARIO` against a bare Tornado handler that returns the body aisim
     answered, both pinned to one core, under the same `wrk` load, in alternating rounds (a shared machine's
     speed drifts by 10-20 % between runs of a few seconds: one run of each gave ratios from 0.55 to 0.70
@@ -82,6 +97,8 @@ def compare(scenario: Path, path: str, body: object, target: float, what: str, d
                               "--port", str(aisim_port)], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         wait_ready(aisim)
+        if extra is not None:
+            extra.start(aisim)
         url = f"http://127.0.0.1:{aisim_port}{path}"
         answer = httpx.post(url, json=body)
         answer.raise_for_status()
@@ -94,6 +111,7 @@ def compare(scenario: Path, path: str, body: object, target: float, what: str, d
             wait_ready(bare)
             time.sleep(0.2)
             rounds = []
+            extras: list[tuple[float, float, float, float]] = []
             for _ in range(args.rounds):
                 baseline, bare_cpu, bare_stolen = wrk(f"http://127.0.0.1:{bare_port}{path}", body, args.seconds,
                                                       args.connections, bare.pid)
@@ -102,6 +120,11 @@ def compare(scenario: Path, path: str, body: object, target: float, what: str, d
                 print(f"round     bare {baseline:,.0f} requests/s ({bare_cpu:.0f} us CPU each, {bare_stolen:.0%} stolen), "
                       f"aisim {measured:,.0f} requests/s ({aisim_cpu:.0f} us CPU each, {aisim_stolen:.0%} stolen): "
                       f"{measured / baseline:.2f}", flush=True)
+                if extra is not None:
+                    other, other_cpu, other_stolen = extra.run(args.seconds, args.connections, aisim.pid)
+                    extras.append((measured, aisim_cpu, other, other_cpu))
+                    print(f"          aisim over {extra.name} {other:,.0f} requests/s ({other_cpu:.0f} us CPU each, "
+                          f"{other_stolen:.0%} stolen): {other / measured:.2f} of HTTP's", flush=True)
         finally:
             bare.terminate()
     finally:
@@ -111,3 +134,8 @@ def compare(scenario: Path, path: str, body: object, target: float, what: str, d
     print(f"aisim     aisim serve, {what}: {statistics.median(m for _, m in rounds):,.0f} requests/s")
     print(f"ratio     aisim / bare, median of {len(rounds)} rounds: {ratio:.2f} "
           f"(target >= {target}: {'PASS' if ratio >= target else 'FAIL'})")
+    if extra is not None and extras:
+        print(f"{extra.name:<9} aisim serve over {extra.name}: {statistics.median(o for _, _, o, _ in extras):,.0f} requests/s, "
+              f"{statistics.median(o / m for m, _, o, _ in extras):.2f} of HTTP's (median of rounds); server CPU per "
+              f"request {statistics.median(c for _, _, _, c in extras):.0f} us against HTTP's "
+              f"{statistics.median(c for _, c, _, _ in extras):.0f} us")

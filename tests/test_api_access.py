@@ -21,7 +21,7 @@ from .conftest import ROOT, TEST_SCENARIOS
 
 ACCESS = TEST_SCENARIOS / "serve" / "access.yaml"
 LISTENER = {"openai": 0, "vllm": 0, "vllm-metrics": 0, "admin": 0, "kserve": 1, "triton-metrics": 2, "dcgm-metrics": 3}
-FILLED = {"{model}": "resnet50", "{version}": "1", "{id}": "resp_missing"}
+FILLED = {"{model}": "resnet50", "{version}": "1", "{id}": "resp_missing", "{region}": "missing"}
 RIGHT, WRONG, ADMIN = "sk-right-key", "sk-wrong-key", "admin-token"
 
 

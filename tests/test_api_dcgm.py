@@ -133,3 +133,16 @@ def test_an_xid_79_through_the_admin_api_kills_the_engine_as_a_lost_gpu_does() -
         assert set(_values(dcgm, "DCGM_FI_DEV_GPU_UTIL")) == {"1"}  # the lost GPU answers nothing else
         logs = [r["message"] for r in base.state.sim.timeline.records() if r["type"] == "log" and r["level"] == "ERROR"]
         assert logs == ["NVRM: Xid (PCI:0000:08:00): 79, pid='<unknown>', name=<unknown>, GPU has fallen off the bus."]
+
+
+@pytest.mark.parametrize("scenario", ["dcgm.yaml", "triton.yaml"])
+def test_head_metrics_answers_as_get_without_a_body(scenario: str) -> None:
+    """`HEAD /metrics` in every metrics dialect (vLLM's, DCGM's, Triton's): GET's status and headers, no body."""
+    with running_server(TEST_SCENARIOS / "serve" / scenario) as base:
+        for listener in base.listeners:
+            got = httpx.get(f"{listener}/metrics")
+            if got.status_code != 200:
+                continue  # a listener without metrics (KServe)
+            head = httpx.head(f"{listener}/metrics")
+            assert head.status_code == 200 and head.content == b""
+            assert head.headers["Content-Type"] == got.headers["Content-Type"] and int(head.headers["Content-Length"]) > 0

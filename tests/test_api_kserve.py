@@ -193,7 +193,7 @@ def test_the_shipped_triton_scenario_serves_resnet50_and_shows_why_the_tensorrt_
         tensor = triton.InferInput("input", [1, 3, 224, 224], "FP32")
         tensor.set_data_from_numpy(np.zeros((1, 3, 224, 224), dtype=np.float32))
         assert client.infer("resnet50", [tensor]).as_numpy("output").shape == (1, 1000)
-        metrics = httpx.get(f"{url.listeners[1]}/metrics").text  # type: ignore[attr-defined]
+        metrics = httpx.get(f"{url.listeners[-1]}/metrics").text  # type: ignore[attr-defined]  # (listener 1 is gRPC, as on Triton's 8001)
         assert 'nv_inference_count{gpu_uuid="GPU-' in metrics
 
 

@@ -556,3 +556,11 @@ def test_a_405_names_the_methods_the_path_takes(url: str) -> None:
     assert wrong.status_code == 405 and wrong.headers["Allow"] == "POST"
     assert httpx.delete(f"{url}/v1/models").headers["Allow"] == "GET"
     assert httpx.put(f"{url}/ping").headers["Allow"] == "GET, POST"
+
+
+def test_responses_honour_ignore_eos_as_chat_does(client: openai.OpenAI) -> None:
+    """vLLM's `ignore_eos` on `/v1/responses`: every answer runs to `max_output_tokens` (ignored, some ended early)."""
+    for seed in range(12):
+        response = client.responses.create(model="llama", input=f"Tell me about {seed}", max_output_tokens=64,
+                                           extra_body={"ignore_eos": True})
+        assert response.usage.output_tokens == 64 and response.status == "incomplete"

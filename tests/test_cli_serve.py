@@ -149,3 +149,49 @@ def test_sigterm_past_the_grace_period_ends_each_stream_with_an_error_event_and_
         assert lines[-2].startswith('data: {"error"') and "shutting down" in lines[-2]
     assert "Traceback" not in stderr and "50 request(s) still running" in stderr
     assert [r.status for r in read_log(log).requests] == ["aborted"] * 50
+
+
+def _free_offset(ports: list[int], taken: set[int]) -> int:
+    """An offset that moves every one of `ports` to a port free now (and not in `taken`)."""
+    import socket
+
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            offset = probe.getsockname()[1] - ports[0]
+        moved = [p + offset for p in ports]
+        if not all(0 < p <= 65535 and p not in taken for p in moved):
+            continue
+        try:
+            for p in moved:
+                with socket.socket() as probe:
+                    probe.bind(("127.0.0.1", p))
+        except OSError:
+            continue
+        return offset
+    raise RuntimeError("no free offset")
+
+
+def test_port_offset_lets_two_triton_servers_run_side_by_side() -> None:
+    """`--port-offset N` moves every listener (KServe's HTTP and gRPC ports and the fixed metrics port alike)."""
+    import tritonclient.grpc
+
+    scenario = str(ROOT / "scenarios" / "triton.yaml")
+    first = _free_offset([8000, 8001, 8002], set())
+    second = _free_offset([8000, 8001, 8002], {8000 + first, 8001 + first, 8002 + first})
+    processes = [subprocess.Popen([sys.executable, "-m", "aisim", "serve", scenario, "--port-offset", str(offset)],
+                                  cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for offset in (first, second)]
+    try:
+        for process, offset in zip(processes, (first, second)):
+            lines = [process.stdout.readline() for _ in range(3)]  # type: ignore[union-attr]
+            assert f"http://127.0.0.1:{8000 + offset} " in lines[0] and f"grpc://127.0.0.1:{8001 + offset} " in lines[1] \
+                and f"http://127.0.0.1:{8002 + offset} " in lines[2], lines
+            assert httpx.get(f"http://127.0.0.1:{8000 + offset}/v2/health/live").status_code == 200
+            assert tritonclient.grpc.InferenceServerClient(f"127.0.0.1:{8001 + offset}").is_server_live()
+            metrics = httpx.get(f"http://127.0.0.1:{8002 + offset}/metrics")
+            assert metrics.status_code == 200 and "nv_inference_count" in metrics.text
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=10)

@@ -23,7 +23,7 @@ from .handlers import (
     token_logprobs,
     usage,
 )
-from .protocol import CompletionRequest, EmbeddingRequest
+from .protocol import CompletionRequest, EmbeddingRequest, ignore_eos
 from .slices import Slices
 
 
@@ -68,7 +68,7 @@ class CompletionHandler(GenerationHandler):
         echoed: list[list[dict[str, Any]]] = []  # per prompt, its tokens' log-probabilities (echo with logprobs)
         for text, _ in prompts:
             ask = Ask(text, text, "user", model.id, min(body.max_tokens or budget, budget), body.stops, body.seed,
-                      bool((body.model_extra or {}).get("ignore_eos")), logprobs=body.logprobs is not None,
+                      ignore_eos(body), logprobs=body.logprobs is not None,
                       fallback_seed=state.next_seed())
             answers += [answer(ask, i, state.contents[model.id], model.content.tokens, state.tokenizer) for i in range(body.n)]
             if body.echo and body.logprobs is not None:

@@ -25,6 +25,10 @@ class MetricsHandler(BaseHandler):
         telemetry, pod = self.state.sim.telemetry, self.state.pod
         self.finish(telemetry.exposition(pod.dcgm_labels() if pod else ()) if telemetry is not None else "")
 
+    head = get
+    """`HEAD /metrics`: GET's status and headers (its Content-Length too), no body (Tornado drops it), as
+    Prometheus' and probes' HEAD checks expect."""
+
 
 def routes(metrics_path: str) -> list[Any]:
     return [(metrics_path, MetricsHandler)]

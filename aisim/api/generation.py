@@ -54,6 +54,8 @@ class Answer:
     finish_reason: str
     tool_calls: list[ToolCall] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
+    stop_sequence: str | None = None
+    """The stop sequence that ended the text (Anthropic's `stop_sequence`), None when none did."""
 
     @property
     def text(self) -> str:
@@ -143,7 +145,7 @@ def answer(ask: Ask, index: int, content: ContentSource, length: Any, tokenizer:
             text += " " + base
     pieces = tokenizer.pieces(text)
     text, stopped = _apply_stops(text, ask.stops)
-    if stopped:
+    if stopped is not None:
         pieces = tokenizer.pieces(text)
     if ask.cap is not None and len(pieces) > ask.cap:
         pieces, finish = pieces[: ask.cap], "length"
@@ -151,7 +153,7 @@ def answer(ask: Ask, index: int, content: ContentSource, length: Any, tokenizer:
         finish = "length"
     if not pieces:
         pieces = [""]
-    return Answer(pieces, finish, [], _logprobs(ask, draws, len(pieces)))
+    return Answer(pieces, finish, [], _logprobs(ask, draws, len(pieces)), stopped if finish == "stop" else None)
 
 
 def _text(ask: Ask, draws: _Draws, content: ContentSource, words: int) -> tuple[str, bool]:
@@ -169,11 +171,13 @@ def _text(ask: Ask, draws: _Draws, content: ContentSource, words: int) -> tuple[
                         words=words), True
 
 
-def _apply_stops(text: str, stops: list[str]) -> tuple[str, bool]:
-    cuts = [text.find(s) for s in stops if s and s in text]
+def _apply_stops(text: str, stops: list[str]) -> tuple[str, str | None]:
+    """The text before the first stop sequence in it, and that sequence (None when no stop occurs)."""
+    cuts = [(text.find(s), s) for s in stops if s and s in text]
     if not cuts:
-        return text, False
-    return text[: min(cuts)], True
+        return text, None
+    cut, stop = min(cuts)
+    return text[:cut], stop
 
 
 def _tool_call(ask: Ask, rng: np.random.Generator, tokenizer: Tokenizer) -> tuple[ToolCall, bool] | None:

@@ -56,12 +56,15 @@ _string = json.encoder.encode_basestring_ascii
 class KServeError(Exception):
     """An error answer: Triton's status and message, sent as `{"error": message}`."""
 
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None, grpc: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
         self.headers = headers or {}
         """Headers the answer carries besides the body (an unsupported encoding names those read)."""
+        self.grpc = grpc
+        """The gRPC status code's name where Triton's gRPC frontend does not answer the HTTP status's own
+        (None: the code of `status`, see `kserve_grpc.GRPC_CODES`)."""
 
 
 @dataclass
@@ -71,6 +74,9 @@ class InputTensor:
     shape: list[int]
     data: bytes
     """Raw little-endian bytes (BYTES: length-prefixed elements)."""
+    shared_memory: tuple[str, int, int] | None = None
+    """(region, offset, byte size) when the bytes are in a registered shared-memory region (read into `data`
+    before the request is checked)."""
 
 
 @dataclass
@@ -237,6 +243,9 @@ def _read_input(item: Any, binary: bytes, offset: int, has_header: bool, model: 
     if shape and min(shape) < 0:
         raise KServeError(500, "Unable to parse 'shape': attempt to access JSON non-unsigned-integer as unsigned-integer")
     parameters = item.get("parameters") or {}
+    shared = shm_parameters(parameters)
+    if shared is not None:
+        return InputTensor(name, datatype, shape, b"", shared), 0
     size = parameters.get("binary_data_size") if isinstance(parameters, dict) else None
     if size is not None:
         if not isinstance(size, int) or isinstance(size, bool) or size < 0:
@@ -326,6 +335,23 @@ def _flatten(value: Any) -> Any:
             yield from _flatten(item)
     else:
         yield value
+
+
+def shm_parameters(parameters: Any) -> tuple[str, int, int] | None:
+    """A tensor's shared-memory parameters (`shared_memory_region`, `_byte_size`, `_offset`), or None."""
+    if not isinstance(parameters, dict) or parameters.get("shared_memory_region") is None:
+        return None
+    region = parameters["shared_memory_region"]
+    size = parameters.get("shared_memory_byte_size")
+    offset = parameters.get("shared_memory_offset", 0)
+    if not isinstance(region, str):
+        raise KServeError(400, "Unable to parse 'shared_memory_region': attempt to access JSON non-string as string")
+    if not isinstance(size, int) or isinstance(size, bool) or size < 0:
+        raise KServeError(400, f"'shared_memory_byte_size' must be given with 'shared_memory_region' '{region}'")
+    if not isinstance(offset, int) or isinstance(offset, bool) or offset < 0:
+        raise KServeError(400, "Unable to parse 'shared_memory_offset': attempt to access JSON non-unsigned-integer as "
+                               "unsigned-integer")
+    return region, offset, size
 
 
 def byte_size(datatype: str, shape: list[int]) -> int | None:
@@ -541,8 +567,12 @@ def encode_response(model: str, version: str, request: InferRequest,
     for index, (tensor, shape, data) in enumerate(outputs):
         parts += [',{"name":' if index else '{"name":', _string(tensor.name), ',"datatype":', _string(tensor.datatype),
                   ',"shape":[', ",".join(map(int.__repr__, shape)), "]"]
-        binary = asked.get(tensor.name, {}).get("binary_data", default_binary) or tensor.datatype in BINARY_ONLY
-        if binary:
+        wanted = asked.get(tensor.name, {})
+        binary = wanted.get("binary_data", default_binary) or tensor.datatype in BINARY_ONLY
+        if "shared_memory_region" in wanted:  # written into the region: the answer names it and the size
+            parts += [',"parameters":{"shared_memory_region":', _string(str(wanted["shared_memory_region"])),
+                      ',"shared_memory_byte_size":', str(len(data)), "}}"]
+        elif binary:
             parts += [',"parameters":{"binary_data_size":', str(len(data)), "}}"]
             blobs.append(data)
         else:

@@ -32,6 +32,11 @@ class _Body(BaseModel):
     (clients such as guidellm send explicit nulls). `parse` drops them before validation."""
 
 
+def ignore_eos(body: BaseModel) -> bool:
+    """vLLM's `ignore_eos` extension (an extra field of any generating request): generate to the token cap."""
+    return bool((body.model_extra or {}).get("ignore_eos"))
+
+
 class Message(_Body):
     """A chat message; content is a string or a list of parts."""
 

@@ -20,7 +20,7 @@ from .handlers import (
     chat_prompt,
     last_user,
 )
-from .protocol import Message, ResponseRequest
+from .protocol import Message, ResponseRequest, ignore_eos
 
 MAX_STORED = 10_000
 """Responses a server keeps for `GET /v1/responses/{id}` and `previous_response_id`: the most recent ones."""
@@ -173,7 +173,7 @@ class ResponsesHandler(GenerationHandler):
         if isinstance(tool_choice, dict) and tool_choice.get("name"):
             tool_choice = {"function": {"name": tool_choice["name"]}}
         ask = Ask(prompt, last_user(messages), messages[-1].role, model.id, min(body.max_output_tokens or budget, budget),
-                  [], body.seed, False, response_format, tools, tool_choice if tools else None,
+                  [], body.seed, ignore_eos(body), response_format, tools, tool_choice if tools else None,
                   fallback_seed=state.next_seed())
         result = answer(ask, 0, state.contents[model.id], model.content.tokens, state.tokenizer)
         await self.network()

@@ -39,12 +39,14 @@ class _Started(TypedDict, total=False):
 def running_server(scenario: Scenario | str | Path | None = None, *, seed: int | None = None,
                    network_delay: DurationDistribution | None = None, host: str = "127.0.0.1",
                    port: int = 0, speed: float = 1.0, record: str | Path | None = None,
-                   pod: PodIdentity | None = None) -> Iterator[ServerUrl]:
+                   pod: PodIdentity | None = None, port_offset: int = 0,
+                   tokenizer: str | None = None) -> Iterator[ServerUrl]:
     """Serve a scenario (the built-in default when None) in a background thread on a free port;
     yields the base URL of its first listener, like `http://127.0.0.1:54321`. `speed` runs the
     simulated clock faster than the wall clock (as `aisim serve --speed`); `record` writes the
     request log there (as `aisim serve --record`), complete once the block exits; `pod` serves it as that
-    Kubernetes pod (as `POD_NAME` / `POD_NAMESPACE` do)."""
+    Kubernetes pod (as `POD_NAME` / `POD_NAMESPACE` do); `port_offset` moves the other listeners' ports (as
+    `aisim serve --port-offset`); `tokenizer` counts with a Hugging Face tokenizer (as `aisim serve --tokenizer`)."""
     path = Path(scenario) if isinstance(scenario, (str, Path)) else None
     loaded = load_scenario(path or DEFAULT_SCENARIO) if not isinstance(scenario, Scenario) else scenario
     base_dir = (path or DEFAULT_SCENARIO).parent if path or scenario is None else Path(".")
@@ -54,9 +56,9 @@ def running_server(scenario: Scenario | str | Path | None = None, *, seed: int |
 
     async def start() -> None:
         state = ServerState(loaded, base_dir, seed=seed, network_delay=network_delay, speed=speed, record=record,
-                            pod=pod)
+                            pod=pod, tokenizer_path=tokenizer)
         box["state"] = state
-        box["bound"] = await serve(state, host, port)
+        box["bound"] = await serve(state, host, port, port_offset)
         ready.set()
 
     def run() -> None:

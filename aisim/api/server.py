@@ -42,6 +42,7 @@ from .metrics_feed import MetricsFeed
 from .pod import PodIdentity, apply
 from .ratelimit import RateLimiter
 from .recording import Recording
+from .shared_memory import SharedMemory
 from .tokenizer import Tokenizer, default_tokenizer
 
 if TYPE_CHECKING:
@@ -69,6 +70,9 @@ class ServerState:
     pod: PodIdentity | None = None
     """The Kubernetes pod this server is (`PodIdentity.from_env`): its headers and labels, and its own seed
     unless `seed` pins one."""
+    tokenizer_path: str | None = None
+    """Count, split and `/tokenize` with this Hugging Face tokenizer (`aisim serve --tokenizer`: a folder or a
+    model id in the local cache) instead of the built-in default."""
     sim: Simulation = field(init=False)
     live: Live = field(init=False)
     tokenizer: Tokenizer = field(init=False)
@@ -115,7 +119,13 @@ class ServerState:
         self._seeds: list[int] = []
         self._context_lengths: dict[str, int] = {}
         self._entropy, self._entropy_used = b"", 0
-        self.tokenizer = default_tokenizer()
+        if self.tokenizer_path is not None:
+            # imported here: it imports the handlers, which import this module
+            from .hf_tokenizer import load_tokenizer
+
+            self.tokenizer = load_tokenizer(self.tokenizer_path)
+        else:
+            self.tokenizer = default_tokenizer()
         self.contents = {m.id: ContentSource(m.content, self.base_dir) for m in scenario.models}
         self.faults = FaultBook(list(scenario.faults), fault_rng)
         self.limiter = RateLimiter(scenario.server.rate_limits)
@@ -140,6 +150,10 @@ class ServerState:
         self._task: asyncio.Task[None] | None = None
         self.http_servers: list[GuardedServer] = []
         """The listeners `serve` started (closed by `stop`)."""
+        self.shared_memory = SharedMemory()
+        """Triton's registered system shared-memory regions (both KServe wires read and write them)."""
+        self.grpc_servers: list[Any] = []
+        """The gRPC listeners (`kserve-grpc`) `serve` started (`grpc.aio.Server`s, stopped by `stop`)."""
         if self.record is not None:
             self.recording = Recording(self.record, scenario.metadata.name, self.speed, self.sim.seed, self.live.started_wall)
 
@@ -158,8 +172,11 @@ class ServerState:
             http.stop()
         for http in self.http_servers:
             await http.close_all_connections()
+        for grpc_server in self.grpc_servers:  # its calls are cancelled, which aborts their requests
+            await grpc_server.stop(None)
         await asyncio.sleep(0)  # the handlers whose requests just ended return
         self.http_servers.clear()
+        self.grpc_servers.clear()
         self.live.stop()
         if self._task is not None:
             await self._task
@@ -167,6 +184,7 @@ class ServerState:
         if self.recording is not None:
             self.recording.close(self.sim)
             self.recording = None
+        self.shared_memory.close()
 
     async def drain(self, grace_s: float | None = None) -> int:
         """Shut down as Kubernetes expects on SIGTERM: stop accepting, close idle connections, let the requests in
@@ -241,13 +259,23 @@ class ServerState:
 def make_app(state: ServerState, personalities: tuple[str, ...] = DEFAULT_PERSONALITIES,
              metrics_path: str = "/metrics") -> tornado.web.Application:
     """The Tornado application of one listener, speaking the given personalities."""
-    from . import admin_api, dcgm_api, kserve_api, openai_api, triton_metrics, vllm_api
+    from . import (
+        admin_api,
+        anthropic_api,
+        dcgm_api,
+        kserve_api,
+        openai_api,
+        triton_metrics,
+        vllm_api,
+    )
 
     routes: list[Any] = []
     if "openai" in personalities or "vllm" in personalities:
         routes += openai_api.routes()
     if "vllm" in personalities:
         routes += vllm_api.routes(state.lora_updates)
+    if "vllm" in personalities or "anthropic" in personalities:  # vLLM serves Anthropic's Messages API too
+        routes += anthropic_api.routes(strict="vllm" not in personalities)
     if "vllm-metrics" in personalities:
         routes.append((metrics_path, vllm_api.MetricsHandler))
     if "triton-metrics" in personalities:
@@ -259,9 +287,11 @@ def make_app(state: ServerState, personalities: tuple[str, ...] = DEFAULT_PERSON
     if "kserve" in personalities:
         routes += kserve_api.routes()
     openai = "openai" in personalities or "vllm" in personalities
+    missing = (openai_api.NotFoundHandler if openai else
+               anthropic_api.NotFoundHandler if "anthropic" in personalities else kserve_api.NotFoundHandler)
     app = tornado.web.Application(routes, state=state, compress_response=False,
                                   transforms=[security_headers(tuple(state.scenario.server.cors_origins))],
-                                  default_handler_class=openai_api.NotFoundHandler if openai else kserve_api.NotFoundHandler)
+                                  default_handler_class=missing)
     return apply(app, state.pod)
 
 
@@ -283,9 +313,21 @@ def check_admin(state: ServerState, host: str) -> None:
                              f"address, not on {host}")
 
 
-async def serve(state: ServerState, host: str | None = None, port: int | None = None) -> list[tuple[str, int]]:
-    """Start every listener of the scenario (the first one's port overridden by `port`); returns
-    the (host, port) pairs actually bound."""
+def listener_port(declared: int, offset: int) -> int:
+    """A listener's port moved by `--port-offset` (0, a free port, stays 0): two servers of one scenario run
+    side by side with different offsets, every port of each moved alike."""
+    if declared == 0 or offset == 0:
+        return declared
+    moved = declared + offset
+    if not 0 < moved <= 65535:
+        raise OSError(f"port {declared} moved by the offset {offset} is {moved}, outside 1-65535")
+    return moved
+
+
+async def serve(state: ServerState, host: str | None = None, port: int | None = None,
+                port_offset: int = 0) -> list[tuple[str, int]]:
+    """Start every listener of the scenario (the first one's port overridden by `port`, the others' moved by
+    `port_offset`); returns the (host, port) pairs actually bound."""
     server = state.scenario.server
     address = host or server.host
     check_admin(state, address)
@@ -293,8 +335,15 @@ async def serve(state: ServerState, host: str | None = None, port: int | None = 
     bound: list[tuple[str, int]] = []
     for index, listener in enumerate(server.listeners):
         personalities = tuple(listener.personalities)
+        chosen = port if (index == 0 and port is not None) else listener_port(listener.port, port_offset)
+        if "kserve-grpc" in personalities:  # HTTP/2 on a port of its own (validation keeps it alone)
+            from . import kserve_grpc
+
+            grpc_server, bound_port = await kserve_grpc.start(state, address, chosen)
+            state.grpc_servers.append(grpc_server)
+            bound.append((address, bound_port))
+            continue
         app = make_app(state, personalities, listener.metrics_path)
-        chosen = port if (index == 0 and port is not None) else listener.port
         openai = "openai" in personalities or "vllm" in personalities or "kserve" not in personalities
         policy = Policy.of(server, address, openai_error if openai else kserve_error, lambda: state.draining)
         http = GuardedServer(app, server, policy, state.registry)

@@ -162,3 +162,7 @@ class MetricsHandler(tornado.web.RequestHandler):
     def get(self) -> None:
         self.set_header("Content-Type", "text/plain; charset=utf-8")
         self.finish(exposition(self.state, sample_gpus(self.state)))
+
+    head = get
+    """`HEAD /metrics`: GET's status and headers (its Content-Length too), no body (Tornado drops it), as
+    Prometheus' and probes' HEAD checks expect."""

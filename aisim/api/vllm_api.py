@@ -125,6 +125,10 @@ class MetricsHandler(BaseHandler):
         self.set_header("Content-Type", content_type)
         self.finish(payload)
 
+    head = get
+    """`HEAD /metrics`: GET's status and headers (its Content-Length too), no body (Tornado drops it), as
+    Prometheus' and probes' HEAD checks expect."""
+
 
 def routes(lora_updates: bool) -> list[Any]:
     lora = [(r"/v1/load_lora_adapter", LoraHandler, {"load": True}),

@@ -11,7 +11,8 @@ from .distributions import DurationDistribution
 from .hardware import Identifier
 from .units import ByteSize, Duration, PositiveRate
 
-Personality = Literal["openai", "vllm", "kserve", "vllm-metrics", "triton-metrics", "dcgm-metrics", "admin"]
+Personality = Literal["openai", "vllm", "anthropic", "kserve", "kserve-grpc", "vllm-metrics", "triton-metrics",
+                      "dcgm-metrics", "admin"]
 PLANNED_PERSONALITIES: dict[str, str] = {}
 """Personalities accepted ahead of their implementation, with the issue that builds each (none now)."""
 
@@ -35,6 +36,8 @@ class Listener(Spec):
     def _unique(cls, value: list[str]) -> list[str]:
         if len(set(value)) != len(value):
             raise ValueError("personalities must not repeat")
+        if "kserve-grpc" in value and len(value) > 1:
+            raise ValueError("kserve-grpc speaks gRPC (HTTP/2) on a port of its own: give it a listener alone")
         return value
 
 
