@@ -4,8 +4,8 @@ Each row is an offline run: `Batch Size` requests arrive at t = 0, each with `In
 Length` prompt tokens and exactly as many output tokens; the measured `Latency` is the whole
 batch. Assumptions (stated in `shared/reference/vllm-engine-and-perf-model.md` §5.2): the A100 is
 an A100-SXM4-40GB, the H100 an H100-SXM; vLLM ran with the offline `LLM` class defaults
-(16,384 batched tokens and 1,024 sequences on the H100, 8,192 and 256 on the A100) and
-`gpu_memory_utilization` 0.9.
+(16,384 batched tokens and 1,024 sequences on the H100, 8,192 and 256 on the A100), so the
+scenario's `engine.entrypoint` is `offline`, and `gpu_memory_utilization` 0.9.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def scenario(row: Row, efficiency: Efficiency | None = None) -> Scenario:
     tokens, seqs = OFFLINE_LIMITS[row.gpu]
     model: dict[str, object] = {
         "id": "m", "family": row.family, "placement": {"gpus": ["g"]},
-        "engine": {"maxNumBatchedTokens": tokens, "maxNumSeqs": seqs, "gpuMemoryUtilization": 0.9},
+        "engine": {"maxNumBatchedTokens": tokens, "maxNumSeqs": seqs, "gpuMemoryUtilization": 0.9,
+                   "entrypoint": "offline"},
     }
     if efficiency is not None:
         model["costModel"] = {

@@ -18,7 +18,7 @@ import numpy as np
 from ..scenario.hardware import Gpu, expand_devices
 from ..scenario.models import KServe, Model, Version
 from ..scenario.presets import GIB
-from . import calibration, runtimes
+from . import calibration, online, runtimes
 from .batcher import TritonEngine
 from .costmodel import CostModel
 from .gpu import GpuDevice
@@ -100,6 +100,8 @@ class ServedModel:
     """False for embedding and classification models: their requests produce no tokens."""
     lifecycle: Lifecycle = field(init=False)
     watch: TailWatch | None = None
+    frontend_ns: int = 0
+    """The API server's time on a request before the engine sees it (`online.py`; 0 unless `vllm serve`)."""
     _waiting: dict[str, list[Callable[[str], None]]] = field(default_factory=dict)
     """Callers of `request_load` waiting for a version to finish loading."""
 
@@ -167,6 +169,10 @@ class ServedModel:
             profile = host.devices[group[0]].resolved()
             memory = plan(model, profile)
             efficiency, fitted = calibration.efficiency(profile.name, model.cost_model)
+            if model.engine.entrypoint == "server":
+                served_cost = online.online_cost(profile.name)
+                efficiency = online.server_efficiency(efficiency, served_cost, model.cost_model)
+                self.frontend_ns = online.frontend_ns(served_cost, model.cost_model)
             self.fitted = self.fitted and fitted
             plans.append(memory)
             names.append(profile.name)

@@ -261,7 +261,7 @@ class Simulation:
         served = self.models[arrival.model]
         request = Request(self.submitted, served.model.id, arrival.source, now, arrival.prompt, arrival.output,
                           arrival.priority, arrival.group, arrival.prefix, stream=arrival.stream, watcher=watcher,
-                          live_tokens=live_tokens)
+                          live_tokens=live_tokens, stage=arrival.stage)
         self.submitted += 1
         if not served.generates:
             request.output = 0
@@ -276,8 +276,23 @@ class Simulation:
         if error or router is None:
             request.conclude("failed", now, self.timeline, error)
         else:
-            router.submit(request)
+            if served.frontend_ns and watcher is None:
+                self.kernel.at(now + served.frontend_ns, lambda: None if request.done else router.submit(request))
+            else:
+                router.submit(request)
+            if arrival.timeout:
+                request.deadline = self.kernel.at(now + arrival.timeout, lambda: self._give_up(request))
         return request
+
+    def _give_up(self, request: Request) -> None:
+        """The client's request timeout expired: it closes the connection, and the server aborts the request
+        (one still in the API server's hands never reaches the engine)."""
+        if request.done:
+            return
+        if request.engine is None:
+            request.conclude("aborted", self.kernel.now, self.timeline)
+        else:
+            self.abort(request)
 
     def abort(self, request: Request) -> None:
         """The client of `request` went away: its engine drops it and frees what it held."""
