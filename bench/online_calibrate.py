@@ -15,7 +15,7 @@ training stages. Besides the fit on all runs, one fit per model leaves that mode
 (leave-one-model-out), for `bench/online_fidelity.py`. `--write` stores all of them in
 `aisim/engine/online.json`. Deterministic: the replays are seeded and the grid is fixed.
 
-    python bench/online_calibrate.py [--write] [--jobs 2] [--stage-seconds 120]
+    python bench/online_calibrate.py [--write] [--jobs 2] [--stage-seconds 60]
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from online import Run, measured, runs, simulate
 from aisim.engine import online
 
 STORE = Path(online.__file__).with_name("online.json")
-STEP_GRID = (0, 200_000, 400_000, 700_000, 1_000_000, 1_500_000, 2_000_000)
-REQUEST_GRID = (0, 15_000, 40_000)
+STEP_GRID = (0, 250_000, 500_000, 1_000_000, 1_500_000, 2_000_000)
+REQUEST_GRID = (0, 20_000)
 METRICS = ("e2e_mean", "decode_per_token", "ttft_mean")
 
 Key = tuple[str, int]
@@ -74,7 +74,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="store the fits in aisim/engine/online.json")
     parser.add_argument("--jobs", type=int, default=2, help="replays run in parallel (default 2)")
-    parser.add_argument("--stage-seconds", type=int, default=120, help="shorten each stage to this (default 120)")
+    parser.add_argument("--stage-seconds", type=int, default=60, help="shorten each stage to this (default 60)")
     args = parser.parse_args()
     started = time.perf_counter()
     kept = [run for run in runs() if not run.overloaded]
