@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 from online import Run, measured, runs, simulate
-from online_calibrate import STORE
+from online_calibrate import STORE, cost_model
 
 from aisim.engine.client_report import StageMetrics
 
@@ -30,11 +30,11 @@ METRICS = ("ttft_mean", "ttft_p99", "e2e_mean", "e2e_p99", "decode_per_token")
 TARGETS = {"e2e_mean": 10.0, "decode_per_token": 10.0, "ttft_mean": 15.0, "ttft_p99": 25.0}
 
 
-def predict(args: tuple[Run, dict[str, int]]) -> tuple[str, dict[int, StageMetrics], float]:
-    run, constants = args
+def predict(args: tuple[Run, dict[str, float]]) -> tuple[str, dict[int, StageMetrics], float]:
+    run, c = args
     started = time.perf_counter()
-    got = simulate(run, {"stepOverhead": constants["engine_step_ns"], "perRequestOverhead": constants["engine_request_ns"],
-                         "frontend": constants["frontend_ns"]})
+    got = simulate(run, cost_model(int(c["engine_step_ns"]), int(c["engine_request_ns"]), c.get("mfu", 0.0),
+                                   int(c["frontend_ns"])))
     return run.experiment, got, time.perf_counter() - started
 
 

@@ -14,8 +14,13 @@ inference-perf (`bench/data/vllm-online-h100.csv`) and stores them in `online.js
   so it adds to TTFT and E2E. A later chunk's detokenisation and framing overlap the engine's next
   steps, so they add nothing to the time per token.
 
-The step's GPU part (and its mixed prefill-chunk plus decode pricing) stays the cost model's
-(`costmodel.py`, offline-calibrated); only these CPU-side terms are online-specific.
+- `mfu`: the server's achieved share of datasheet FLOP/s, which prices the prefill chunks that online
+  steps mix into their decodes (0: the offline calibration's). The offline value was measured on
+  whole-batch prefills of an older engine; the online runs price a mixed step of a few hundred
+  prefill tokens and the running decodes.
+
+The rest of a step's price (weights and KV traffic, all-reduce, launches) stays the cost model's
+(`costmodel.py`, offline-calibrated).
 """
 
 from __future__ import annotations
@@ -36,11 +41,13 @@ class OnlineCost:
     engine_step_ns: int
     engine_request_ns: int
     frontend_ns: int
+    mfu: float = 0.0
+    """The server's achieved share of datasheet FLOP/s on its prefill chunks; 0 keeps the offline value."""
 
 
 def _load() -> dict[str, OnlineCost]:
     document = json.loads(resources.files(__package__).joinpath("online.json").read_text(encoding="utf-8"))
-    return {gpu: OnlineCost(v["engine_step_ns"], v["engine_request_ns"], v["frontend_ns"])
+    return {gpu: OnlineCost(v["engine_step_ns"], v["engine_request_ns"], v["frontend_ns"], v.get("mfu", 0.0))
             for gpu, v in document["gpus"].items()}
 
 
@@ -50,7 +57,9 @@ FITTED: dict[str, OnlineCost] = _load()
 
 def _mean() -> OnlineCost:
     values = list(FITTED.values())
-    return OnlineCost(*(sum(getattr(v, f.name) for v in values) // len(values) for f in dataclasses.fields(OnlineCost)))
+    count = len(values)
+    return OnlineCost(sum(v.engine_step_ns for v in values) // count, sum(v.engine_request_ns for v in values) // count,
+                      sum(v.frontend_ns for v in values) // count, sum(v.mfu for v in values) / count)
 
 
 DEFAULT = _mean()
@@ -62,12 +71,13 @@ def online_cost(gpu_name: str) -> OnlineCost:
 
 
 def server_efficiency(efficiency: Efficiency, online: OnlineCost, overrides: CostModelSpec | None) -> Efficiency:
-    """The cost model's constants for a `vllm serve` engine: the engine core's CPU terms in place of the
-    offline ones, unless the scenario's `costModel` sets them itself."""
+    """The cost model's constants for a `vllm serve` engine: the engine core's CPU terms (and, when fitted,
+    its prefill efficiency) in place of the offline ones, unless the scenario's `costModel` sets them itself."""
     step = overrides.step_overhead if overrides and overrides.step_overhead is not None else online.engine_step_ns
     request = (overrides.per_request_overhead if overrides and overrides.per_request_overhead is not None
                else online.engine_request_ns)
-    return dataclasses.replace(efficiency, step_overhead_ns=step, per_request_ns=request)
+    mfu = overrides.mfu if overrides and overrides.mfu is not None else (online.mfu or efficiency.mfu)
+    return dataclasses.replace(efficiency, step_overhead_ns=step, per_request_ns=request, mfu=mfu)
 
 
 def frontend_ns(online: OnlineCost, overrides: CostModelSpec | None) -> int:
