@@ -276,27 +276,22 @@ class Simulation:
         if error or router is None:
             request.conclude("failed", now, self.timeline, error)
         else:
-            if served.frontend_ns and watcher is None:
+            if served.frontend_ns:
                 self.kernel.at(now + served.frontend_ns, lambda: None if request.done else router.submit(request))
             else:
                 router.submit(request)
-            if arrival.timeout:
-                request.deadline = self.kernel.at(now + arrival.timeout, lambda: self._give_up(request))
+            if arrival.timeout:  # the client's timeout: it closes the connection, and the server aborts the request
+                request.deadline = self.kernel.at(now + arrival.timeout, lambda: self.abort(request))
         return request
 
-    def _give_up(self, request: Request) -> None:
-        """The client's request timeout expired: it closes the connection, and the server aborts the request
-        (one still in the API server's hands never reaches the engine)."""
+    def abort(self, request: Request) -> None:
+        """The client of `request` went away: its engine drops it and frees what it held (one still in the API
+        server's hands, `frontend_ns`, never reaches the engine)."""
         if request.done:
             return
         if request.engine is None:
             request.conclude("aborted", self.kernel.now, self.timeline)
         else:
-            self.abort(request)
-
-    def abort(self, request: Request) -> None:
-        """The client of `request` went away: its engine drops it and frees what it held."""
-        if not request.done and request.engine is not None:
             request.engine.abort(request)
 
     def _reject(self, served: ServedModel, request: Request) -> str:
