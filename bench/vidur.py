@@ -17,7 +17,6 @@ import argparse
 import csv
 import gzip
 import io
-import itertools
 import math
 import statistics
 from collections import defaultdict
@@ -41,6 +40,9 @@ OPERATORS = DATA / "operators.csv.gz"
 ALLREDUCE = DATA / "allreduce.csv.gz"
 PROFILED = {"h100": "H100-SXM", "a100": "A100-80GB"}
 """Vidur's device names ("H100 DGX", "A100 80GB DGX") and the aisim presets they are."""
+MIN_SAMPLES = 5
+"""Fewest message sizes one all-reduce table point is the median of (the small sizes are sampled
+sparsely and their times are noisy: a single sample is not a measurement of the latency floor)."""
 TOPOLOGIES = {"dgx": "nvswitch", "pairwise_nvlink": "pairwise"}
 SHAPE = ("n_head", "n_kv_head", "n_embd", "n_expanded_embd", "vocab_size", "use_gated_mlp")
 OPS = ("emb", "input_layernorm", "attn_pre_proj", "attn_rope", "attn_post_proj", "post_attention_layernorm",
@@ -188,21 +190,27 @@ def isotonic(values: list[float]) -> list[float]:
 
 
 def allreduce_tables(points: int = 24) -> dict[str, dict[str, dict[str, list[list[float]]]]]:
-    """gpu -> topology -> workers -> [[bytes, seconds], ...]: medians in log-spaced size bins, made monotone."""
+    """gpu -> topology -> workers -> [[bytes, seconds], ...]: medians in log-spaced size bins (each of at
+    least `MIN_SAMPLES` sizes), made monotone."""
     raw: dict[tuple[str, str, str], list[tuple[int, float]]] = defaultdict(list)
     with gzip.open(ALLREDUCE, "rt", newline="") as handle:
         for r in csv.DictReader(handle):
             raw[(r["gpu"], r["topology"], r["workers"])].append((int(r["bytes"]), float(r["ms"]) / 1e3))
     tables: dict[str, dict[str, dict[str, list[list[float]]]]] = {}
     for (gpu, topology, workers), samples in sorted(raw.items()):
+        samples.sort()
         sizes = np.array([s for s, _ in samples], dtype=float)
         edges = np.geomspace(sizes.min(), sizes.max() * 1.0001, points + 1)
+        bins = np.searchsorted(edges, sizes, side="right")
         centres, medians = [], []
-        for lo, hi in itertools.pairwise(edges):
-            inside = [(s, t) for s, t in samples if lo <= s < hi]
-            if inside:
-                centres.append(float(statistics.median(s for s, _ in inside)))
-                medians.append(float(statistics.median(t for _, t in inside)))
+        group: list[tuple[int, float]] = []
+        for index, sample in enumerate(samples):
+            group.append(sample)
+            last = index == len(samples) - 1
+            if last or (bins[index + 1] != bins[index] and len(group) >= MIN_SAMPLES):
+                centres.append(float(statistics.median(s for s, _ in group)))
+                medians.append(float(statistics.median(t for _, t in group)))
+                group = []
         monotone = isotonic(medians)
         tables.setdefault(gpu, {}).setdefault(topology, {})[workers] = [
             [round(s), float(f"{t:.4g}")] for s, t in zip(centres, monotone)]
