@@ -198,7 +198,7 @@ def test_the_offline_entrypoint_keeps_the_offline_constants_and_the_llm_class_li
     server, _, _ = _ttfts({})
     [replica_off] = offline.served_models[0].engines
     [replica_on] = server.served_models[0].engines
-    fitted = calibration.FITTED["H100-SXM"]
+    fitted = calibration.efficiency("H100-SXM")[0]
     assert replica_off.cost.efficiency == fitted and offline.served_models[0].frontend_ns == 0
     expected = online.online_cost("H100-SXM")
     assert (replica_on.cost.efficiency.step_overhead_ns, replica_on.cost.efficiency.per_request_ns) == (

@@ -91,6 +91,9 @@ class ServedModel:
     plans: list[MemoryPlan] = field(default_factory=list)
     gpu_names: list[str] = field(default_factory=list)
     fitted: bool = True
+    uncertainty: float = 0.0
+    """The cost model's relative error band on the model's GPUs (`calibration.constants`): wider where
+    the constants are extrapolated from another GPU."""
     failure: str = ""
     """Why the model could not load, or ''."""
     crash: str = ""
@@ -174,6 +177,7 @@ class ServedModel:
                 efficiency = online.server_efficiency(efficiency, served_cost, model.cost_model)
                 self.frontend_ns = online.frontend_ns(served_cost, model.cost_model)
             self.fitted = self.fitted and fitted
+            self.uncertainty = max(self.uncertainty, calibration.constants(profile).uncertainty)
             plans.append(memory)
             names.append(profile.name)
             runtime = model.resolved_runtime()
@@ -231,6 +235,7 @@ class ServedModel:
             return failure
         efficiency, fitted = calibration.efficiency(profile.name, model.cost_model)
         self.fitted = fitted
+        self.uncertainty = calibration.constants(profile).uncertainty
         cost = CostModel(arch, profile, efficiency, 1, cuda_graphs=False,
                          factor=version.latency_factor * runtimes.step_factor(model, version))
         suffix = "" if version.version == model.versions[0].version else f"@v{version.version}"
