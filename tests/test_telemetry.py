@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from aisim.engine import calibration
+from aisim.engine import calibration, online
 from aisim.engine.costmodel import CostModel
 from aisim.engine.memory import kv_bytes_per_token
 from aisim.engine.report import build_report
@@ -161,10 +161,11 @@ def test_decoding_one_request_keeps_the_gpu_busy_for_the_kernel_share_of_each_st
     # GPU part). The GPU is busy for the kernels' share; the memory interface is active for the weights it
     # reads (every linear layer and the LM head, not the embedding table) at the datasheet 3.35 TB/s.
     arch = MODEL_FAMILIES["llama-3-8b"]
-    constants = calibration.constants("H100-SXM")
-    cost = CostModel(arch, GPU_PROFILES["H100-SXM"], constants.default, 1, kv_bytes_per_token(arch, 1))
+    # a `vllm serve` engine (the default entrypoint): the online calibration's engine-core CPU terms
+    served = online.server_efficiency(calibration.constants("H100-SXM").default, online.online_cost("H100-SXM"), None)
+    cost = CostModel(arch, GPU_PROFILES["H100-SXM"], served, 1, kv_bytes_per_token(arch, 1))
     gpu_ns = cost.step_parts(1, 1, 1100, 1101)[1]  # mid-run context; its KV is < 1 % of the bytes
-    host_ns = constants.default.step_overhead_ns + constants.default.per_request_ns + 15_000 + 500 * 320
+    host_ns = served.step_overhead_ns + served.per_request_ns + 15_000 + 500 * 320
     share = gpu_ns / (gpu_ns + host_ns)
     weights_ns = (arch.params - arch.vocab * arch.hidden) * 2 / 3.35e12 * 1e9
     sim = run(scenario([llama()], [batch(1, 100, 2000)], telemetry={"interval": "1s"}))
@@ -244,7 +245,7 @@ def _without_telemetry(sim: Simulation) -> tuple[str, str]:
 
 @pytest.mark.parametrize("macro", [True, False])
 def test_sampling_does_not_change_the_run(macro: bool) -> None:
-    s = scenario([llama()], [batch(40, 600, 300)])
+    s = scenario([llama()], [batch(40, 600, 1000)])  # long enough for several samples
     plain = Simulation(s, macro_steps=macro, telemetry=False)
     plain.run()
     sampled = Simulation(s, macro_steps=macro, telemetry=True)
