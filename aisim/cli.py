@@ -81,7 +81,12 @@ def _run(args: argparse.Namespace) -> int:
     except QuantityError as error:
         sys.stderr.write(f"aisim run: --until: {error}\n")
         return 2
+    if args.report and args.report[0] != "inference-perf":
+        sys.stderr.write(f"aisim run: --report: unknown format {args.report[0]!r}; the one there is: inference-perf\n")
+        return 2
     sim = Simulation(checked.scenario, checked.base_dir, seed=args.seed, telemetry=True if args.metrics else None)
+    if args.report:
+        sim.timeline.per_token = True  # inference-perf's inter-token latencies need every token's time
     try:
         stop = sim.stop_time(until)
     except EndlessWorkload as error:
@@ -111,11 +116,40 @@ def _run(args: argparse.Namespace) -> int:
             sim.timeline.write_chrome_trace(outputs["--chrome-trace"])
         if "--metrics" in outputs:
             _write_metrics(sim, args.metrics, outputs["--metrics"])
+    if args.report:
+        from .engine.client_report import write_inference_perf
+
+        try:
+            write_inference_perf(sim, Path(args.report[1]))
+        except OSError as error:
+            sys.stderr.write(f"aisim run: --report: cannot write {error.filename}: {error.strerror}\n")
+            return 2
     report = build_report(sim, wall if args.timing else None)
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2, sort_keys=False) + "\n")
     else:
         sys.stdout.write(report_table(report, wall))
+    return 0
+
+
+def _workload_import(args: argparse.Namespace) -> int:
+    from .scenario.benchmarks import (
+        ImportProblem,
+        dump_yaml,
+        inference_perf_workload,
+        read_yaml,
+    )
+
+    try:
+        workload = inference_perf_workload(read_yaml(Path(args.config)), args.model)
+    except (OSError, ImportProblem) as error:
+        sys.stderr.write(f"aisim workload import: {error}\n")
+        return 1
+    text = f"# imported by aisim workload import inference-perf {args.config}\n" + dump_yaml({"workload": workload})
+    if args.output:
+        Path(args.output).write_text(text, encoding="utf-8")
+    else:
+        sys.stdout.write(text)
     return 0
 
 
@@ -538,7 +572,19 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--until", metavar="DURATION", help="stop at this simulated time, like 10m")
     run.add_argument("--timing", action="store_true", help="add wall seconds and speed to the JSON report")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--report", nargs=2, metavar=("FORMAT", "DIR"),
+                     help="also write the client's per-stage report; FORMAT inference-perf: its "
+                     "stage_N_lifecycle_metrics.json and summary_lifecycle_metrics.json")
     run.set_defaults(handler=_run)
+
+    workload = commands.add_parser("workload", help="work with workloads: import a benchmark client's configuration")
+    actions = workload.add_subparsers(dest="action", metavar="ACTION", required=True)
+    imported = actions.add_parser("import", help="write the scenario workload equivalent to a benchmark config")
+    imported.add_argument("client", choices=("inference-perf",), help="the benchmark client")
+    imported.add_argument("config", metavar="CONFIG.yaml", help="the client's configuration file")
+    imported.add_argument("--model", help="the scenario model the requests go to (default: the config's model name)")
+    imported.add_argument("-o", "--output", metavar="FILE", help="write the workload here (default: stdout)")
+    imported.set_defaults(handler=_workload_import)
 
     serve = commands.add_parser("serve", help="serve a scenario's APIs in real time (OpenAI, vLLM, metrics)")
     serve.add_argument("scenario", nargs="?", metavar="SCENARIO", help="scenario file (default: the built-in default)")

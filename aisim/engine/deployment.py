@@ -18,7 +18,7 @@ import numpy as np
 from ..scenario.hardware import Gpu, expand_devices
 from ..scenario.models import KServe, Model, Version
 from ..scenario.presets import GIB
-from . import calibration, runtimes
+from . import calibration, online, runtimes
 from .batcher import TritonEngine
 from .costmodel import CostModel
 from .gpu import GpuDevice
@@ -91,6 +91,9 @@ class ServedModel:
     plans: list[MemoryPlan] = field(default_factory=list)
     gpu_names: list[str] = field(default_factory=list)
     fitted: bool = True
+    uncertainty: float = 0.0
+    """The cost model's relative error band on the model's GPUs (`calibration.constants`): wider where
+    the constants are extrapolated from another GPU."""
     failure: str = ""
     """Why the model could not load, or ''."""
     crash: str = ""
@@ -100,6 +103,8 @@ class ServedModel:
     """False for embedding and classification models: their requests produce no tokens."""
     lifecycle: Lifecycle = field(init=False)
     watch: TailWatch | None = None
+    frontend_ns: int = 0
+    """The API server's time on a request before the engine sees it (`online.py`; 0 unless `vllm serve`)."""
     _waiting: dict[str, list[Callable[[str], None]]] = field(default_factory=dict)
     """Callers of `request_load` waiting for a version to finish loading."""
 
@@ -167,7 +172,12 @@ class ServedModel:
             profile = host.devices[group[0]].resolved()
             memory = plan(model, profile)
             efficiency, fitted = calibration.efficiency(profile.name, model.cost_model)
+            if model.engine.entrypoint == "server":
+                served_cost = online.online_cost(profile.name)
+                efficiency = online.server_efficiency(efficiency, served_cost, model.cost_model)
+                self.frontend_ns = online.frontend_ns(served_cost, model.cost_model)
             self.fitted = self.fitted and fitted
+            self.uncertainty = max(self.uncertainty, calibration.constants(profile).uncertainty)
             plans.append(memory)
             names.append(profile.name)
             runtime = model.resolved_runtime()
@@ -225,6 +235,7 @@ class ServedModel:
             return failure
         efficiency, fitted = calibration.efficiency(profile.name, model.cost_model)
         self.fitted = fitted
+        self.uncertainty = calibration.constants(profile).uncertainty
         cost = CostModel(arch, profile, efficiency, 1, cuda_graphs=False,
                          factor=version.latency_factor * runtimes.step_factor(model, version))
         suffix = "" if version.version == model.versions[0].version else f"@v{version.version}"

@@ -26,13 +26,16 @@ NO_KV_BLOCKS = 2**62
 NCCL_BYTES_PER_GPU = int(0.25 * GIB)
 
 
-def default_limits(gpu: GpuProfile) -> tuple[int, int]:
-    """vLLM's API-server defaults: (max_num_batched_tokens, max_num_seqs) for this GPU class.
+def default_limits(gpu: GpuProfile, entrypoint: str = "server") -> tuple[int, int]:
+    """vLLM's defaults: (max_num_batched_tokens, max_num_seqs) for this GPU class and entrypoint.
 
-    `EngineArgs.get_batch_defaults`: 8,192 tokens and 1,024 sequences on GPUs with at least
-    70 GiB whose name is not an A100; 2,048 and 256 otherwise.
+    `EngineArgs.get_batch_defaults`: the API server takes 8,192 tokens and 1,024 sequences on GPUs
+    with at least 70 GiB whose name is not an A100, 2,048 and 256 otherwise; the offline `LLM` class
+    16,384 and 1,024, or 8,192 and 256.
     """
     large = gpu.capacity >= 70 * GIB and "A100" not in gpu.name.upper()
+    if entrypoint == "offline":
+        return (16384, 1024) if large else (8192, 256)
     return (8192, 1024) if large else (2048, 256)
 
 
@@ -102,7 +105,7 @@ def plan(model: Model, gpu: GpuProfile, limits: EngineLimits | None = None, tens
     limits = limits or model.engine
     tp = tensor_parallel or (model.placement.tensor_parallel if model.placement else 1)
     arch = model.resolved()
-    default_tokens, default_seqs = default_limits(gpu)
+    default_tokens, default_seqs = default_limits(gpu, limits.entrypoint)
     tokens = limits.max_num_batched_tokens or default_tokens
     seqs = limits.max_num_seqs or default_seqs
     max_len = limits.max_model_len or arch.max_position or tokens

@@ -250,9 +250,10 @@ class Replica:
         placement = self.placement
         assert placement is not None
         host_ns, gpu_ns = self.cost.step_parts(len(batch), new_tokens, context, pairs)
+        head = self.cost.head_share(len(batch), new_tokens, context, pairs) if placement.detail == "layer" else 0.0
         host, ops = step_graph(placement.detail, placement.arch, stream, int(host_ns * self.slowdown),
                                int(gpu_ns * self.slowdown), new_tokens, len(batch), placement.max_blocks,
-                               placement.devices[0].host_link)
+                               placement.devices[0].host_link, head)
 
         def done() -> None:
             plan = self._plan

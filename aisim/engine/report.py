@@ -116,6 +116,7 @@ def _model_section(served: ServedModel, end_ns: int) -> dict[str, Any]:
             "gpus": served.gpu_names,
             "replicas": len(served.plans),
             "calibrated_on_this_gpu": served.fitted,
+            "cost_model_uncertainty": served.uncertainty,
             "max_num_seqs": memory.max_num_seqs,
             "max_num_batched_tokens": memory.max_num_batched_tokens,
             "max_model_len": memory.max_model_len,
@@ -152,6 +153,7 @@ def _triton_section(served: ServedModel, engines: list[TritonEngine], end_ns: in
     return {
         "gpus": served.gpu_names,
         "calibrated_on_this_gpu": served.fitted,
+        "cost_model_uncertainty": served.uncertainty,
         "max_batch_size": kserve.max_batch_size,
         "instances": instances,
         "executions": executions,

@@ -68,6 +68,10 @@ class Request:
     """Whether the watcher needs each token when it comes (a stream) or may get them with the end."""
     engine: Any = None
     """The engine serving the request (to abort it)."""
+    stage: int = 0
+    """The workload's load stage it was sent in (per-stage reports)."""
+    deadline: Any = None
+    """The client's timeout event (an `EventHandle`), cancelled when the request ends first."""
 
     @property
     def to_compute(self) -> int:
@@ -83,6 +87,8 @@ class Request:
         tell the watcher."""
         self.finished_at = time_ns
         self.outcome = outcome
+        if self.deadline is not None:
+            self.deadline.cancel()
         if outcome == "failed":
             self.error = error
             timeline.add(time_ns, "request_failed", self.id, error)

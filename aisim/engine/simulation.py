@@ -261,7 +261,7 @@ class Simulation:
         served = self.models[arrival.model]
         request = Request(self.submitted, served.model.id, arrival.source, now, arrival.prompt, arrival.output,
                           arrival.priority, arrival.group, arrival.prefix, stream=arrival.stream, watcher=watcher,
-                          live_tokens=live_tokens)
+                          live_tokens=live_tokens, stage=arrival.stage)
         self.submitted += 1
         if not served.generates:
             request.output = 0
@@ -276,12 +276,22 @@ class Simulation:
         if error or router is None:
             request.conclude("failed", now, self.timeline, error)
         else:
-            router.submit(request)
+            if served.frontend_ns:
+                self.kernel.at(now + served.frontend_ns, lambda: None if request.done else router.submit(request))
+            else:
+                router.submit(request)
+            if arrival.timeout:  # the client's timeout: it closes the connection, and the server aborts the request
+                request.deadline = self.kernel.at(now + arrival.timeout, lambda: self.abort(request))
         return request
 
     def abort(self, request: Request) -> None:
-        """The client of `request` went away: its engine drops it and frees what it held."""
-        if not request.done and request.engine is not None:
+        """The client of `request` went away: its engine drops it and frees what it held (one still in the API
+        server's hands, `frontend_ns`, never reaches the engine)."""
+        if request.done:
+            return
+        if request.engine is None:
+            request.conclude("aborted", self.kernel.now, self.timeline)
+        else:
             request.engine.abort(request)
 
     def _reject(self, served: ServedModel, request: Request) -> str:

@@ -34,6 +34,7 @@ from ..scenario.workload import (
     Poisson,
     PriorityClass,
     Source,
+    Stages,
     Trace,
 )
 from .sampling import sample
@@ -60,6 +61,10 @@ class Arrival:
     """The CUDA stream of the request's priority class ('' for the model's own)."""
     version: str = ""
     """The model version asked for ('' for the serving one)."""
+    stage: int = 0
+    """The load stage it belongs to (a `stages` arrival's index; 0 otherwise)."""
+    timeout: int = 0
+    """The client's request timeout in ns (0: none)."""
 
 
 class TraceError(ValueError):
@@ -154,12 +159,18 @@ class SourceFeed:
         self.models = [source.model] if source.model else [m.model for m in source.mix or []]
         weights = np.array([1.0] if source.model else [m.weight for m in source.mix or []])
         self.weights = weights / weights.sum()
+        self._cycle = np.zeros(0, dtype=np.int64)
+        """A prompt set's position in its cycle for each request of the chunk being drawn."""
+        self._users: np.ndarray | None = None
+        """A multi-turn prompt set's system-prompt group per user, drawn once."""
 
     def __iter__(self) -> Iterator[Arrival]:
         arrival = self.source.arrival
         count = 0
         limit = self.source.requests
-        for times, prompts, outputs in self._chunks():
+        timeout = self.source.timeout or 0
+        chunks = self._stage_chunks(arrival) if isinstance(arrival, Stages) else ((0, c) for c in self._chunks())
+        for stage, (times, prompts, outputs) in chunks:
             models = self.rng.choice(len(self.models), size=len(times), p=self.weights) if len(self.models) > 1 else None
             groups, prefixes = self._prefixes(len(times))
             for i in range(len(times)):
@@ -170,10 +181,27 @@ class SourceFeed:
                 if prefix:
                     prompt = max(prompt, prefix + 1)
                 yield Arrival(int(times[i]), self.source.name, self.models[0 if models is None else int(models[i])],
-                              prompt, int(outputs[i]), self.priority, int(groups[i]), prefix, self.stream)
+                              prompt, int(outputs[i]), self.priority, int(groups[i]), prefix, self.stream,
+                              stage=stage, timeout=timeout)
                 count += 1
             if isinstance(arrival, ClosedBatch):
                 return
+
+    def _stage_chunks(self, arrival: Stages) -> Iterator[tuple[int, tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+        """Each stage's arrivals in chunks, tagged with the stage's index; the next stage starts `gap`
+        after the previous one's last arrival."""
+        start = 0
+        for index, stage in enumerate(arrival.stages):
+            count = stage.requests
+            if count == 0:
+                start += stage.duration + arrival.gap
+                continue
+            times = (constant_timer if arrival.timer == "constant" else poisson_timer)(
+                stage.rate.per_second, stage.duration, count, self.rng, start)
+            for first in range(0, count, CHUNK):
+                size = min(CHUNK, count - first)
+                yield index, (times[first:first + size], *self._lengths(size, first))
+            start = int(times[-1]) + arrival.gap
 
     def _chunks(self) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray]]:
         arrival = self.source.arrival
@@ -188,17 +216,50 @@ class SourceFeed:
             yield np.full(size, arrival.at, dtype=np.int64), *self._lengths(size)
             return
         last = 0
+        sent = 0
         while True:
             times = last + np.cumsum(_gaps(self.source, self.rng, CHUNK))
             last = int(times[-1])
-            yield times, *self._lengths(CHUNK)
+            yield times, *self._lengths(CHUNK, sent)
+            sent += CHUNK
 
-    def _lengths(self, size: int) -> tuple[np.ndarray, np.ndarray]:
+    def _lengths(self, size: int, first: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Prompt and output lengths of `size` requests; `first` is the index of the first of them in its
+        stage (a prompt set's position in its cycle)."""
+        prompts_set = self.source.prompt_set
+        if prompts_set is not None:
+            self._cycle = (first + np.arange(size)) % (prompts_set.system_prompts * prompts_set.users_per_system_prompt)
+            tokens = prompts_set.system_prompt_tokens + prompts_set.question_tokens
+            return np.full(size, tokens, dtype=np.int64), np.full(size, prompts_set.output_tokens, dtype=np.int64)
         assert self.source.prompt_tokens is not None and self.source.output_tokens is not None
         prompts = sample(self.source.prompt_tokens, self.rng, size)
         return _tokens(prompts, 1), _tokens(sample(self.source.output_tokens, self.rng, size), 0)
 
+    def _prompt_set_prefixes(self, size: int) -> tuple[np.ndarray, np.ndarray]:
+        """Cache chains of a prompt set's requests (the prompts of `_lengths`' last call, `_cycle`).
+
+        Single turn: prompt k of the cycle is the same text every time it comes back, so the whole
+        prompt is one chain per distinct prompt. Multi-turn: only the user's system prompt is shared
+        (one chain per group of `usersPerSystemPrompt` users, the users in a seeded order, as the
+        generator shuffles its sessions); the turns do not repeat a cached prompt.
+        """
+        prompts_set = self.source.prompt_set
+        assert prompts_set is not None
+        if not prompts_set.multi_turn:
+            tokens = prompts_set.system_prompt_tokens + prompts_set.question_tokens
+            return self.index * 1_000_000 + self._cycle, np.full(size, tokens - 1, dtype=np.int64)
+        if self._users is None:
+            count = prompts_set.system_prompts * prompts_set.users_per_system_prompt
+            self._users = self.rng.permutation(count) // prompts_set.users_per_system_prompt
+        if prompts_set.system_prompt_tokens == 0:
+            return np.full(size, -1), np.zeros(size, dtype=np.int64)
+        groups = self.index * 1_000_000 + self._users[self._cycle]
+        return groups, np.full(size, prompts_set.system_prompt_tokens, dtype=np.int64)
+
     def _prefixes(self, size: int) -> tuple[np.ndarray, np.ndarray]:
+        prompts_set = self.source.prompt_set
+        if prompts_set is not None:
+            return self._prompt_set_prefixes(size)
         shared = self.source.shared_prefix
         if shared is None:
             return np.full(size, -1), np.zeros(size, dtype=np.int64)
@@ -210,3 +271,31 @@ class SourceFeed:
 def _tokens(values: np.ndarray, least: int) -> np.ndarray:
     """Token counts raised to `least` and lowered to `MAX_TOKENS` (see the module docstring)."""
     return np.clip(values, least, MAX_TOKENS).astype(np.int64)
+
+
+def constant_timer(rate: float, duration_ns: int, count: int, rng: np.random.Generator, start: int) -> np.ndarray:
+    """inference-perf's `ConstantLoadTimer`: `count` exponential gaps of mean 1/rate, scaled to sum to the
+    duration, after `start` (ns): the last arrival falls exactly at the stage's end."""
+    gaps = rng.exponential(1 / rate, count)
+    scaled = gaps * (duration_ns / float(gaps.sum()))
+    return start + np.rint(np.cumsum(scaled)).astype(np.int64)
+
+
+def poisson_timer(rate: float, duration_ns: int, count: int, rng: np.random.Generator, start: int) -> np.ndarray:
+    """inference-perf's `PoissonLoadTimer`: each second, a Poisson(rate) count of arrivals spread over that
+    second by the constant timer; a second with none passes empty. The stage ends after `count` arrivals
+    (inference-perf sends `rate x duration`), so `duration_ns` only sets the count."""
+    del duration_ns
+    out: list[np.ndarray] = []
+    sent = 0
+    now = start
+    while sent < count:
+        arrivals = int(rng.poisson(rate))
+        if arrivals < 1:
+            now += NS
+            continue
+        times = constant_timer(arrivals, NS, arrivals, rng, now)
+        out.append(times[: count - sent])
+        sent += len(out[-1])
+        now = int(times[-1])
+    return np.concatenate(out)

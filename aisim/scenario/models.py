@@ -96,6 +96,10 @@ class EngineLimits(Spec):
     """Cap on one long prompt's share of a step's token budget."""
     cuda_graphs: bool = True
     """Replay steps of up to 512 tokens as CUDA graphs (one launch instead of one per kernel)."""
+    entrypoint: Literal["server", "offline"] = "server"
+    """How vLLM runs: `server` (`vllm serve`: an API-server process in front of the V1 engine core, with the
+    online calibration's engine-core and API-server costs) or `offline` (the `LLM` class in one process:
+    the offline calibration's per-step costs and its larger default limits)."""
 
 
 class CostModel(Spec):
@@ -109,6 +113,9 @@ class CostModel(Spec):
     """Fixed CPU and launch cost of each engine step."""
     per_request_overhead: Duration | None = None
     """CPU cost per request in a step (input preparation, sampling)."""
+    frontend: Duration | None = None
+    """`vllm serve` only: the API server's time on a request before the engine sees it (HTTP, tokenisation,
+    the first chunk's framing); it adds to TTFT and E2E (default: the online calibration's)."""
 
 
 class LatencyOverride(Spec):

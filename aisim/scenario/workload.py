@@ -131,7 +131,49 @@ class Trace(Spec):
         return "jsonl" if self.file.endswith((".jsonl", ".json")) else "csv"
 
 
-Arrival = Annotated[Poisson | Gamma | ConstantRate | ClosedBatch | Trace, Field(discriminator="kind")]
+class Stage(Spec):
+    """One load stage: `rate` requests per second for `duration`."""
+
+    rate: ArrivalRate
+    """Request rate of the stage."""
+    duration: WorkloadDuration
+    """How long the stage sends; it sends `rate x duration` requests (rounded down), as inference-perf does."""
+
+    @property
+    def requests(self) -> int:
+        """Requests the stage sends: `rate x duration`, rounded down (exact integers)."""
+        return self.rate.count * self.duration // self.rate.period_ns
+
+
+class Stages(Spec):
+    """Rate stages, one after the other, with inference-perf's arrival timers (`kubernetes-sigs/inference-perf`,
+    `loadgen/load_timer.py`): `constant` draws `rate x duration` exponential gaps and scales them to sum to
+    the stage's duration (Poisson-like gaps, an exact count and span); `poisson` draws each second's count
+    from a Poisson distribution and spreads that many over the second with the `constant` timer (a second
+    with none is skipped). Each stage sends exactly `rate x duration` requests (rounded down)."""
+
+    kind: Literal["stages"]
+    """Arrival process."""
+    timer: Literal["constant", "poisson"] = "constant"
+    """inference-perf's load type: `constant` or `poisson`."""
+    stages: list[Stage] = Field(min_length=1, max_length=1000)
+    """The stages, in order."""
+    gap: Duration = 0
+    """Pause between one stage's last arrival and the next stage's start (inference-perf: `interval`, 1 s by
+    default, plus the 1 s it gives its queue before a stage's first request; it also waits for the stage's
+    requests to finish, which aisim does not)."""
+
+    @model_validator(mode="after")
+    def _bounded(self) -> Stages:
+        count = sum(s.requests for s in self.stages)
+        if count > 10_000_000:
+            raise ValueError(f"the stages send {count} requests; at most 10,000,000")
+        if sum(s.duration for s in self.stages) + self.gap * (len(self.stages) - 1) > MAX_DURATION:
+            raise ValueError("the stages last longer than 720h (30 days) of simulated time")
+        return self
+
+
+Arrival = Annotated[Poisson | Gamma | ConstantRate | ClosedBatch | Trace | Stages, Field(discriminator="kind")]
 
 
 class SharedPrefix(Spec):
@@ -143,6 +185,37 @@ class SharedPrefix(Spec):
     """Prefix length in tokens (part of the prompt length)."""
     fraction: float = Field(1.0, gt=0, le=1)
     """Share of the source's requests that carry a shared prefix."""
+
+
+class PromptSet(Spec):
+    """inference-perf's `shared_prefix` data generator (`datagen/shared_prefix_datagen.py`): `systemPrompts`
+    groups of `usersPerSystemPrompt` users; each user's prompt is its group's system prompt
+    (`systemPromptTokens`) followed by its own question (`questionTokens`), and every request asks for
+    `outputTokens` tokens. Request i of a stage (the index restarts each stage, as the generator's does)
+    is user i mod (groups x users). Single turn, the user's prompt is the same text every time it comes
+    back, so a repeat whose blocks are still cached hits the whole prompt; multi-turn, see `multiTurn`."""
+
+    system_prompts: int = Field(ge=1, le=100_000)
+    """Groups (`num_groups`, alias `num_unique_system_prompts`)."""
+    users_per_system_prompt: int = Field(ge=1, le=100_000)
+    """Users (prompts) per group (`num_prompts_per_group`, alias `num_users_per_system_prompt`)."""
+    system_prompt_tokens: int = Field(ge=0, le=1_000_000)
+    """Tokens of each group's system prompt (`system_prompt_len`)."""
+    question_tokens: int = Field(ge=1, le=1_000_000)
+    """Tokens of each user's question (`question_len`)."""
+    output_tokens: int = Field(ge=0, le=1_000_000)
+    """Tokens each request generates (`output_len`; inference-perf sends `ignore_eos`)."""
+    multi_turn: bool = False
+    """`enable_multi_turn_chat`: each user's requests are the turns of one session, whose text goes before the
+    question, so a turn shares only its system prompt with earlier requests. Its length stays system prompt
+    plus question, as the measured runs show (`bench/data/vllm-online-h100.csv`: `prompt_len_mean` is
+    the configured length plus the client's re-tokenisation, at every rate and round)."""
+
+    @model_validator(mode="after")
+    def _few_enough(self) -> PromptSet:
+        if self.system_prompts * self.users_per_system_prompt > 1_000_000:
+            raise ValueError("at most 1,000,000 prompts (systemPrompts x usersPerSystemPrompt)")
+        return self
 
 
 class MixEntry(Spec):
@@ -176,17 +249,29 @@ class Source(Spec):
     """Shared prompt prefixes."""
     requests: int | None = Field(None, ge=1)
     """Stop this source after this many requests."""
+    prompt_set: PromptSet | None = None
+    """Prompts and output lengths from inference-perf's `shared_prefix` generator (instead of `promptTokens`,
+    `outputTokens` and `sharedPrefix`)."""
+    timeout: Duration | None = Field(None, gt=0)
+    """The client's request timeout: a request not finished this long after it was sent is abandoned (the
+    server aborts it) and counts as a client failure (aiohttp, which inference-perf uses, defaults to 300s)."""
 
     @model_validator(mode="after")
     def _consistent(self) -> Source:
         if (self.model is None) == (self.mix is None):
             raise ValueError("give exactly one of model, mix")
         traced = isinstance(self.arrival, Trace)
+        if self.prompt_set is not None:
+            given = [n for n, v in (("promptTokens", self.prompt_tokens), ("outputTokens", self.output_tokens),
+                                    ("sharedPrefix", self.shared_prefix)) if v is not None]
+            if traced or given:
+                raise ValueError(f"promptSet gives the lengths; remove {', '.join(given) or 'the trace arrival'}")
+            return self
         for name, value in (("promptTokens", self.prompt_tokens), ("outputTokens", self.output_tokens)):
             if traced and value is not None:
                 raise ValueError(f"{name} comes from the trace; remove it or use another arrival kind")
             if not traced and value is None:
-                raise ValueError(f"{name} is required unless the arrival is a trace")
+                raise ValueError(f"{name} is required unless the arrival is a trace or the source has a promptSet")
         return self
 
 

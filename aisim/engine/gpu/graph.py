@@ -9,8 +9,9 @@ The input copy (token ids, positions, block tables) is issued on the model's str
 layer waits for it by stream order. The sampled tokens go back on a side stream (`<stream>.out`,
 as vLLM's asynchronous output copy does) that waits on the event recorded after sampling
 (`cudaStreamWaitEvent`); the host then synchronises on that copy: that sync point ends the step.
-Each layer's kernel time is its share of the step's GPU time by parameter count (attention and MLP
-weights dominate a layer's memory traffic and FLOPs); the logits kernel takes the LM head's share.
+The logits kernel takes the share of the step's GPU time that the cost model gives the LM head and
+sampling (`CostModel.head_share`, from the same operator curves as the step's duration); the
+layers share the rest equally (every layer runs the same operators on the same tokens).
 The copies' time comes out of the step's host time, so both detail levels give the same step
 duration on an idle GPU (the calibrated cost model already contains the copies).
 """
@@ -44,16 +45,15 @@ def input_bytes(tokens: int, requests: int, max_blocks: int) -> int:
 
 
 def step_graph(detail: str, arch: ModelFamily, stream: str, host_ns: int, gpu_ns: int, tokens: int, requests: int,
-               max_blocks: int, host_link: float) -> tuple[int, list[Op]]:
-    """(host ns before the GPU work, the ops) of one step; see the module docstring."""
+               max_blocks: int, host_link: float, head_share: float = 0.0) -> tuple[int, list[Op]]:
+    """(host ns before the GPU work, the ops) of one step; see the module docstring. `head_share`:
+    the LM head's and sampling's share of `gpu_ns`."""
     if detail == "step":
         return host_ns, [Op("step", "compute", stream, gpu_ns)]
     copy_in = copy_ns(input_bytes(tokens, requests, max_blocks), host_link)
     copy_out = copy_ns(requests * 8, host_link)
     layers = max(arch.layers, 1)
-    head = arch.vocab * arch.hidden if arch.task == "generate" else 0
-    body = max(arch.params - head - arch.vocab * arch.hidden, 1)
-    logits = int(gpu_ns * head / (body + head))
+    logits = int(gpu_ns * head_share) if arch.task == "generate" else 0
     per_layer, extra = divmod(gpu_ns - logits, layers)
     ops = [Op("inputs", "h2d", stream, copy_in)]
     ops += [Op(f"layer{i}", "compute", stream, per_layer + (1 if i < extra else 0)) for i in range(layers)]

@@ -1,0 +1,307 @@
+"""How long one engine step takes: the sum of its operators on one GPU of the replica.
+
+    step = host + GPU
+    host = step overhead + per-request overhead x requests + kernel launches
+    GPU  = embedding + layers x (norm, QKV, rope, attention, output projection, all-reduce,
+                                 norm, gate/up, activation, down, all-reduce, add)
+           + LM head and sampling over the requests that sample
+
+- the linear operators are GEMMs of the step's tokens by the layer's weight shards (TP splits the
+  QKV and gate/up outputs and the output and down projections' inputs), timed by the GEMM curve
+  fitted on the Vidur profiles (`operators.py`); MoE layers run the experts the batch touches;
+- element-wise operators by their class's fitted curve, over the elements they touch per GPU;
+- attention: a kernel floor per layer, the prefill FLOPs (4 x heads x head_dim x causal query-key
+  pairs per layer, split by TP) at the published FlashAttention throughput, and the KV bytes read
+  and written (every scheduled request's context plus its new tokens) at the decode-attention
+  bandwidth fitted on the Argonne rows;
+- all-reduce: two per layer plus the embedding's (`tokens x hidden x 2` bytes) and the logits'
+  gather under TP, from the measured NCCL tables (`collectives.py`);
+- LM head: a GEMM of one row per request that samples (vLLM computes logits only at each
+  request's last scheduled position) by the vocabulary shard; sampling an element-wise pass over
+  the logits;
+- launches: one host launch per kernel in eager steps; a CUDA-graph replay (15 us + 0.5 us per
+  kernel, `gpu-memory-and-streams.md` §5.4) for steps of at most 512 tokens, which vLLM captures;
+- the step and per-request overheads are the engine's CPU time (scheduling, input preparation,
+  sampling bookkeeping), fitted on the Argonne rows.
+
+Every term's time depends on the step's token count, request count, prior context and causal
+pairs; the token- and request-dependent parts are cached per count, so a step costs a few dict
+lookups and multiplications.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...scenario.presets import DTYPE_BYTES, GpuProfile, ModelFamily
+from .collectives import AllReduce, pick
+from .derived import Topology
+from .operators import GemmCurve, elementwise_s, gemm_s
+
+KERNELS_PER_LAYER = 10
+GRAPH_LAUNCH_NS = 15_000
+GRAPH_NODE_NS = 500
+GRAPH_MAX_TOKENS = 512
+CACHE_LIMIT = 4096
+"""Token and request counts whose operator sums are remembered per cost model."""
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The four constants a scenario's `costModel` (and `aisim calibrate`) can set for one GPU type."""
+
+    bandwidth: float
+    """Achieved share of datasheet memory bandwidth (GEMM weight traffic; scales every memory-bound term)."""
+    mfu: float
+    """Achieved share of datasheet tensor FLOP/s (large GEMMs; scales every compute-bound term)."""
+    step_overhead_ns: int
+    """CPU time per step."""
+    per_request_ns: int
+    """CPU time per scheduled request per step."""
+
+
+@dataclass(frozen=True)
+class GpuConstants:
+    """Everything the cost model knows about one GPU type, and where it comes from."""
+
+    name: str
+    gemm: GemmCurve
+    elementwise: dict[str, tuple[float, float]]
+    """Operator class -> (floor s, s per element)."""
+    attention_floor: float
+    """Seconds per attention kernel (one per layer per step)."""
+    attention_flops: float
+    """Prefill attention FLOP/s."""
+    attention_bandwidth: float
+    """KV-cache read bandwidth of decode attention, bytes/s."""
+    allreduce: dict[str, dict[str, list[list[float]]]]
+    """Topology -> workers -> [[bytes, seconds], ...] (the base GPU's tables for a derived GPU)."""
+    link_scale: float
+    """Size factor applied to the all-reduce tables (1 on a profiled GPU; base link / this link otherwise)."""
+    topology: Topology
+    default: Efficiency
+    """The constants as `costModel` shares: GEMM bandwidth and throughput over the datasheet peaks, CPU overheads."""
+    measured: bool
+    """Whether the operator curves were fitted on this GPU's own profiles."""
+    uncertainty: float
+    """Relative error band of its step times (see `derived.py`)."""
+    source: str = ""
+    notes: dict[str, str] = field(default_factory=dict)
+
+
+def _intermediate(arch: ModelFamily, head_dim: int) -> tuple[int, bool]:
+    """(MLP intermediate size, gated) of a family; derived from the parameter count when the
+    architecture does not give it (the rest of the layer's weights, as a gated MLP)."""
+    h = arch.hidden
+    attention = h * (arch.heads + 2 * arch.kv_heads) * head_dim + arch.heads * head_dim * h
+    per_layer = (arch.params - 2 * arch.vocab * h) / max(arch.layers, 1)
+    if arch.intermediate:
+        gated_total = attention + 3 * h * arch.intermediate
+        plain_total = attention + 2 * h * arch.intermediate
+        return arch.intermediate, abs(gated_total - per_layer) <= abs(plain_total - per_layer)
+    return max(int((per_layer - attention) / (3 * h)), h), True
+
+
+class CostModel:
+    """Step times of one model replica (TP shards) on one GPU type."""
+
+    def __init__(self, arch: ModelFamily, gpu: GpuProfile, efficiency: Efficiency, tensor_parallel: int = 1,
+                 kv_bytes_per_token: int = 0, cuda_graphs: bool = True, factor: float = 1.0,
+                 constants: GpuConstants | None = None) -> None:
+        if constants is None:
+            from ..calibration import constants as lookup
+            constants = lookup(gpu.name)
+        self.constants = constants
+        tp = self.tp = tensor_parallel
+        self.factor = factor
+        self.efficiency = efficiency
+        self.arch = arch
+        memory = constants.default.bandwidth / efficiency.bandwidth
+        compute = constants.default.mfu / efficiency.mfu
+        weight_bytes = DTYPE_BYTES[arch.dtype]
+        peak = gpu.fp8_flops if arch.dtype in ("fp8", "int8", "int4") and gpu.fp8_flops else gpu.fp16_flops
+        dtype_speed = peak / gpu.fp16_flops / (2 if arch.dtype == "fp32" else 1)
+        self._gemm = constants.gemm.scaled(memory * weight_bytes / 2, compute / dtype_speed)
+        self._memory_bandwidth = constants.gemm.bandwidth / memory
+        self._elementwise = {k: (f, per * memory) for k, (f, per) in constants.elementwise.items()}
+        self._peak_flops = peak / (2 if arch.dtype == "fp32" else 1)
+        self._peak_bandwidth = gpu.memory_bandwidth
+        layers = self.layers = max(arch.layers, 1)
+        self._kv_s = kv_bytes_per_token / (constants.attention_bandwidth / memory)
+        self._kv_bytes = kv_bytes_per_token
+        self._token_model = arch.flops_per_sample is not None or arch.heads == 0
+        head_dim = arch.head_dim or (arch.hidden // arch.heads if arch.heads else 0)
+        self._pair_s = 4 * layers * arch.heads * head_dim / tp / (constants.attention_flops / compute)
+        self._pair_flops = 4 * layers * arch.heads * head_dim / tp
+        self._attention_fixed_s = layers * constants.attention_floor if not self._token_model else 0.0
+        self._allreduce: AllReduce | None = None
+        if tp > 1:
+            tables = constants.allreduce.get(constants.topology) or next(iter(constants.allreduce.values()))
+            self._allreduce = pick(tables, tp).scaled(constants.link_scale)
+        self._shapes(arch, head_dim)
+        kernels = layers * KERNELS_PER_LAYER
+        self._eager_launch_s = kernels * gpu.launch_latency_ns / 1e9
+        self._graph_launch_s = (GRAPH_LAUNCH_NS + GRAPH_NODE_NS * kernels) / 1e9 if cuda_graphs else self._eager_launch_s
+        self._fixed_s = efficiency.step_overhead_ns / 1e9
+        self._request_s = efficiency.per_request_ns / 1e9
+        self._tokens_cache: dict[int, float] = {}
+        self._requests_cache: dict[int, float] = {}
+
+    # -- shapes ------------------------------------------------------------------------------
+
+    def _shapes(self, arch: ModelFamily, head_dim: int) -> None:
+        tp = self.tp
+        h = arch.hidden
+        self._hidden = h
+        if self._token_model:
+            self._weights = arch.params * DTYPE_BYTES[arch.dtype] / tp
+            self._flops_per_token = (arch.flops_per_sample or 2 * arch.params) / tp
+            return
+        inter, gated = _intermediate(arch, head_dim)
+        qkv = (arch.heads + 2 * arch.kv_heads) * head_dim / tp
+        self._qkv = (qkv, h)
+        self._out = (h, arch.heads * head_dim / tp)
+        up = (2 if gated else 1) * inter / tp
+        self._experts, self._route = arch.experts, arch.experts_per_token
+        self._up, self._down = (up, h), (h, inter / tp)
+        self._rope_width = (arch.heads + arch.kv_heads) * head_dim / tp
+        self._act_width = inter / tp
+        self._vocab = arch.vocab / tp if arch.task == "generate" else 0.0
+        linear = h * (qkv + arch.heads * head_dim / tp) + arch.experts * h * (up + inter / tp)
+        self._weights = (arch.layers * linear + (arch.vocab * h / tp if arch.task == "generate" else 0)
+                         ) * DTYPE_BYTES[arch.dtype]
+        active = h * (qkv + arch.heads * head_dim / tp) + arch.experts_per_token * h * (up + inter / tp)
+        self._flops_per_token = 2 * arch.layers * active
+
+    def _gemm_s(self, m: float, shape: tuple[float, float]) -> float:
+        return float(gemm_s(self._gemm, m, shape[0], shape[1]))
+
+    def _ew(self, kind: str, elements: float) -> float:
+        return float(elementwise_s(self._elementwise[kind], elements))
+
+    def _reduce_s(self, nbytes: float) -> float:
+        return self._allreduce(nbytes) if self._allreduce is not None else 0.0
+
+    def _tokens_s(self, tokens: int) -> float:
+        """GPU seconds of the parts that depend on the step's token count only (cached)."""
+        cached = self._tokens_cache.get(tokens)
+        if cached is not None:
+            return cached
+        if self._token_model:
+            seconds = max(self._weights / self._memory_bandwidth,
+                          tokens * self._flops_per_token / self._gemm.flops) + self.layers * self._gemm.t0
+        else:
+            seconds = self._layers_s(tokens) + self._ew("emb", tokens * self._hidden)
+            seconds += self._reduce_s(tokens * self._hidden * 2)
+        if len(self._tokens_cache) < CACHE_LIMIT:
+            self._tokens_cache[tokens] = seconds
+        return seconds
+
+    def _layers_s(self, t: int) -> float:
+        h = self._hidden
+        if self._experts > 1 and t:
+            touched = self._experts * (1 - (1 - self._route / self._experts) ** t)
+            per_expert = t * self._route / touched
+            mlp = touched * (self._gemm_s(per_expert, self._up) + self._gemm_s(per_expert, self._down))
+            act = self._ew("act", t * self._route * self._act_width)
+        else:
+            mlp = self._gemm_s(t, self._up) + self._gemm_s(t, self._down)
+            act = self._ew("act", t * self._act_width)
+        layer = (2 * self._ew("norm", t * h) + self._gemm_s(t, self._qkv) + self._ew("rope", t * self._rope_width)
+                 + self._gemm_s(t, self._out) + mlp + act + self._ew("add", t * h)
+                 + 2 * self._reduce_s(t * h * 2))
+        return self.layers * layer
+
+    def _requests_s(self, requests: int) -> float:
+        """GPU seconds of the LM head, the logits' gather and sampling for `requests` rows (cached)."""
+        cached = self._requests_cache.get(requests)
+        if cached is not None:
+            return cached
+        seconds = 0.0
+        if not self._token_model and self._vocab and requests:
+            seconds = (self._gemm_s(requests, (self._vocab, self._hidden)) + self._ew("act", requests * self._vocab * self.tp)
+                       + self._reduce_s(requests * self._vocab * 2))
+        if len(self._requests_cache) < CACHE_LIMIT:
+            self._requests_cache[requests] = seconds
+        return seconds
+
+    # -- steps -------------------------------------------------------------------------------
+
+    def _parts_s(self, requests: int, new_tokens: int, context_tokens: float, pairs: float) -> tuple[float, float]:
+        launch = self._graph_launch_s if new_tokens <= GRAPH_MAX_TOKENS else self._eager_launch_s
+        host = self._fixed_s + requests * self._request_s + launch
+        gpu = (self._tokens_s(new_tokens) + self._requests_s(requests) + self._attention_fixed_s
+               + pairs * self._pair_s + (context_tokens + new_tokens) * self._kv_s)
+        return host, gpu
+
+    def step_ns(self, requests: int, new_tokens: int, context_tokens: int, pairs: float) -> int:
+        """Duration of a step scheduling `requests` requests with `new_tokens` tokens in all.
+
+        `context_tokens`: prior tokens whose KV the step reads; `pairs`: causal query-key pairs.
+        """
+        host, gpu = self._parts_s(requests, new_tokens, context_tokens, pairs)
+        return round((host + gpu) * self.factor * 1e9)
+
+    def step_parts(self, requests: int, new_tokens: int, context_tokens: int, pairs: float) -> tuple[int, int]:
+        """The step's (host ns, GPU ns): scheduling, input preparation, launches and sampling on the
+        CPU, then the kernels and all-reduces on the GPU. They add up to `step_ns`."""
+        host, gpu = self._parts_s(requests, new_tokens, context_tokens, pairs)
+        total = round((host + gpu) * self.factor * 1e9)
+        gpu_ns = min(total, round(gpu * self.factor * 1e9))
+        return total - gpu_ns, gpu_ns
+
+    def head_share(self, requests: int, new_tokens: int, context_tokens: int, pairs: float) -> float:
+        """The share of the step's GPU time in the LM head and sampling (the `logits` kernel of a
+        layer-detail step graph); the rest is the layers'."""
+        _, gpu = self._parts_s(requests, new_tokens, context_tokens, pairs)
+        return self._requests_s(requests) / gpu if gpu > 0 else 0.0
+
+    def execution_parts(self, batch: int) -> tuple[int, int]:
+        """(launch ns, GPU ns) of one Triton model execution over `batch` samples: the kernel launches
+        and the forward pass, without an LLM engine's per-step scheduling and sampling."""
+        launch = self._graph_launch_s if batch <= GRAPH_MAX_TOKENS else self._eager_launch_s
+        _, gpu = self._parts_s(1, batch, 0, 0.0)
+        return round(launch * self.factor * 1e9), round(gpu * self.factor * 1e9)
+
+    def decode_series(self, requests: int, context_tokens: int, steps: int) -> np.ndarray:
+        """Durations (ns) of `steps` consecutive decode-only steps of the same `requests` requests.
+
+        Step k reads `context_tokens + k x requests` prior tokens; each request adds one token.
+        Equal, element by element, to calling `step_ns` for each step.
+        """
+        host, gpu = self._decode_parts(requests, context_tokens, steps)
+        return np.rint((host + gpu) * self.factor * 1e9).astype(np.int64)
+
+    def _decode_parts(self, requests: int, context_tokens: int, steps: int) -> tuple[float, np.ndarray]:
+        context = context_tokens + np.arange(steps, dtype=np.float64) * requests
+        launch = self._graph_launch_s if requests <= GRAPH_MAX_TOKENS else self._eager_launch_s
+        host = self._fixed_s + requests * self._request_s + launch
+        gpu = (self._tokens_s(requests) + self._requests_s(requests) + self._attention_fixed_s
+               + (context + requests) * self._pair_s + (context + requests) * self._kv_s)
+        return host, gpu
+
+    # -- telemetry ---------------------------------------------------------------------------
+
+    def _work_s(self, new_tokens: float, context: float | np.ndarray, pairs: float | np.ndarray
+                ) -> tuple[float | np.ndarray, float | np.ndarray]:
+        """(tensor-pipe seconds at the datasheet peak, memory seconds at the datasheet bandwidth)."""
+        flops = new_tokens * self._flops_per_token + pairs * self._pair_flops
+        dram = self._weights + (context + new_tokens) * self._kv_bytes
+        return flops / self._peak_flops, dram / self._peak_bandwidth
+
+    def activity(self, requests: int, new_tokens: int, context_tokens: int, pairs: float) -> tuple[float, float, float]:
+        """What one step keeps busy, for telemetry: (the GPU's share of the step's time, tensor-pipe
+        seconds at the datasheet peak, memory-interface seconds at the datasheet bandwidth). The last
+        two measure the step's work (FLOPs, bytes), so `factor` does not change them."""
+        host, gpu = self._parts_s(requests, new_tokens, context_tokens, pairs)
+        tensor, dram = self._work_s(new_tokens, context_tokens, pairs)
+        return gpu / (host + gpu), float(tensor), float(dram)
+
+    def decode_activity(self, requests: int, context_tokens: int, steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """`activity` for each step of a run of decode steps (the steps of `decode_series`)."""
+        host, gpu = self._decode_parts(requests, context_tokens, steps)
+        context = context_tokens + np.arange(steps, dtype=np.float64) * requests
+        tensor, dram = self._work_s(requests, context, context + requests)
+        return gpu / (host + gpu), np.asarray(tensor), np.asarray(dram)

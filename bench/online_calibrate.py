@@ -1,0 +1,132 @@
+"""Fit the online constants (`aisim/engine/online.py`) on the real vLLM servers of `data/vllm-online-h100.csv`.
+
+What is fitted, per GPU type (the data has H100-SXM only), on every run the server kept up with (the
+reasoning runs overloaded it; the fit must predict that, not absorb it):
+
+- `engine_step_ns`, `engine_request_ns`, `mfu`: the V1 engine core's CPU time per step and per scheduled
+  request and the server's prefill efficiency, by a grid search (`STEP_GRID` x `REQUEST_GRID` x
+  `MFU_GRID`); each grid point replays every run once
+  (stages shortened to `--stage-seconds`), so every fit below is a choice among the same replays;
+- `frontend_ns`: the API server's time before the engine sees a request, in closed form for each grid
+  point: it shifts every request's engine arrival by the same amount, so it adds exactly to TTFT; the
+  fit takes the median over the training stages of measured minus simulated mean TTFT.
+
+The loss is the mean squared (capped, `LOG_CAP`) log error of mean E2E, decode time per token and mean TTFT over the
+training stages. Besides the fit on all runs, one fit per model leaves that model's runs out
+(leave-one-model-out), for `bench/online_fidelity.py`. `--write` stores all of them in
+`aisim/engine/online.json`. Deterministic: the replays are seeded and the grid is fixed.
+
+    python bench/online_calibrate.py [--write] [--jobs 2] [--stage-seconds 60]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import math
+import statistics
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+from online import Run, measured, runs, simulate
+
+from aisim.engine import calibration, online
+
+STORE = Path(online.__file__).with_name("online.json")
+STEP_GRID = (0, 300_000, 600_000, 1_000_000)
+REQUEST_GRID = (0, 20_000)
+MFU_GRID = (0.0, 0.6, 0.75)
+"""0.0: the offline calibration's MFU."""
+LOG_CAP = 1.0
+"""A stage's log error counts at most this much (a factor e): a stage the grid point saturates must not
+outweigh every other."""
+METRICS = ("e2e_mean", "decode_per_token", "ttft_mean")
+
+Key = tuple[str, int]
+"""(experiment, stage)."""
+Replay = dict[Key, dict[str, float]]
+
+
+Point = tuple[int, int, float]
+"""(engine step ns, engine request ns, mfu)."""
+
+
+def cost_model(step: int, request: int, mfu: float, frontend: int) -> dict[str, object]:
+    """A scenario `costModel` with these online constants (`mfu` 0: the offline calibration's, whatever
+    `online.json` holds now)."""
+    return {"stepOverhead": step, "perRequestOverhead": request, "frontend": frontend,
+            "mfu": mfu or calibration.efficiency("H100-SXM")[0].mfu}
+
+
+def replay(args: tuple[Run, Point, int]) -> tuple[str, Point, dict[int, dict[str, float]]]:
+    """One run at one grid point, with no frontend time: its simulated engine-side metrics per stage."""
+    run, point, stage_s = args
+    got = simulate(run, cost_model(*point, 0), stage_s)
+    return run.experiment, point, {i: {"e2e_mean": m.e2e_mean, "decode_per_token": m.decode_per_token,
+                                               "ttft_mean": m.ttft_mean} for i, m in got.items()}
+
+
+def fit(train: list[Run], grid: dict[Point, Replay]) -> dict[str, float]:
+    """The grid point and frontend time with the least loss on `train`'s stages."""
+    rows = {(run.experiment, i): measured(row) for run in train for i, row in run.stages.items()}
+    best: dict[str, float] | None = None
+    for (step, request, mfu), sims in sorted(grid.items()):
+        frontend = statistics.median(rows[k]["ttft_mean"] - sims[k]["ttft_mean"] for k in rows)
+        frontend = max(frontend, 0.0)
+        errors = []
+        for key, real in rows.items():
+            sim = dict(sims[key], ttft_mean=sims[key]["ttft_mean"] + frontend, e2e_mean=sims[key]["e2e_mean"] + frontend)
+            errors.extend(min(abs(math.log(sim[m] / real[m])), LOG_CAP) ** 2 for m in METRICS)
+        loss = sum(errors) / len(errors)
+        if best is None or loss < best["loss"]:
+            best = {"engine_step_ns": step, "engine_request_ns": request, "frontend_ns": round(frontend * 1e9),
+                    "mfu": mfu, "loss": loss}
+    assert best is not None
+    return best
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--write", action="store_true", help="store the fits in aisim/engine/online.json")
+    parser.add_argument("--jobs", type=int, default=2, help="replays run in parallel (default 2)")
+    parser.add_argument("--stage-seconds", type=int, default=60, help="shorten each stage to this (default 60)")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    kept = [run for run in runs() if not run.overloaded]
+    work = [(run, point, args.stage_seconds) for run, point in itertools.product(kept, itertools.product(
+        STEP_GRID, REQUEST_GRID, MFU_GRID))]
+    grid: dict[Point, Replay] = {}
+    with ProcessPoolExecutor(args.jobs) as pool:
+        for experiment, point, stages in pool.map(replay, work, chunksize=4):
+            for stage, metrics in stages.items():
+                grid.setdefault(point, {})[(experiment, stage)] = metrics
+    print(f"{len(work)} replays of {len(kept)} runs in {time.perf_counter() - started:.0f} s")
+    families = sorted({run.family for run in kept})
+    fits = {"all": fit(kept, grid)}
+    for family in families:
+        fits[f"without {family}"] = fit([run for run in kept if run.family != family], grid)
+    for name, found in fits.items():
+        print(f"{name:24} engine step {found['engine_step_ns'] / 1e3:7.0f} us, per request "
+              f"{found['engine_request_ns'] / 1e3:5.0f} us, mfu {found['mfu'] or 'offline'}, "
+              f"frontend {found['frontend_ns'] / 1e6:6.2f} ms "
+              f"(loss {found['loss']:.4f})")
+    if args.write:
+        def constants(found: dict[str, float]) -> dict[str, float]:
+            return {**{k: int(found[k]) for k in ("engine_step_ns", "engine_request_ns", "frontend_ns")},
+                    "mfu": found["mfu"]}
+
+        document = {
+            "source": "bench/data/vllm-online-h100.csv (inference-sim/training default_args, commit ed5c1d26; "
+                      "see bench/online.py for the assumptions)",
+            "command": f"python bench/online_calibrate.py --write --stage-seconds {args.stage_seconds}",
+            "gpus": {"H100-SXM": constants(fits["all"])},
+            "leave_one_model_out": {family: constants(fits[f"without {family}"]) for family in families},
+        }
+        STORE.write_text(json.dumps(document, indent=2) + "\n")
+        print(f"wrote {STORE}")
+
+
+if __name__ == "__main__":
+    main()
