@@ -91,6 +91,7 @@ def main() -> None:
         "command": "python bench/calibrate.py --write",
         "operators": operator_constants(),
         "allreduce": vidur.allreduce_tables(),
+        "allreduce_latency": vidur.allreduce_device_latency(),
         "engine": {},
     }
     by_gpu: dict[str, list[Row]] = {}

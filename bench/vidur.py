@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 from scipy.optimize import least_squares
 
+from aisim.engine.costmodel.collectives import DEVICE_FLOOR_MAX_BYTES
 from aisim.engine.costmodel.operators import (
     ELEMENTWISE,
     GEMMS,
@@ -215,6 +216,18 @@ def allreduce_tables(points: int = 24) -> dict[str, dict[str, dict[str, list[lis
         tables.setdefault(gpu, {}).setdefault(topology, {})[workers] = [
             [round(s), float(f"{t:.4g}")] for s, t in zip(centres, monotone)]
     return tables
+
+
+def allreduce_device_latency() -> dict[str, float]:
+    """gpu -> seconds: the smallest median all-reduce time at <= 64 KiB over all its node types and
+    worker counts, the kernel when no rank waits on a late host launch (`costmodel/collectives.py`)."""
+    floors: dict[str, float] = {}
+    with gzip.open(ALLREDUCE, "rt", newline="") as handle:
+        for r in csv.DictReader(handle):
+            if int(r["bytes"]) <= DEVICE_FLOOR_MAX_BYTES:
+                seconds = float(r["ms"]) / 1e3
+                floors[r["gpu"]] = min(floors.get(r["gpu"], seconds), seconds)
+    return {gpu: float(f"{t:.4g}") for gpu, t in sorted(floors.items())}
 
 
 def main() -> None:

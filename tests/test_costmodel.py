@@ -9,6 +9,11 @@ import statistics
 
 from aisim.engine import calibration
 from aisim.engine.costmodel import CostModel
+from aisim.engine.costmodel.collectives import (
+    CUSTOM_MAX_BYTES,
+    custom_capable,
+    one_shot,
+)
 from aisim.engine.costmodel.model import _intermediate
 from aisim.engine.costmodel.operators import gemm_s
 from aisim.engine.memory import kv_bytes_per_token
@@ -47,25 +52,73 @@ def test_the_stored_gemm_curves_reproduce_the_profiled_linear_operators_of_a_mod
         tp: statistics.median(v) for tp, v in errors.items()}
 
 
-def _nccl_small_message_s(workers: int) -> float:
-    """The median all-reduce time of messages up to 1 MiB between `workers` H100s of an NVSwitch
-    node, straight from the profiles (not from the stored tables)."""
+def _profiled_allreduce(gpu: str, topology: str | None = None, workers: int | None = None,
+                        max_bytes: int = 1 << 20) -> list[float]:
+    """All-reduce medians (seconds) straight from the compact profiles (not from the stored tables)."""
     with gzip.open(ALLREDUCE, "rt", newline="") as handle:
-        return statistics.median(float(r["ms"]) / 1e3 for r in csv.DictReader(handle)
-                                 if r["gpu"] == "H100-SXM" and r["topology"] == "nvswitch"
-                                 and int(r["workers"]) == workers and int(r["bytes"]) <= 1 << 20)
+        return [float(r["ms"]) / 1e3 for r in csv.DictReader(handle)
+                if r["gpu"] == gpu and topology in (None, r["topology"]) and workers in (None, int(r["workers"]))
+                and int(r["bytes"]) <= max_bytes]
 
 
-def test_tensor_parallel_decode_pays_each_layers_two_measured_all_reduces() -> None:
-    """Splitting Llama-3-8B over 4 H100s cuts each GPU's weight traffic by 4, but every layer still
-    all-reduces twice, at the NCCL latency the profiles measured for small messages: the GPU part of
-    a small-batch decode step is at least a quarter of the TP-1 step plus those all-reduces."""
+def test_tensor_parallel_decode_pays_each_layers_two_all_reduces_at_the_device_latency() -> None:
+    """Splitting Llama-3-8B over 4 H100s cuts each GPU's weight traffic by 4, and every layer still
+    all-reduces twice: inside the CUDA graph with vLLM's custom kernel, at no less than the smallest
+    small-message time of the profiles (the kernel without a late host launch), not at the eager
+    NCCL tables' 30-40 us floor (most of which is host dispatch)."""
     layers = MODEL_FAMILIES["llama-3-8b"].layers
+    device = min(_profiled_allreduce("H100-SXM", max_bytes=64 * 1024))
+    nccl_floor = statistics.median(_profiled_allreduce("H100-SXM", "nvswitch", 4))
+    assert device < nccl_floor / 3
     one = _cost("llama-3-8b", "H100-SXM", 1).step_parts(8, 8, 8000, 8008)[1]
     four = _cost("llama-3-8b", "H100-SXM", 4).step_parts(8, 8, 8000, 8008)[1]
-    assert four >= one / 4 + 2 * layers * _nccl_small_message_s(4) * 1e9
+    assert one / 4 + 2 * layers * device * 1e9 <= four < one / 4 + 2 * layers * nccl_floor * 1e9
     seventy2, seventy4 = _cost("llama-3-70b", "H100-SXM", 2), _cost("llama-3-70b", "H100-SXM", 4)
     assert seventy4.step_ns(8, 8, 8000, 8008) < seventy2.step_ns(8, 8, 8000, 8008)  # weights still dominate 70B
+
+
+def test_tp4_decode_at_batch_one_is_faster_than_tp2_on_an_nvswitch_node() -> None:
+    """With the all-reduces at the device latency, a quarter of the weights per GPU beats half of
+    them for a memory-bound batch-1 decode (the eager tables' floor made TP4 slower than TP2)."""
+    step = (1, 1, 512, 513)
+    assert _cost("llama-3-8b", "H100-SXM", 4).step_ns(*step) < _cost("llama-3-8b", "H100-SXM", 2).step_ns(*step)
+
+
+def test_a_step_inside_a_cuda_graph_spends_less_gpu_time_all_reducing_than_an_eager_one() -> None:
+    """Same TP2 decode step with and without CUDA graphs: only the all-reduces differ on the GPU
+    (custom kernel without its eager buffer copy on NVSwitch; NCCL without its host-dispatch floor
+    on PCIe), so the graphed step's GPU part is shorter; at TP1 the two are equal."""
+    arch = MODEL_FAMILIES["llama-3-8b"]
+    for gpu in ("H100-SXM", "L40S"):
+        graphed, eager = (CostModel(arch, GPU_PROFILES[gpu], calibration.efficiency(gpu)[0], tp, kv_bytes_per_token(arch, tp),
+                                    cuda_graphs=graphs) for tp, graphs in ((2, True), (2, False)))
+        assert graphed.step_parts(8, 8, 8000, 8008)[1] < eager.step_parts(8, 8, 8000, 8008)[1], gpu
+    single = [CostModel(arch, GPU_PROFILES["H100-SXM"], calibration.efficiency("H100-SXM")[0], 1, kv_bytes_per_token(arch, 1),
+                        cuda_graphs=graphs).step_parts(8, 8, 8000, 8008)[1] for graphs in (True, False)]
+    assert single[0] == single[1]
+
+
+def test_vllms_custom_all_reduce_is_chosen_only_when_fully_connected_and_under_its_max_size() -> None:
+    """vLLM's rules: 2/4/6/8 fully NVLink-connected GPUs, or a pair; messages under 8 MiB; one-shot
+    for 2 GPUs, <= 4 under 512 KiB, <= 8 under 256 KiB. The custom price is its device latency plus
+    the bytes each GPU reads over NVLink; above the limit NCCL's table takes over."""
+    assert [custom_capable("nvswitch", n) for n in (2, 3, 4, 5, 6, 8, 16)] == [True, False, True, False, True, True, False]
+    assert custom_capable("pairwise", 2) and not custom_capable("pairwise", 4) and not custom_capable("pcie", 2)
+    assert one_shot(2, 6 << 20) and one_shot(4, 500 << 10) and not one_shot(4, 512 << 10)
+    assert one_shot(8, 200 << 10) and not one_shot(8, 256 << 10)
+    constants = calibration.constants("H100-SXM")
+    assert constants.allreduce_latency == min(_profiled_allreduce("H100-SXM", max_bytes=64 * 1024))
+    reduce = _cost("llama-3-8b", "H100-SXM", 4)._allreduce
+    assert reduce is not None and reduce.custom
+    assert reduce.uses_custom(CUSTOM_MAX_BYTES - 16) and not reduce.uses_custom(CUSTOM_MAX_BYTES)
+    small = 64 << 10
+    assert reduce(small, graph=True) == reduce.latency + 3 * small / reduce.bandwidth
+    big = 4 << 20
+    assert reduce(big, graph=True) == 2 * reduce.latency + 2 * 3 / 4 * big / reduce.bandwidth
+    assert reduce(CUSTOM_MAX_BYTES, graph=False) == reduce.nccl(CUSTOM_MAX_BYTES)
+    assert 300e9 < reduce.bandwidth < 450e9  # H100 NVLink: 450 GB/s a direction
+    pcie = _cost("llama-3-8b", "L40S", 2)._allreduce
+    assert pcie is not None and not pcie.uses_custom(small)
 
 
 def test_mi300x_decode_gains_at_most_its_measured_bandwidth_ratio_and_is_marked_extrapolated() -> None:

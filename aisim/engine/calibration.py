@@ -6,6 +6,7 @@ from the shared data:
 - `operators`: per profiled GPU (H100-SXM, A100-80GB), the GEMM curve and the element-wise curves
   fitted on the Vidur operator profiles (`bench/data/vidur/`);
 - `allreduce`: per profiled GPU, node type and worker count, the NCCL all-reduce table;
+- `allreduce_latency`: per profiled GPU, the device-side latency of a small all-reduce (seconds);
 - `engine`: per GPU of the Argonne rows (A100-40GB, H100-SXM), the engine's CPU overheads (per
   step, per scheduled request) and the decode-attention bandwidth share, fitted on the
   whole-batch latencies with the operator curves held fixed.
@@ -45,6 +46,15 @@ def _engine(host: str, key: str) -> float:
     return float(DOCUMENT["engine"][host][key])
 
 
+def _allreduce_latency(name: str) -> float:
+    """The GPU's device-side all-reduce latency; a document without it (older files) takes the
+    smallest first point of its NCCL tables."""
+    found = DOCUMENT.get("allreduce_latency", {}).get(name)
+    if found is not None:
+        return float(found)
+    return min(table[0][1] for tables in DOCUMENT["allreduce"][name].values() for table in tables.values())
+
+
 def _profiled(name: str, gpu: GpuProfile) -> GpuConstants:
     """A GPU with its own operator profiles."""
     info = PROFILED[name]
@@ -52,7 +62,7 @@ def _profiled(name: str, gpu: GpuProfile) -> GpuConstants:
     gemm = GemmCurve(**fitted["gemm"])
     return _build(name, gpu, gemm, {k: (float(a), float(b)) for k, (a, b) in fitted["elementwise"].items()},
                   info.attention_share * gpu.fp16_flops, _engine(info.host, "kv_bandwidth_share") * gpu.memory_bandwidth,
-                  DOCUMENT["allreduce"][name], 1.0, info.topology, info.host, measured=True,
+                  DOCUMENT["allreduce"][name], _allreduce_latency(name), 1.0, info.topology, info.host, measured=True,
                   uncertainty=ENGINE_FITTED_UNCERTAINTY if info.host == name else 0.12,
                   source=f"operators: Vidur profiles of {name}; engine overheads: Argonne rows of {info.host}")
 
@@ -64,19 +74,20 @@ def _derived(name: str, gpu: GpuProfile, d: Derivation) -> GpuConstants:
     elementwise = {k: (floor, per / d.memory) for k, (floor, per) in base.elementwise.items()}
     kv = _engine(d.host, "kv_bandwidth_share") * GPU_PROFILES[d.base].memory_bandwidth * d.memory
     own = d.host == name
-    return _build(name, gpu, gemm, elementwise, base.attention_flops * d.compute, kv, base.allreduce, 1 / d.link,
+    return _build(name, gpu, gemm, elementwise, base.attention_flops * d.compute, kv, base.allreduce, base.allreduce_latency, 1 / d.link,
                   d.topology, d.host, measured=own, uncertainty=ENGINE_FITTED_UNCERTAINTY if own else d.uncertainty,
                   source=f"extrapolated from {d.base}: {d.source}")
 
 
 def _build(name: str, gpu: GpuProfile, gemm: GemmCurve, elementwise: dict[str, tuple[float, float]],
            attention_flops: float, kv_bandwidth: float, allreduce: dict[str, dict[str, list[list[float]]]],
-           link_scale: float, topology: Any, host: str, measured: bool, uncertainty: float, source: str) -> GpuConstants:
+           allreduce_latency: float, link_scale: float, topology: Any, host: str, measured: bool, uncertainty: float, source: str) -> GpuConstants:
     engine = DOCUMENT["engine"][host]
     default = Efficiency(bandwidth=min(gemm.bandwidth / gpu.memory_bandwidth, 1.0), mfu=min(gemm.flops / gpu.fp16_flops, 1.0),
                          step_overhead_ns=int(engine["step_overhead_ns"]), per_request_ns=int(engine["per_request_ns"]))
     return GpuConstants(name, gemm, elementwise, attention_floor=gemm.t0, attention_flops=attention_flops,
-                        attention_bandwidth=kv_bandwidth, allreduce=allreduce, link_scale=link_scale,
+                        attention_bandwidth=kv_bandwidth, allreduce=allreduce,
+                        allreduce_latency=allreduce_latency, link_scale=link_scale,
                         topology=topology, default=default, measured=measured, uncertainty=uncertainty, source=source)
 
 

@@ -14,8 +14,11 @@
   pairs per layer, split by TP) at the published FlashAttention throughput, and the KV bytes read
   and written (every scheduled request's context plus its new tokens) at the decode-attention
   bandwidth fitted on the Argonne rows;
-- all-reduce: two per layer plus the embedding's (`tokens x hidden x 2` bytes) and the logits'
-  gather under TP, from the measured NCCL tables (`collectives.py`);
+- all-reduce: two per layer plus the embedding's (`tokens x hidden x 2` bytes) under TP, by the
+  kernel vLLM picks (`collectives.py`): its custom one-/two-shot kernel on fully NVLink-connected
+  groups below 8 MiB (device latency plus NVLink bytes), NCCL from the measured tables otherwise,
+  without their host-dispatch part inside CUDA graphs; the logits' gather runs after the graph
+  (vLLM computes logits outside it), by NCCL as measured;
 - LM head: a GEMM of one row per request that samples (vLLM computes logits only at each
   request's last scheduled position) by the vocabulary shard; sampling an element-wise pass over
   the logits;
@@ -36,7 +39,12 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ...scenario.presets import DTYPE_BYTES, GpuProfile, ModelFamily
-from .collectives import AllReduce, pick
+from .collectives import (
+    TensorParallelAllReduce,
+    achieved_bandwidth,
+    custom_capable,
+    pick,
+)
 from .derived import Topology
 from .operators import GemmCurve, elementwise_s, gemm_s
 
@@ -78,6 +86,8 @@ class GpuConstants:
     """KV-cache read bandwidth of decode attention, bytes/s."""
     allreduce: dict[str, dict[str, list[list[float]]]]
     """Topology -> workers -> [[bytes, seconds], ...] (the base GPU's tables for a derived GPU)."""
+    allreduce_latency: float
+    """Device-side seconds of a small all-reduce (the profiles' smallest; the base GPU's for a derived GPU)."""
     link_scale: float
     """Size factor applied to the all-reduce tables (1 on a profiled GPU; base link / this link otherwise)."""
     topology: Topology
@@ -136,10 +146,14 @@ class CostModel:
         self._pair_s = 4 * layers * arch.heads * head_dim / tp / (constants.attention_flops / compute)
         self._pair_flops = 4 * layers * arch.heads * head_dim / tp
         self._attention_fixed_s = layers * constants.attention_floor if not self._token_model else 0.0
-        self._allreduce: AllReduce | None = None
+        self._allreduce: TensorParallelAllReduce | None = None
         if tp > 1:
             tables = constants.allreduce.get(constants.topology) or next(iter(constants.allreduce.values()))
-            self._allreduce = pick(tables, tp).scaled(constants.link_scale)
+            self._allreduce = TensorParallelAllReduce(
+                pick(tables, tp).scaled(constants.link_scale), tp, custom_capable(constants.topology, tp),
+                constants.allreduce_latency, achieved_bandwidth(constants.allreduce) / constants.link_scale,
+                self._memory_bandwidth)
+        self._graphs = cuda_graphs
         self._shapes(arch, head_dim)
         kernels = layers * KERNELS_PER_LAYER
         self._eager_launch_s = kernels * gpu.launch_latency_ns / 1e9
@@ -181,8 +195,16 @@ class CostModel:
     def _ew(self, kind: str, elements: float) -> float:
         return float(elementwise_s(self._elementwise[kind], elements))
 
-    def _reduce_s(self, nbytes: float) -> float:
-        return self._allreduce(nbytes) if self._allreduce is not None else 0.0
+    def _reduce_s(self, nbytes: float, graph: bool) -> float:
+        return self._allreduce(nbytes, graph) if self._allreduce is not None else 0.0
+
+    def _gather_s(self, nbytes: float) -> float:
+        """The logits' gather: NCCL, eager (after the graph), as measured."""
+        return self._allreduce.nccl(nbytes) if self._allreduce is not None else 0.0
+
+    def _in_graph(self, tokens: int) -> bool:
+        """Whether vLLM replays a step of `tokens` tokens from a captured CUDA graph."""
+        return self._graphs and tokens <= GRAPH_MAX_TOKENS
 
     def _tokens_s(self, tokens: int) -> float:
         """GPU seconds of the parts that depend on the step's token count only (cached)."""
@@ -194,7 +216,7 @@ class CostModel:
                           tokens * self._flops_per_token / self._gemm.flops) + self.layers * self._gemm.t0
         else:
             seconds = self._layers_s(tokens) + self._ew("emb", tokens * self._hidden)
-            seconds += self._reduce_s(tokens * self._hidden * 2)
+            seconds += self._reduce_s(tokens * self._hidden * 2, self._in_graph(tokens))
         if len(self._tokens_cache) < CACHE_LIMIT:
             self._tokens_cache[tokens] = seconds
         return seconds
@@ -211,7 +233,7 @@ class CostModel:
             act = self._ew("act", t * self._act_width)
         layer = (2 * self._ew("norm", t * h) + self._gemm_s(t, self._qkv) + self._ew("rope", t * self._rope_width)
                  + self._gemm_s(t, self._out) + mlp + act + self._ew("add", t * h)
-                 + 2 * self._reduce_s(t * h * 2))
+                 + 2 * self._reduce_s(t * h * 2, self._in_graph(t)))
         return self.layers * layer
 
     def _requests_s(self, requests: int) -> float:
@@ -222,7 +244,7 @@ class CostModel:
         seconds = 0.0
         if not self._token_model and self._vocab and requests:
             seconds = (self._gemm_s(requests, (self._vocab, self._hidden)) + self._ew("act", requests * self._vocab * self.tp)
-                       + self._reduce_s(requests * self._vocab * 2))
+                       + self._gather_s(requests * self._vocab * 2))
         if len(self._requests_cache) < CACHE_LIMIT:
             self._requests_cache[requests] = seconds
         return seconds
