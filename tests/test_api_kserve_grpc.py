@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import queue
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -188,3 +189,31 @@ def test_trace_and_log_settings(client: tgrpc.InferenceServerClient, http: thttp
     with pytest.raises(InferenceServerException) as refused:
         client.update_log_settings(settings={"log_file": "/tmp/x"})
     assert _code(refused.value) == "StatusCode.UNIMPLEMENTED"
+
+
+def test_with_api_keys_every_method_but_the_health_checks_needs_a_key() -> None:
+    """As on KServe's HTTP routes: no or a wrong `authorization` is UNAUTHENTICATED (nothing unloaded), the right
+    key is served, and the health checks stay open."""
+    from aisim.scenario.server import ApiKey
+
+    scenario = with_grpc(TEST_SCENARIOS / "serve" / "triton.yaml")
+    scenario = scenario.model_copy(update={"server": scenario.server.model_copy(
+        update={"api_keys": [ApiKey(name="team", key="sk-right")]})})
+    with running_server(scenario) as url:
+        client = tgrpc.InferenceServerClient(url.listeners[-1].removeprefix("http://"))  # type: ignore[attr-defined]
+        deadline = time.monotonic() + 30  # the models load first
+        while not client.is_model_ready("simple") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert client.is_server_live() and client.is_model_ready("simple")
+        for headers in (None, {"authorization": "Bearer sk-wrong"}):
+            for call in (lambda h=headers: client.unload_model("simple", headers=h),
+                         lambda h=headers: client.get_model_repository_index(headers=h),
+                         lambda h=headers: client.infer("simple", simple_inputs(tgrpc), headers=h)):
+                with pytest.raises(InferenceServerException) as refused:
+                    call()
+                assert _code(refused.value) == "StatusCode.UNAUTHENTICATED"
+        assert client.is_model_ready("simple")
+        right = {"authorization": "Bearer sk-right"}
+        assert client.infer("simple", simple_inputs(tgrpc), headers=right).as_numpy("OUTPUT0") is not None
+        client.unload_model("simple", headers=right)
+        assert not client.is_model_ready("simple")

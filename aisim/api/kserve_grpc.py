@@ -345,9 +345,38 @@ class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         return await self._guard(context, work)
 
 
+PUBLIC_METHODS = frozenset({"ServerLive", "ServerReady", "ModelReady"})
+"""The health checks, open to all as their HTTP routes are (the README's "Who may call what")."""
+
+
+class KeyCheck(grpc.aio.ServerInterceptor):
+    """With `server.apiKeys` set, every method but the health checks needs `authorization: Bearer <key>` in its
+    metadata (UNAUTHENTICATED otherwise), as every KServe HTTP route but the health ones needs the header."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+
+    async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]], details: Any) -> Any:
+        keys = self.state.api_keys
+        if not keys or details.method.rsplit("/", 1)[-1] in PUBLIC_METHODS:
+            return await continuation(details)
+        header = dict(details.invocation_metadata or ()).get("authorization", "")
+        if header.lower().startswith("bearer ") and header[7:].strip() in keys:
+            return await continuation(details)
+        handler = await continuation(details)
+
+        async def deny(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, "Unauthorized")
+
+        if handler is not None and handler.request_streaming:
+            return grpc.stream_stream_rpc_method_handler(deny, handler.request_deserializer, handler.response_serializer)
+        return grpc.unary_unary_rpc_method_handler(deny, handler.request_deserializer if handler else None,
+                                                   handler.response_serializer if handler else None)
+
+
 async def start(state: ServerState, host: str, port: int) -> tuple[grpc.aio.Server, int]:
     """A gRPC listener on the running loop; returns the server (stopped by `ServerState.stop`) and its port."""
-    server = grpc.aio.server(options=[("grpc.max_receive_message_length", state.scenario.server.max_body_size),
+    server = grpc.aio.server(interceptors=[KeyCheck(state)], options=[("grpc.max_receive_message_length", state.scenario.server.max_body_size),
                                       ("grpc.max_send_message_length", -1)])
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Servicer(state), server)
     bound = server.add_insecure_port(f"{host}:{port}")
