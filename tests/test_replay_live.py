@@ -94,9 +94,12 @@ def test_kserve_inferences_and_loads_are_recorded_and_replayed(tmp_path: Path) -
     assert len(recorded.loads) == 1 and recorded.loads[0].seconds is not None
     with recording_server(triton, tmp_path / "again.jsonl") as url:
         live = LiveReplay(url).run(recorded)
-    live_report = compare(recorded, live)
+    live_report = compare(recorded, live, {"*": 10.0, "load": 25.0})
     assert (live_report.shape_checked, live_report.shape_mismatches) == (3, 0)
-    assert live_report.metrics["load"].passed  # within 10 %: the client's time includes HTTP and its own JSON work
+    # One wall-clock sample of a 1 s load, timed by the client (HTTP and its own JSON work included) against the
+    # server's own record: 25 %, since on a shared 2-core machine it drifted 10-24 % (also on b108b57); a replay
+    # that skipped the load (~0 s) or ran it twice (~2 s) still fails.
+    assert live_report.metrics["load"].passed
     checked = check_file(triton)
     assert checked.scenario is not None
     simulated = compare(recorded, SimulationReplay(checked.scenario, checked.base_dir).run(recorded))
