@@ -39,6 +39,7 @@ from ..scenario.units import QuantityError, parse_duration
 from ..telemetry.fields import FieldError, coerce, lookup
 from ..telemetry.sampler import GpuTelemetry
 from ..telemetry.xid import Xid
+from .credentials import bearer_token
 from .errors import ApiError
 from .handlers import SSE_HEADERS, BaseHandler
 
@@ -64,7 +65,7 @@ class AdminHandler(BaseHandler):
             self.set_header("WWW-Authenticate", 'Bearer realm="aisim-admin"')
             self.fail(ApiError(401, "Admin endpoints need a bearer token.", "authentication_error"))
             return
-        elif not (header.lower().startswith("bearer ") and secrets.compare_digest(header[7:].strip().encode(), token.encode())):
+        elif (given := bearer_token(header)) is None or not secrets.compare_digest(given.encode(), token.encode()):
             self.fail(ApiError(403, "The admin token is not valid.", "permission_error"))
             return
         if self.request.method == "POST":

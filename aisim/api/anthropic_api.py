@@ -48,6 +48,7 @@ from ..scenario.faults import Disconnect, MalformedChunk, Truncate
 from ..scenario.models import Model
 from . import errors
 from .chat import ChatHandler
+from .credentials import bearer_token
 from .errors import ApiError
 from .generation import Answer
 from .handlers import BaseHandler
@@ -201,8 +202,7 @@ class AnthropicHandler(BaseHandler):
         keys = self.state.api_keys
         if not keys:
             return
-        bearer = self.request.headers.get("Authorization", "")
-        key = self.request.headers.get("x-api-key") or (bearer[7:].strip() if bearer.lower().startswith("bearer ") else None)
+        key = self.request.headers.get("x-api-key") or bearer_token(self.request.headers.get("Authorization"))
         if key is None:
             raise ApiError(401, "x-api-key header is required", "authentication_error")
         if key not in keys:

@@ -26,6 +26,7 @@ from ..scenario.faults import Timeout
 from ..scenario.models import Model
 from . import bodies, errors
 from .connections import json_media_type
+from .credentials import bearer_token
 from .errors import ApiError
 from .faults import Context
 from .generation import Answer
@@ -135,8 +136,7 @@ class BaseHandler(tornado.web.RequestHandler):
         keys = self.state.api_keys
         if not keys:
             return
-        header = self.request.headers.get("Authorization", "")
-        key = header[7:].strip() if header.lower().startswith("bearer ") else None
+        key = bearer_token(self.request.headers.get("Authorization"))
         if key not in keys:
             raise errors.invalid_api_key(key)
         self.api_key_name = keys[key]

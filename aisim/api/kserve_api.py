@@ -18,10 +18,10 @@ import json
 from collections.abc import Awaitable
 from typing import Any
 
-import tornado.httputil
 import tornado.web
 
 from .connections import json_media_type
+from .credentials import bearer_token
 from .kserve_models import (
     EXTENSIONS,
     TRITON_VERSION,
@@ -81,7 +81,7 @@ class KServeHandler(tornado.web.RequestHandler):
     def prepare(self) -> None:
         if self.request.method not in self.methods:
             self.fail(KServeError(405, "Method Not Allowed"))
-        elif self.route_access() == "key" and self.state.api_keys and _bearer(self.request) not in self.state.api_keys:
+        elif self.route_access() == "key" and self.state.api_keys and bearer_token(self.request.headers.get("Authorization")) not in self.state.api_keys:
             self.fail(KServeError(401, "Unauthorized", {"WWW-Authenticate": "Bearer"}))
         elif self.request.method == "POST" and "Content-Type" in self.request.headers and not json_media_type(
                 self.request.headers["Content-Type"], ("application/octet-stream",)):
@@ -129,11 +129,6 @@ class KServeHandler(tornado.web.RequestHandler):
     def json_body(self) -> Any:
         """The request body as JSON (an empty body is `{}`), read within bounds (`kserve_tensors.read_json`)."""
         return read_json(self.request.body, self.state.scenario.server.max_body_size, {})
-
-
-def _bearer(request: tornado.httputil.HTTPServerRequest) -> str | None:
-    header = request.headers.get("Authorization", "")
-    return header[7:].strip() if header.lower().startswith("bearer ") else None
 
 
 class LiveHandler(KServeHandler):

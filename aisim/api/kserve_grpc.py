@@ -36,6 +36,7 @@ from google.protobuf import json_format
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
+from .credentials import bearer_token
 from .kserve_models import (
     EXTENSIONS,
     TRITON_VERSION,
@@ -360,8 +361,7 @@ class KeyCheck(grpc.aio.ServerInterceptor):
         keys = self.state.api_keys
         if not keys or details.method.rsplit("/", 1)[-1] in PUBLIC_METHODS:
             return await continuation(details)
-        header = dict(details.invocation_metadata or ()).get("authorization", "")
-        if header.lower().startswith("bearer ") and header[7:].strip() in keys:
+        if bearer_token(dict(details.invocation_metadata or ()).get("authorization")) in keys:
             return await continuation(details)
         handler = await continuation(details)
 
