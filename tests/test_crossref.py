@@ -190,3 +190,15 @@ def test_an_oom_fault_may_ask_for_more_than_its_gpu() -> None:
         "gpus: [{id: g, profile: H100-SXM}]\nmodels: [{id: m, family: llama-3-8b, placement: {gpus: [g]}}]\n"
         "faults:\n  - {kind: oom, size: 200GiB, trigger: {at: 1s}, scope: {gpus: [g]}}\n"
     ) == []
+
+
+def test_a_buddy_pools_smallest_block_must_fit_its_arena() -> None:
+    """An A10G has 23.74 GiB: a 64 GiB minBlock leaves the buddy arena without a single block (the engine
+    could not build the allocator), and so does a 16 GiB one once half of the GPU is reserved."""
+    body = ("gpus:\n  - {id: g, profile: A10G, memoryPool: {allocator: buddy, minBlock: 64GiB}}\n"
+            "models:\n  - {id: m, latency: {total: 1s}}\n")
+    [(line, _, path, message)] = errors(body)
+    assert (line, path) == (5, "$.gpus[0].memoryPool.minBlock") and "(23.74 GiB after reservedFraction 0)" in message
+    assert errors(body.replace("64GiB", "16GiB")) == []
+    [(_, _, _, reserved)] = errors(body.replace("64GiB", "16GiB, reservedFraction: 0.5"))
+    assert "(11.87 GiB after reservedFraction 0.5)" in reserved

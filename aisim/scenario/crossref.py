@@ -18,7 +18,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from . import references
 from .document import Scenario
-from .hardware import Gpu, expand_devices
+from .hardware import BuddyPool, Gpu, expand_devices
 from .models import Model
 from .presets import GIB
 from .problems import PathPart, Problem
@@ -98,6 +98,7 @@ def _check_gpus(parts: Parts, report: Report) -> dict[str, Gpu]:
     devices: dict[str, Gpu] = {}
     for i, gpu in _present(parts.gpus):
         devices.update({device: gpu for device in [gpu.id, *gpu.device_ids()] if device not in devices})
+        _check_buddy_arena(i, gpu, report)
         greatest = gpu.resolved().greatest_stream_priority
         for j, stream in enumerate(gpu.streams):
             if stream.priority < greatest:
@@ -108,6 +109,23 @@ def _check_gpus(parts: Parts, report: Report) -> dict[str, Gpu]:
                     "stream-priority",
                 )
     return devices
+
+
+def _check_buddy_arena(i: int, gpu: Gpu, report: Report) -> None:
+    """A buddy pool's smallest block fits in the memory its arena gets (the capacity less the reserved share):
+    otherwise the arena has no block at all and the allocator could not be built."""
+    pool = gpu.memory_pool
+    if not isinstance(pool, BuddyPool):
+        return
+    arena = int(gpu.resolved().capacity * (1 - pool.reserved_fraction))
+    if pool.min_block > arena:
+        report(
+            ["gpus", i, "memoryPool", "minBlock"],
+            f"minBlock {pool.min_block / GIB:.2f} GiB is larger than the pool's memory on {gpu.profile or gpu.id} "
+            f"({arena / GIB:.2f} GiB after reservedFraction {pool.reserved_fraction:g}): the buddy arena would "
+            "hold no block; minBlock must be at most that",
+            "capacity",
+        )
 
 
 def _check_models(parts: Parts, devices: dict[str, Gpu], report: Report) -> None:
