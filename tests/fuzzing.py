@@ -171,6 +171,13 @@ OPENAI_TEMPLATES: list[tuple[str, Any]] = [
     ("/detokenize", {"model": "llama", "tokens": [9906, 1917]}),
     ("/v1/load_lora_adapter", {"lora_name": "sql", "lora_path": "/adapters/sql", "base_model_name": "llama"}),
     ("/v1/unload_lora_adapter", {"lora_name": "sql"}),
+    ("/v1/messages", {"model": "llama", "max_tokens": 16, "messages": USER, "system": "be brief", "stream": False,
+                      "stop_sequences": ["\n"], "temperature": 0.5, "top_k": 5, "metadata": {"user_id": "u"},
+                      "tools": [{"name": "f", "input_schema": {"type": "object"}}], "tool_choice": {"type": "auto"}}),
+    ("/v1/messages", {"model": "quick", "max_tokens": 8, "stream": True, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "hi"}]}, {"role": "assistant", "content": "hello"},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "42"}]}]}),
+    ("/v1/messages/count_tokens", {"model": "llama", "messages": USER, "system": [{"type": "text", "text": "x"}]}),
     ("/admin/dcgm/inject", {"gpu": "g", "field": "DCGM_FI_DEV_GPU_TEMP", "value": 90, "duration": "1s"}),
     ("/admin/dcgm/clear", {"gpu": 0, "field": "DCGM_FI_DEV_GPU_TEMP"}),
     ("/admin/xid", {"gpu": "g", "code": 31}),
@@ -178,7 +185,8 @@ OPENAI_TEMPLATES: list[tuple[str, Any]] = [
 
 OPENAI_GETS = ["/health", "/ping", "/load", "/version", "/metrics", "/v1/models", "/v1/models/quick",
                "/v1/models/%C2%B9", "/v1/responses/resp_x", "/admin/events?count=2&interval=0.01",
-               "/admin/events?count=%C2%B9", "/admin/dcgm/inject", "/nothing"]
+               "/admin/events?count=%C2%B9", "/admin/dcgm/inject", "/nothing",
+               "/v1/messages"]
 
 SIMPLE = {"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "data": list(range(16))},
                      {"name": "TEXT", "datatype": "BYTES", "shape": [1, 2], "data": ["a", "b"]}],
@@ -196,6 +204,12 @@ KSERVE_TEMPLATES: list[tuple[str, Any]] = [
     ("/v2/repository/index", {"ready": True}),
     ("/v2/repository/models/simple/load", {"parameters": {"config": CONFIG}}),
     ("/v2/repository/models/nothing/unload", {"parameters": {"unload_dependents": True}}),
+    ("/v2/models/simple/infer", {"inputs": [{"name": "INPUT0", "datatype": "INT32", "shape": [1, 16], "parameters": {
+        "shared_memory_region": "r1", "shared_memory_byte_size": 64, "shared_memory_offset": 0}}],
+        "outputs": [{"name": "OUTPUT0", "parameters": {"shared_memory_region": "r1", "shared_memory_byte_size": 64}}]}),
+    ("/v2/systemsharedmemory/region/r1/register", {"key": "/aisim-fuzz-no-such-region", "offset": 0, "byte_size": 64}),
+    ("/v2/systemsharedmemory/region/r1/unregister", {}),
+    ("/v2/cudasharedmemory/region/r1/register", {"raw_handle": {"b64": "AAAA"}, "device_id": 0, "byte_size": 64}),
     ("/v2/logging", {"log_info": True, "log_verbose_level": 1, "log_format": "ISO8601"}),
     ("/v2/trace/setting", {"trace_level": ["TIMESTAMPS"], "trace_rate": "10", "trace_count": "-1"}),
     ("/v2/models/simple/trace/setting", {"trace_rate": "1", "log_frequency": "0"}),
@@ -204,7 +218,8 @@ KSERVE_TEMPLATES: list[tuple[str, Any]] = [
 KSERVE_GETS = ["/v2", "/v2/health/live", "/v2/health/ready", "/v2/models/simple", "/v2/models/simple/versions/1",
                "/v2/models/simple/versions/99999999999999999999/ready", "/v2/models/simple/config",
                "/v2/models/stats", "/v2/models/resnet50/stats", "/v2/logging", "/v2/trace/setting",
-               "/v2/models/%C2%B9", "/v2/models/simple/versions/1/trace/setting", "/v2/nothing"]
+               "/v2/models/%C2%B9", "/v2/models/simple/versions/1/trace/setting", "/v2/nothing",
+               "/v2/systemsharedmemory/status", "/v2/systemsharedmemory/region/r1/status", "/v2/cudasharedmemory/status"]
 
 
 @st.composite
