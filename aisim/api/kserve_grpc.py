@@ -33,6 +33,7 @@ from typing import Any, TypeVar
 import grpc
 import numpy as np
 from google.protobuf import json_format
+from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
@@ -238,6 +239,9 @@ class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         answers: asyncio.Queue[Any] = asyncio.Queue()
 
         async def one(request: Any) -> None:
+            if isinstance(request, Unparsable):
+                await answers.put(pb.ModelStreamInferResponse(error_message=request.message))
+                return
             try:
                 await answers.put(pb.ModelStreamInferResponse(infer_response=await self._infer(request)))
             except KServeError as error:
@@ -374,9 +378,45 @@ class KeyCheck(grpc.aio.ServerInterceptor):
                                                    handler.response_serializer if handler else None)
 
 
+class Unparsable:
+    """What a request that is no valid protobuf of its method's message decodes to (see `ParseCheck`)."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+
+
+class ParseCheck(grpc.aio.ServerInterceptor):
+    """A request body that does not parse as its method's message ends the call with INTERNAL, as gRPC C++'s
+    protobuf deserializer fails it (Triton's server is C++), instead of grpc.aio's default: an UNKNOWN status and
+    a logged traceback for every such call, which any client could fill the log with."""
+
+    async def intercept_service(self, continuation: Callable[[Any], Awaitable[Any]], details: Any) -> Any:
+        handler = await continuation(details)
+        if handler is None or handler.request_deserializer is None:
+            return handler
+        parse = handler.request_deserializer
+
+        def deserialize(body: bytes) -> Any:
+            try:
+                return parse(body)
+            except DecodeError as error:
+                return Unparsable(f"failed to parse the request: {error}")
+
+        if handler.request_streaming:  # ModelStreamInfer answers an unparsable message with its error_message
+            return grpc.stream_stream_rpc_method_handler(handler.stream_stream, deserialize, handler.response_serializer)
+        behaviour = handler.unary_unary
+
+        async def answer(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            if isinstance(request, Unparsable):
+                await context.abort(grpc.StatusCode.INTERNAL, request.message)
+            return await behaviour(request, context)
+
+        return grpc.unary_unary_rpc_method_handler(answer, deserialize, handler.response_serializer)
+
+
 async def start(state: ServerState, host: str, port: int) -> tuple[grpc.aio.Server, int]:
     """A gRPC listener on the running loop; returns the server (stopped by `ServerState.stop`) and its port."""
-    server = grpc.aio.server(interceptors=[KeyCheck(state)], options=[("grpc.max_receive_message_length", state.scenario.server.max_body_size),
+    server = grpc.aio.server(interceptors=[KeyCheck(state), ParseCheck()], options=[("grpc.max_receive_message_length", state.scenario.server.max_body_size),
                                       ("grpc.max_send_message_length", -1)])
     service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Servicer(state), server)
     bound = server.add_insecure_port(f"{host}:{port}")

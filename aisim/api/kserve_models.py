@@ -51,15 +51,22 @@ Outputs = list[tuple[Tensor, list[int], bytes]]
 
 
 def model_version(text: str | None) -> str | None:
-    """A version as Triton reads it (`GetModelVersionFromString`, a `std::stol`): `01` is version 1;
-    one beyond 64 bits is a 400 (`stol` is what libstdc++'s out-of-range exception says); "" is none."""
+    """A version as Triton reads it (`GetModelVersionFromString`, a `std::stol`): leading blanks and a sign,
+    then the longest run of ASCII digits (`01` and `1x` are version 1); no digits, or a number beyond 64 bits,
+    is a 400 (`stol` is what libstdc++'s invalid-argument and out-of-range exceptions both say); "" is none.
+    Only gRPC can send a version that is not all digits: the HTTP routes match digits only."""
     if not text:
         return None
-    number = int(text)
-    if number >= 2**63:
+    digits = STOL_PREFIX.match(text)
+    number = int(digits.group(1)) if digits else None
+    if number is None or not -(2**63) <= number < 2**63:
         raise KServeError(400, f"failed to get model version from specified version string '{text}' (details: stol), "
                                "version should be an integral value > 0")
     return str(number)
+
+
+STOL_PREFIX = re.compile(r"[ \t\n\v\f\r]*([+-]?[0-9]+)")
+"""What `std::stol` reads of a string: C `isspace` blanks, an optional sign and decimal digits."""
 
 
 def ready_versions(served: ServedModel) -> list[str]:
