@@ -77,7 +77,9 @@ KEYS = ["model", "messages", "prompt", "max_tokens", "n", "stream", "tokens", "l
         "inputs", "outputs", "shape", "datatype", "data", "parameters", "name", "ready", "log_verbose_level",
         "binary_data", "classification", "config", "gpu", "field", "value", "duration", "code", "content", "role",
         "allocator", "minBlock", "maxSplitSize", "sizeClasses", "slabSize", "roundupPower2Divisions", "count",
-        "rate", "until", "interval", "maxModelLen", "gpuMemoryUtilization", "kind", "profile", "family"]
+        "rate", "until", "interval", "maxModelLen", "gpuMemoryUtilization", "kind", "profile", "family", "stages",
+        "timer", "gap", "promptSet", "timeout", "systemPrompts", "multiTurn", "entrypoint", "plan", "survive",
+        "slo", "search", "replicas", "tensorParallel", "connections", "maxOpen", "maxHeaderSize", "shutdownGrace"]
 
 leaves = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.integers(-3, 300),
