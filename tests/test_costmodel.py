@@ -4,6 +4,7 @@ GPUs without profiles, and the scenario paths that reach it."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gzip
 import statistics
 
@@ -166,3 +167,12 @@ def test_every_gpu_preset_has_constants_with_their_provenance() -> None:
         assert 0 < found.default.bandwidth <= 1 and 0 < found.default.mfu <= 1, name
         assert found.source and 0 < found.uncertainty <= 0.3, name
     assert {n for n in GPU_PROFILES if calibration.constants(n).measured} == {"H100-SXM", "A100-80GB", "A100-40GB"}
+
+
+def test_a_scenarios_own_gpu_gets_constants_of_its_own_numbers_whatever_its_name() -> None:
+    """Constants are looked up by the whole profile: two scenarios' own GPUs called alike but with different
+    bandwidth (one process may load both: `aisim plan`, a server's reload) must not share the first one's."""
+    base = dataclasses.replace(GPU_PROFILES["A100-80GB"], name="custom", interconnect_bandwidth=None)
+    faster = dataclasses.replace(base, memory_bandwidth=base.memory_bandwidth * 2)
+    slow, fast = calibration.constants(base), calibration.constants(faster)
+    assert fast.attention_bandwidth > 1.5 * slow.attention_bandwidth

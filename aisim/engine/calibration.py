@@ -39,7 +39,7 @@ def _document() -> dict[str, Any]:
 
 
 DOCUMENT = _document()
-_CACHE: dict[str, GpuConstants] = {}
+_CACHE: dict[GpuProfile, GpuConstants] = {}
 
 
 def _engine(host: str, key: str) -> float:
@@ -105,13 +105,13 @@ def _nearest(gpu: GpuProfile) -> Derivation:
 def constants(gpu: GpuProfile | str) -> GpuConstants:
     """The cost model's constants for a GPU type (computed once per name)."""
     profile = GPU_PROFILES[gpu] if isinstance(gpu, str) else gpu
-    found = _CACHE.get(profile.name)
+    found = _CACHE.get(profile)  # by the profile, not its name: a scenario's own hardware may reuse a name
     if found is None:
         if profile.name in PROFILED:
             found = _profiled(profile.name, profile)
         else:
             found = _derived(profile.name, profile, DERIVED.get(profile.name) or _nearest(profile))
-        _CACHE[profile.name] = found
+        _CACHE[profile] = found
     return found
 
 

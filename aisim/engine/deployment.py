@@ -171,7 +171,7 @@ class ServedModel:
             group = tuple(devices[start:start + tp])
             profile = host.devices[group[0]].resolved()
             memory = plan(model, profile)
-            efficiency, fitted = calibration.efficiency(profile.name, model.cost_model)
+            efficiency, fitted = calibration.efficiency(profile, model.cost_model)
             if model.engine.entrypoint == "server":
                 served_cost = online.online_cost(profile.name)
                 efficiency = online.server_efficiency(efficiency, served_cost, model.cost_model)
@@ -233,7 +233,7 @@ class ServedModel:
         failure = runtimes.load_problem(model, version, profile) or self._place(tensors, memory)
         if failure:
             return failure
-        efficiency, fitted = calibration.efficiency(profile.name, model.cost_model)
+        efficiency, fitted = calibration.efficiency(profile, model.cost_model)
         self.fitted = fitted
         self.uncertainty = calibration.constants(profile).uncertainty
         cost = CostModel(arch, profile, efficiency, 1, cuda_graphs=False,

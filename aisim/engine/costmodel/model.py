@@ -122,7 +122,7 @@ class CostModel:
                  constants: GpuConstants | None = None) -> None:
         if constants is None:
             from ..calibration import constants as lookup
-            constants = lookup(gpu.name)
+            constants = lookup(gpu)
         self.constants = constants
         tp = self.tp = tensor_parallel
         self.factor = factor
