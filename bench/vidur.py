@@ -2,7 +2,7 @@
 
 `python bench/vidur.py --extract /work/shared/data/vidur-profiling` rebuilds the compact copies in
 bench/data/vidur/ from the original profiles (median of each operator per shape, duplicate rows
-merged by their median; all-reduce medians over ranks). Everything else here reads those copies:
+merged by their median; all-reduce medians over ranks, of the rows whose workers share one node). Everything else here reads those copies:
 
 - `operator_rows()`: one row per (GPU, model, TP degree, tokens, operator) with its shape;
 - `fit_gemm(rows)`: the GEMM curve of `aisim.engine.costmodel.operators.gemm_s` (five constants
@@ -93,6 +93,8 @@ def extract(source: Path) -> None:
         samples: dict[tuple[int, int], list[float]] = defaultdict(list)
         with path.open(newline="") as f:
             for r in csv.DictReader(f):
+                if r["devices_per_node"] != r["num_workers"]:
+                    continue  # workers spread over nodes (A100: 2 on 2 nodes, 8 on 2): tensor parallelism is in one node
                 samples[(int(r["num_workers"]), int(r["size"]))].append(float(r["time_stats.all_reduce.median"]))
         for (workers, size), values in sorted(samples.items()):
             writer.writerow((PROFILED[gpu], TOPOLOGIES[topology], workers, size, f"{statistics.median(values):.6g}"))

@@ -176,3 +176,16 @@ def test_a_scenarios_own_gpu_gets_constants_of_its_own_numbers_whatever_its_name
     faster = dataclasses.replace(base, memory_bandwidth=base.memory_bandwidth * 2)
     slow, fast = calibration.constants(base), calibration.constants(faster)
     assert fast.attention_bandwidth > 1.5 * slow.attention_bandwidth
+
+
+def test_splitting_over_an_nvswitch_node_speeds_up_a_prefill_step() -> None:
+    """Vidur's A100 all-reduce profile also holds workers on two nodes (one GPU per node): those rows (1.4 ms for
+    8 MB, against 0.09 ms inside the node) once made an A100 TP2 prefill step slower than TP1. Tensor parallelism
+    is inside one node, so only those rows count, and TP2 and TP4 beat TP1 on every profiled GPU."""
+    arch = MODEL_FAMILIES["llama-3-8b"]
+    for name in ("A100-80GB", "H100-SXM"):
+        profile = GPU_PROFILES[name]
+        efficiency = calibration.constants(profile).default
+        steps = [CostModel(arch, profile, efficiency, tp, kv_bytes_per_token(arch, tp)).step_ns(1, 2048, 0, 0)
+                 for tp in (1, 2, 4)]
+        assert steps[0] > steps[1] > steps[2], (name, steps)
