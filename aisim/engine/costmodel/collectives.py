@@ -105,8 +105,8 @@ def achieved_bandwidth(tables: dict[str, dict[str, list[list[float]]]]) -> float
     """Per-GPU NVLink bytes/s: the largest NCCL ring bus bandwidth `2 (n-1)/n x dsize/dt` between the
     two largest sizes of any of the GPU's tables (node type -> workers -> table), where latency no
     longer counts. A GPU has the same NVLink ports in either node type, so the best table is the
-    closest to what its links carry; slower ones hold NCCL's own losses (Vidur's A100 NVSwitch tables
-    reach only about 40 GB/s, its A100 pair 200 GB/s)."""
+    closest to what its links carry; slower ones hold NCCL's own losses (Vidur's A100: 175-187 GB/s on
+    NVSwitch, 200 GB/s for a linked pair; H100: 299-366 GB/s on NVSwitch)."""
     best = 0.0
     for by_workers in tables.values():
         for workers, table in by_workers.items():
