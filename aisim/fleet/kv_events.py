@@ -30,6 +30,7 @@ from ..engine.kv import KvCache
 from ..engine.replica import Replica, StepReport
 from ..scenario.fleet import KvEvents
 from .block_hash import BlockHasher
+from .errors import FleetError
 
 MEDIUM_GPU = "GPU"
 END_SEQ = (-1).to_bytes(8, "big", signed=True)
@@ -139,11 +140,15 @@ class Publisher:
     def _attach(sock: zmq.Socket[Any], endpoint: str, bind: bool = False) -> str:
         """Bind a wildcard, ipc, inproc or port-0 endpoint (or any, for the ROUTER), connect to others (vLLM's rule);
         returns the endpoint bound (a tcp port 0 resolved)."""
-        if (bind or "*" in endpoint or "::" in endpoint or endpoint.startswith(("ipc://", "inproc://"))
-                or endpoint.endswith(":0")):  # port 0 (a free one) can only be bound
-            sock.bind(endpoint)
-            return str(sock.getsockopt_string(zmq.LAST_ENDPOINT))
-        sock.connect(endpoint)
+        try:
+            if (bind or "*" in endpoint or "::" in endpoint or endpoint.startswith(("ipc://", "inproc://"))
+                    or endpoint.endswith(":0")):  # port 0 (a free one) can only be bound
+                sock.bind(endpoint)
+                return str(sock.getsockopt_string(zmq.LAST_ENDPOINT))
+            sock.connect(endpoint)
+        except zmq.ZMQError as error:
+            sock.close(linger=0)
+            raise FleetError(f"KV events: cannot {'bind' if bind or '*' in endpoint else 'use'} {endpoint}: {error}") from None
         return endpoint
 
     def publish(self, batch: EventBatch) -> None:

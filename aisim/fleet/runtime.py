@@ -15,10 +15,7 @@ from ..engine.simulation import Simulation
 from ..scenario import Scenario
 from ..scenario.fleet import Fleet
 from .data_parallel import simulated_vllm
-
-
-class FleetError(ValueError):
-    """A fleet setting the server cannot start with."""
+from .errors import FleetError
 
 
 def replicas_of(served: ServedModel) -> list[Replica]:
