@@ -21,8 +21,8 @@ import pytest
 import zmq
 from prometheus_client.parser import text_string_to_metric_families
 
-from aisim.scenario import Scenario, load_scenario
 from aisim.api.runner import ServerUrl
+from aisim.scenario import Scenario, load_scenario
 from aisim.testing import running_server
 
 from .conftest import TEST_SCENARIOS, on_free_ports
@@ -160,7 +160,7 @@ def replay(context: zmq.Context[Any], endpoint: str, start: int, frames: list[by
     try:
         while True:
             assert dealer.poll(5000), "the replay socket did not answer"
-            _, topic, seq, payload = dealer.recv_multipart()
+            _, _topic, seq, payload = dealer.recv_multipart()
             if seq == END:
                 return got, payload
             got.append((int.from_bytes(seq, "big"), payload))

@@ -143,7 +143,7 @@ class ServerState:
         self.created = int(time.time())
         self._started_ms = time.time() * 1000
         self.metrics = MetricsFeed(self)
-        self.fleet = FleetRuntime(scenario, self.sim, self.pod.name if self.pod is not None else None)
+        self.fleet = FleetRuntime(scenario, self.sim, self.pod.name if self.pod is not None else None, self.speed)
         # imported here: the handlers' modules import this one
         from .responses import ResponseStore
 

@@ -26,9 +26,10 @@ def replicas_of(served: ServedModel) -> list[Replica]:
 class FleetRuntime:
     """What `ServerState` holds for the fleet: publishers, ranks, the KV-transfer role, start-up and sleep."""
 
-    def __init__(self, scenario: Scenario, sim: Simulation, pod_name: str | None = None) -> None:
+    def __init__(self, scenario: Scenario, sim: Simulation, pod_name: str | None = None, speed: float = 1.0) -> None:
         self.config: Fleet = scenario.server.fleet
         self.sim = sim
+        self.speed = speed
         self.started = time.monotonic()
         self.sleeping = 0
         """The sleep level (0: awake)."""
@@ -65,8 +66,8 @@ class FleetRuntime:
     # -- state -----------------------------------------------------------------------------
 
     def ready(self) -> bool:
-        """Whether the simulated start-up is over."""
-        return time.monotonic() - self.started >= self.config.startup.time / 1e9
+        """Whether the simulated start-up is over (in simulated seconds: `--speed` shortens it too)."""
+        return (time.monotonic() - self.started) * self.speed >= self.config.startup.time / 1e9
 
     def sleep(self, level: int) -> None:
         self.sleeping = level
