@@ -5,7 +5,8 @@ The sidecar sends the prompt to a prefill pod with `kv_transfer_params: {"do_rem
 blocks: `do_remote_prefill: true`, `remote_block_ids` (one list per KV-cache group), `remote_engine_id`,
 `remote_request_id`, `remote_host`, `remote_port`, `tp_size` and vLLM's newer `remote_num_tokens`, `dcp_size`,
 `pp_size`. The sidecar then sends the original request to a decode pod with those parameters; the decode pod
-reads the blocks (their bytes over `server.fleet.kvTransfer.linkBandwidth`, plus the link's latency) before its
+reads the blocks it does not cache already (their bytes over `server.fleet.kvTransfer.linkBandwidth`, plus the
+link's latency; vLLM's connector loads only the tokens it lacks) before its
 engine admits the request, which then finds the prompt's KV computed (`KvCache.preload`) and decodes. The
 transfer time is in the decode side's TTFT, as on a real P/D pair.
 
@@ -39,7 +40,9 @@ class Transfer:
     """A prefill whose KV a decode pod will read: the answer carries the parameters for it."""
     kv_tokens: int = 0
     """Prompt tokens whose KV this (decode) pod reads from the prefill pod."""
-    transfer_ns: int = 0
+    block_ns: int = 0
+    """Reading one block (its bytes over the link)."""
+    latency_ns: int = 0
 
 
 def _bad(message: str) -> errors.ApiError:
@@ -103,8 +106,9 @@ def read_transfer(raw: Any, fleet: FleetRuntime, model: Model, served: Any, prom
         raise _bad(f"remote_block_ids lists {len(blocks)} blocks, but the prompt's {prompt_tokens} tokens fill only "
                    f"{needed} blocks of {plan.block_size} tokens: they are not this prompt's blocks")
     tokens = min(len(blocks) * plan.block_size, prompt_tokens)
-    size = len(blocks) * plan.block_size * plan.kv_bytes_per_token
-    return Transfer(kv_tokens=tokens, transfer_ns=config.link_latency + size * 10**9 // config.link_bandwidth)
+    block_bytes = plan.block_size * plan.kv_bytes_per_token
+    return Transfer(kv_tokens=tokens, block_ns=block_bytes * 10**9 // config.link_bandwidth,
+                    latency_ns=config.link_latency)
 
 
 def read_rank(header: str | None, fleet: FleetRuntime, served: Any) -> int:
@@ -125,7 +129,7 @@ def extend(arrival: Arrival, token_ids: tuple[int, ...] | None, rank: int, trans
     """The arrival with what the fleet adds: the prompt's ids, the rank asked for, the KV it receives."""
     changes: dict[str, Any] = {"token_ids": token_ids, "rank": rank}
     if transfer is not None:
-        changes.update(kv_tokens=transfer.kv_tokens, kv_transfer_ns=transfer.transfer_ns,
+        changes.update(kv_tokens=transfer.kv_tokens, kv_block_ns=transfer.block_ns, kv_latency_ns=transfer.latency_ns,
                        keep_blocks=transfer.remote_decode)
     return dataclasses.replace(arrival, **changes)
 

@@ -185,10 +185,18 @@ class Router:
         request.engine = target
         return target
 
+    def missing_blocks(self, request: Request, kv_tokens: int) -> int:
+        """Choose the replica of a decode request whose prompt KV a prefill engine computed; returns how many of
+        the full blocks of its first `kv_tokens` tokens that replica does not cache (what must be received)."""
+        kv = getattr(self._target(request), "kv", None)
+        if kv is None or request.token_ids is None:
+            return 0
+        return max(min(kv_tokens, len(request.token_ids)) // kv.block_size - len(kv.lookup(request)), 0)
+
     def submit_transferred(self, request: Request, kv_tokens: int) -> None:
         """A decode request whose prompt KV came from a prefill engine: the chosen replica's cache holds the
         received blocks (`KvCache.preload`) before the request joins its queue, so its admission hits them."""
-        target = self._target(request)
+        target = request.engine if request.engine in self.replicas else self._target(request)
         kv = getattr(target, "kv", None)
         if kv is not None:
             kv.preload(request, kv_tokens)

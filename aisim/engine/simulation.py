@@ -277,8 +277,11 @@ class Simulation:
         if error or router is None:
             request.conclude("failed", now, self.timeline, error)
         else:
-            if arrival.kv_tokens:  # KV blocks from a prefill engine arrive first (`aisim.fleet.disagg`)
-                self.kernel.at(now + served.frontend_ns + arrival.kv_transfer_ns,
+            if arrival.kv_tokens:  # KV blocks from a prefill engine arrive first (`aisim.api.disagg`): those the
+                # chosen replica does not cache already, as vLLM's connector loads only the tokens it lacks
+                missing = router.missing_blocks(request, arrival.kv_tokens)
+                delay = arrival.kv_latency_ns + missing * arrival.kv_block_ns if missing else 0
+                self.kernel.at(now + served.frontend_ns + delay,
                                lambda: None if request.done else router.submit_transferred(request, arrival.kv_tokens))
             elif served.frontend_ns:
                 self.kernel.at(now + served.frontend_ns, lambda: None if request.done else router.submit(request))

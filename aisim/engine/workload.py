@@ -72,8 +72,10 @@ class Arrival:
     kv_tokens: int = 0
     """Prompt tokens whose KV a prefill engine computed and this engine receives before it starts
     (`kv_transfer_params.do_remote_prefill`); 0: none."""
-    kv_transfer_ns: int = 0
-    """How long receiving them takes (their bytes over the modelled link)."""
+    kv_block_ns: int = 0
+    """How long receiving one KV block takes (its bytes over the modelled link)."""
+    kv_latency_ns: int = 0
+    """The link's fixed time per transfer."""
     keep_blocks: bool = False
     """Record the blocks the request last held (a prefill for a remote decode returns their ids)."""
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import time
+import uuid
 from typing import Any
 
 from ..engine.deployment import ServedModel
@@ -39,10 +40,14 @@ class FleetRuntime:
         simulated = [sim.models[m.id] for m in scenario.models if simulated_vllm(m)]
         self.simulated = list(dict.fromkeys(simulated))
         transfer = self.config.kv_transfer
-        seed = f"{pod_name or scenario.metadata.name}:{sim.seed}"
-        self.engine_id = (transfer.engine_id if transfer and transfer.engine_id else
-                          str(hashlib.sha256(seed.encode()).hexdigest()[:32]))
-        """vLLM's engine id (a UUID there): what a prefill pod returns as `remote_engine_id`."""
+        if transfer and transfer.engine_id:
+            self.engine_id = transfer.engine_id
+        elif pod_name:  # a pod keeps its id across restarts, and no two pods share one
+            self.engine_id = str(uuid.UUID(hashlib.sha256(pod_name.encode()).hexdigest()[:32]))
+        else:
+            self.engine_id = str(uuid.uuid4())
+        """vLLM's engine id (a UUID there, fresh per engine): what a prefill pod returns as `remote_engine_id`. Not
+        part of the simulation (like response ids), so not from the seed."""
         events = self.config.kv_events
         if events is not None and events.enabled and events.publisher == "zmq":
             self._publish(events)
