@@ -282,7 +282,8 @@ def make_app(state: ServerState, personalities: tuple[str, ...] = DEFAULT_PERSON
         routes += vllm_api.routes(state.lora_updates)
         from . import lifecycle_api
 
-        routes += lifecycle_api.routes(state.scenario.server.fleet.startup.sleep_mode, bool(state.fleet.publishers))
+        fleet = state.scenario.server.fleet
+        routes += lifecycle_api.routes(fleet.startup.sleep_mode, fleet.kv_events is not None and fleet.kv_events.enabled)
     if "vllm" in personalities or "anthropic" in personalities:  # vLLM serves Anthropic's Messages API too
         routes += anthropic_api.routes(strict="vllm" not in personalities)
     if "vllm-metrics" in personalities:

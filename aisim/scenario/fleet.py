@@ -21,11 +21,13 @@ class KvEvents(Spec):
     enabled: bool = True
     """Publish (vLLM's `enable_kv_cache_events`)."""
     publisher: Literal["zmq", "null"] = "zmq"
+    """`zmq` publishes; `null` publishes nothing (vLLM's two publishers)."""
     endpoint: str = Field("tcp://*:5557", pattern=r"^(tcp|ipc|inproc)://")
     """PUB address; a data-parallel rank r binds the port plus r, as vLLM does."""
     replay_endpoint: str | None = Field(None, pattern=r"^(tcp|ipc|inproc)://")
     """ROUTER address for replay requests (none: no replay)."""
     topic: str = ""
+    """The ZMQ topic of every message (llm-d's indexer subscribes to `kv@<pod>@<model>`)."""
     buffer_steps: int = Field(10_000, ge=1)
     """Batches kept for replay."""
     hwm: int = Field(100_000, ge=1)
@@ -74,8 +76,11 @@ class Fleet(Spec):
     """The wire contracts a fleet's routers consume."""
 
     kv_events: KvEvents | None = None
+    """Publish vLLM's KV-cache events (none: no publisher)."""
     data_parallel_size: int = Field(1, ge=1, le=64)
     """Engine replicas (ranks) behind this server for each simulated vLLM model: each model's placement is
     repeated on copies of its GPUs (vLLM's `--data-parallel-size`)."""
     kv_transfer: KvTransfer | None = None
+    """A KV connector for prefill/decode disaggregation (none: `kv_transfer_params` are refused)."""
     startup: Startup = Startup()
+    """The simulated start-up and vLLM's sleep mode."""
