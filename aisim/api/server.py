@@ -168,6 +168,7 @@ class ServerState:
         """Start the simulation's clock on the running event loop."""
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self.live.run())
+            self.fleet.started = time.monotonic()  # the simulated start-up runs from here
 
     async def stop(self) -> None:
         """Stop serving. Listeners close first, then every open connection, as a client that goes away
