@@ -5,6 +5,7 @@ parameters against one in-process server."""
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -145,3 +146,22 @@ def test_roles_and_a_server_without_a_connector_refuse_what_they_cannot_do() -> 
     with running_server(plain) as url:
         answer = httpx.post(url + "/v1/completions", json={**body, "kv_transfer_params": GOOD})
         assert answer.status_code == 400 and "no KV connector" in answer.json()["error"]["message"]
+
+
+def test_a_streamed_prefill_gives_the_parameters_in_its_finishing_chunk() -> None:
+    """As vLLM does: the chunk with `finish_reason` carries `kv_transfer_params`; a decode pod accepts them."""
+    prompt = list(range(5000, 5100))
+    with running_server(transfer_server("prefill")) as prefill, running_server(transfer_server("decode")) as decode:
+        for path, body in (("/v1/completions", {"prompt": prompt}),
+                           ("/v1/chat/completions", {"messages": [{"role": "user", "content": "why is the sky blue?"}]})):
+            chunks = []
+            with httpx.stream("POST", prefill + path, json={"model": "llama", "max_tokens": 1, "stream": True,
+                                                            "kv_transfer_params": {"do_remote_decode": True}, **body}) as r:
+                chunks = [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: {")]
+            finishing = [c for c in chunks if c["choices"] and c["choices"][0].get("finish_reason")]
+            assert [c for c in chunks if "kv_transfer_params" in c] == finishing
+            params = finishing[0]["kv_transfer_params"]
+            assert params["do_remote_prefill"] is True and params["remote_block_ids"][0]
+            answer = httpx.post(decode + path, json={"model": "llama", "max_tokens": 3, "kv_transfer_params": params,
+                                                     **body})
+            assert answer.status_code == 200, answer.text

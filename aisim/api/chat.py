@@ -129,7 +129,8 @@ class ChatHandler(GenerationHandler):
             self.observe(call, event, a.finish_reason, body.token_cap, call.token_times,
                          body.n if index == len(calls) - 1 else None)
             if event == "finished" and not broken[0]:
-                self.push(chunk([{"index": index, "delta": {}, "logprobs": None, "finish_reason": a.finish_reason}]))
+                self.push(chunk([{"index": index, "delta": {}, "logprobs": None, "finish_reason": a.finish_reason}],
+                                **self.transfer_chunk(call, completion_id)))
 
         await self.follow(calls, on_event)
         if broken[0] or self.gone:

@@ -115,7 +115,8 @@ class CompletionHandler(GenerationHandler):
                 self.observe(call, event, a.finish_reason, body.max_tokens, call.token_times,
                              body.n if index == len(answers) - 1 else None)
                 if event == "finished":
-                    self.push(chunk([{"text": "", "index": index, "logprobs": None, "finish_reason": a.finish_reason}]))
+                    self.push(chunk([{"text": "", "index": index, "logprobs": None, "finish_reason": a.finish_reason}],
+                                    **self.transfer_chunk(call, completion_id)))
 
             await self.follow(self.calls, on_event)
             if self.gone:

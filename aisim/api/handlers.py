@@ -254,6 +254,13 @@ class GenerationHandler(BaseHandler):
         self.transfer = disagg.read_transfer(raw, fleet, model, served, arrival.prompt)
         return disagg.extend(arrival, ids if fleet.wants_token_ids else None, rank, self.transfer)
 
+    def transfer_chunk(self, call: Call, request_id: str) -> dict[str, Any]:
+        """The `kv_transfer_params` field of a streamed prefill's finishing chunk (vLLM's), or nothing."""
+        if self.transfer is None or not self.transfer.remote_decode:
+            return {}
+        params = disagg.answer_params(call, self.state.fleet, request_id)
+        return {} if params is None else {disagg.PARAM: params}
+
     def transfer_answer(self, text: str, request_id: str) -> str:
         """A prefill for a remote decode: the answer with the `kv_transfer_params` its decode request sends."""
         if self.transfer is None or not self.transfer.remote_decode or not self.calls:
