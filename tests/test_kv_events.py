@@ -296,3 +296,20 @@ def test_replay_errors_and_nothing_crashes(context: zmq.Context[Any]) -> None:
         assert future == [] and marker == b""
         assert complete(url, A).status_code == 200  # still serving, still publishing
         assert stored([TAGGED.decode(p) for _, p in everything(context, url)])[-1].block_hashes == vllm_hashes(A)
+
+
+def test_a_next_turn_hits_the_blocks_the_answer_filled(context: zmq.Context[Any]) -> None:
+    """The answer's tokens are hashed as vLLM hashes them: a second turn that sends the conversation back (the
+    prompt, the answer, a new question) hits the blocks the answer filled, and the events name them."""
+    with running_server(fleet_scenario()) as url:
+        first = complete(url, A, max_tokens=30, ignore_eos=True)
+        assert first.status_code == 200
+        text = first.json()["choices"][0]["text"]
+        answer = httpx.post(url + "/tokenize", json={"model": "llama", "prompt": text}).json()["tokens"]
+        assert len(answer) == 30
+        before = hits(url)
+        assert complete(url, A + answer + list(range(9000, 9020))).status_code == 200
+        assert hits(url) - before == (len(A) + 29) // BLOCK * BLOCK  # 4 blocks: 68 prompt + 29 computed answer
+        events = stored([TAGGED.decode(p) for _, p in everything(context, url)])
+    chain = vllm_hashes(A + answer[:29])  # 6 blocks: 4 at admission, then one per 16 decoded tokens
+    assert [h for e in events for h in e.block_hashes][:len(chain)] == chain

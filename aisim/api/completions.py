@@ -81,7 +81,7 @@ class CompletionHandler(GenerationHandler):
         await self.network()
         ids = self.prompt_id_list or [None] * len(prompts)
         await self.submit_sliced([self.fleet_arrival(model, Arrival(0, "api", model.id, prompts[i // body.n][1], a.tokens,
-                                                                    body.priority, -1, 0), ids[i // body.n])
+                                                                    body.priority, -1, 0), ids[i // body.n], a)
                                   for i, a in enumerate(answers)], body.stream, slices)
         completion_id = "cmpl-" + state.new_id(12)
         created = int(time.time())

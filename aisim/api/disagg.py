@@ -22,6 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
+from ..engine.kv import SAMPLED_TOKEN
 from ..engine.live import Call
 from ..engine.workload import Arrival
 from ..fleet.runtime import FleetRuntime, replicas_of
@@ -123,6 +124,16 @@ def read_rank(header: str | None, fleet: FleetRuntime, served: Any) -> int:
     if not 0 <= rank < ranks:
         raise errors.invalid(f"data_parallel_rank {rank} is out of range [0, {ranks}).", None)
     return rank
+
+
+def answer_ids(answer: Any, tokenizer: Any) -> tuple[int, ...]:
+    """The token ids of an answer's content pieces, one per piece (a piece that is not one token, and the
+    tool calls' pieces, count as the engine's placeholder id, `SAMPLED_TOKEN`)."""
+    found = []
+    for piece in answer.pieces:
+        ids = tokenizer.encode(piece)
+        found.append(ids[0] if len(ids) == 1 else SAMPLED_TOKEN)
+    return tuple(found)
 
 
 def extend(arrival: Arrival, token_ids: tuple[int, ...] | None, rank: int, transfer: Transfer | None) -> Arrival:

@@ -237,13 +237,15 @@ class GenerationHandler(BaseHandler):
 
     def submit(self, model: Model, prompt_tokens: int, answers: list[Answer], priority: int, stream: bool) -> list[Call]:
         arrivals = [self.fleet_arrival(model, Arrival(0, "api", model.id, prompt_tokens, a.tokens, priority, -1, 0),
-                                       self.prompt_ids) for a in answers]
+                                       self.prompt_ids, a) for a in answers]
         self.calls = [self.state.live.submit(arrival, stream) for arrival in arrivals]
         return self.calls
 
-    def fleet_arrival(self, model: Model, arrival: Arrival, ids: tuple[int, ...] | None) -> Arrival:
+    def fleet_arrival(self, model: Model, arrival: Arrival, ids: tuple[int, ...] | None,
+                      answer: Answer | None = None) -> Arrival:
         """The arrival with what the fleet adds (`aisim.api.disagg`): the rank `X-data-parallel-rank` asks
-        for, the KV transfer `kv_transfer_params` ask for, the prompt's ids; a 400 when either is wrong."""
+        for, the KV transfer `kv_transfer_params` ask for, the token ids of the prompt and of the answer to come
+        (so that blocks the answer fills hash as vLLM's would); a 400 when the rank or the parameters are wrong."""
         fleet = self.state.fleet
         header = self.request.headers.get(disagg.RANK_HEADER)
         raw = (getattr(self.body, "model_extra", None) or {}).get(disagg.PARAM)
@@ -252,6 +254,8 @@ class GenerationHandler(BaseHandler):
         served = self.state.served(model)
         rank = disagg.read_rank(header, fleet, served)
         self.transfer = disagg.read_transfer(raw, fleet, model, served, arrival.prompt)
+        if ids is not None and fleet.wants_token_ids and answer is not None:
+            ids += disagg.answer_ids(answer, self.state.tokenizer)
         return disagg.extend(arrival, ids if fleet.wants_token_ids else None, rank, self.transfer)
 
     def transfer_chunk(self, call: Call, request_id: str) -> dict[str, Any]:
