@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from aisim.scenario import Scenario, load_scenario
 from aisim.scenario.fleet import KvTransfer
@@ -165,3 +166,22 @@ def test_a_streamed_prefill_gives_the_parameters_in_its_finishing_chunk() -> Non
             answer = httpx.post(decode + path, json={"model": "llama", "max_tokens": 3, "kv_transfer_params": params,
                                                      **body})
             assert answer.status_code == 200, answer.text
+
+
+def test_prefill_and_decode_pools_inside_one_server() -> None:
+    """Two ranks, the first a prefill pool: the prompt is computed on rank 0, its KV crosses the link (0.2 GB/s:
+    18 blocks of 2 MiB, 189 ms) and rank 1 decodes it; /metrics shows each pool's work under its engine label."""
+    scenario = on_free_ports(load_scenario(TEST_SCENARIOS / "serve" / "fleet.yaml"))
+    fleet = scenario.server.fleet.model_copy(update={
+        "data_parallel_size": 2, "kv_transfer": KvTransfer(role="both", prefill_ranks=1, link_bandwidth=2 * 10**8)})
+    scenario = scenario.model_copy(update={"server": scenario.server.model_copy(update={"fleet": fleet})})
+    prompt = list(range(50_000, 50_300))  # 18 full blocks and 12 tokens
+    with running_server(scenario) as url:
+        ttft = first_token_s(url, {"model": "llama", "prompt": prompt, "max_tokens": 20, "ignore_eos": True})
+        assert ttft >= 18 * 16 * KV_BYTES_PER_TOKEN / (2 * 10**8)
+        samples = {(f.name, s.labels["engine"]): s.value for f in text_string_to_metric_families(
+            httpx.get(url + "/metrics").text) for s in f.samples if s.name.endswith("_total")}
+    assert samples[("vllm:prompt_tokens", "0")] == 300 and samples[("vllm:generation_tokens", "0")] == 1
+    assert samples[("vllm:prompt_tokens", "1")] == 300 and samples[("vllm:generation_tokens", "1")] == 20
+    assert samples[("vllm:prefix_cache_hits", "1")] == 18 * 16  # the received blocks
+    assert samples[("vllm:prefix_cache_hits", "0")] == 0

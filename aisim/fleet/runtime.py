@@ -51,6 +51,30 @@ class FleetRuntime:
         events = self.config.kv_events
         if events is not None and events.enabled and events.publisher == "zmq":
             self._publish(events)
+        if transfer is not None and transfer.prefill_ranks:
+            self._split(transfer)
+
+    def _split(self, transfer: Any) -> None:
+        """Route the simulated model's requests through a prefill pool and a decode pool of its ranks."""
+        from ..engine.pd_router import PdRouter
+
+        if transfer.role != "both":
+            raise FleetError(f"server.fleet.kvTransfer.prefillRanks needs role both, not {transfer.role}")
+        sim = self.sim
+        for served in self.simulated:
+            replicas = replicas_of(served)
+            if not 0 < transfer.prefill_ranks < len(replicas):
+                raise FleetError(f"server.fleet.kvTransfer.prefillRanks {transfer.prefill_ranks} leaves no decode "
+                                 f"rank: model {served.model.id!r} has {len(replicas)} (server.fleet.dataParallelSize)")
+            plan = served.plans[0]
+            block_ns = plan.block_size * plan.kv_bytes_per_token * 10**9 // transfer.link_bandwidth
+
+            def next_id() -> int:
+                sim.submitted += 1
+                return sim.submitted - 1
+
+            served.routers[served.lifecycle.active] = PdRouter(replicas, transfer.prefill_ranks, block_ns,
+                                                               transfer.link_latency, next_id)
 
     def _publish(self, events: Any) -> None:
         from .kv_events import (  # imported here: pyzmq and msgspec only when events are on

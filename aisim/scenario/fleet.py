@@ -60,6 +60,10 @@ class KvTransfer(Spec):
     """This engine's NIXL id, returned to decode pods as `remote_engine_id` (default: from the pod name)."""
     side_channel_port: int = Field(5600, ge=1, le=65535)
     """`remote_port` a prefill pod returns (vLLM's `VLLM_NIXL_SIDE_CHANNEL_PORT`)."""
+    prefill_ranks: int = Field(0, ge=0, le=63)
+    """P/D inside this server: its first N data-parallel ranks form a prefill pool and the others a decode pool;
+    each request is prefilled on one, its KV sent over the link, and decoded on the other (llm-d's P/D behind
+    one address). 0: every rank does both. Needs `role: both` and more ranks than N."""
 
 
 class Startup(Spec):
