@@ -153,10 +153,27 @@ def test_sleep_discards_the_cache_and_holds_requests_until_wake_up() -> None:
         context.destroy(linger=0)
 
 
+def test_reset_prefix_cache_forgets_cached_blocks() -> None:
+    context: zmq.Context[Any] = zmq.Context()
+    prompt = list(range(6000, 6040))
+    try:
+        with running_server(fleet(startup=Startup(sleep_mode=True))) as url:
+            assert complete(url, prompt).status_code == 200
+            assert httpx.post(url + "/reset_prefix_cache").json() == {"success": True}
+            assert isinstance(batches(context, url, "0")[-1].events[-1], AllBlocksCleared)
+            before = hits(url)
+            assert complete(url, prompt).status_code == 200 and hits(url) == before
+            refused = httpx.post(url + "/reset_prefix_cache?reset_running_requests=true")
+            assert refused.status_code == 400
+    finally:
+        context.destroy(linger=0)
+
+
 def test_sleep_routes_exist_only_in_sleep_mode() -> None:
     with running_server(fleet()) as url:
         assert httpx.post(url + "/sleep").status_code == 404
         assert httpx.get(url + "/is_sleeping").status_code == 404
+        assert httpx.post(url + "/reset_prefix_cache").status_code == 404
 
 
 @pytest.mark.parametrize("header", ["abc", "1.5"])

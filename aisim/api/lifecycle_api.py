@@ -8,6 +8,9 @@ weights over the GPU's host link, level 2 the model's load time. `GET /is_sleepi
 `{"is_sleeping": bool}`. They exist with `server.fleet.startup.sleepMode` (vLLM: `--enable-sleep-mode` and
 `VLLM_SERVER_DEV_MODE=1`).
 
+`POST /reset_prefix_cache` (vLLM's dev route, served with them) forgets every cached block when no request
+holds one (`AllBlocksCleared`), and answers `{"success": false}` otherwise, as vLLM does.
+
 `GET /kv_event_sources` answers vLLM's map of data-parallel rank to its KV-events publisher config (the bound
 endpoints, so a subscriber finds the ports a `tcp://*:0` endpoint got).
 """
@@ -95,6 +98,31 @@ class WakeUpHandler(BaseHandler):
         await self.guarded(work)
 
 
+class ResetPrefixCacheHandler(BaseHandler):
+    """`POST /reset_prefix_cache`: `{"success": bool}`, false while requests hold blocks (vLLM's answer; its
+    `reset_running_requests=true`, which preempts them first, is not modelled: it is refused)."""
+
+    access = "public"
+    json_body_required = False
+
+    async def post(self) -> None:
+        async def work() -> None:
+            if self.get_query_argument("reset_running_requests", "false").lower() == "true":
+                raise invalid("reset_running_requests=true is not simulated", "reset_running_requests")
+            fleet = self.state.fleet
+
+            def reset(done: Any) -> None:
+                results = [replica.kv.reset_prefix_cache() for served in fleet.simulated
+                           for replica in replicas_of(served)]
+                fleet.flush()
+                done(all(results))
+
+            success = await self.state.live.act(reset)
+            self.finish(json.dumps({"success": bool(success)}))
+
+        await self.guarded(work)
+
+
 class IsSleepingHandler(BaseHandler):
     """`GET /is_sleeping`."""
 
@@ -124,7 +152,8 @@ class KvEventSourcesHandler(BaseHandler):
 def routes(sleep_mode: bool, kv_events: bool) -> list[Any]:
     found: list[Any] = []
     if sleep_mode:
-        found += [(r"/sleep", SleepHandler), (r"/wake_up", WakeUpHandler), (r"/is_sleeping", IsSleepingHandler)]
+        found += [(r"/sleep", SleepHandler), (r"/wake_up", WakeUpHandler), (r"/is_sleeping", IsSleepingHandler),
+                  (r"/reset_prefix_cache", ResetPrefixCacheHandler)]
     if kv_events:
         found.append((r"/kv_event_sources", KvEventSourcesHandler))
     return found
