@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from . import __version__
+from .fleet import options as fleet_options
 from .scenario import check_file, render_json, render_text, schema_text
 
 if TYPE_CHECKING:
@@ -163,6 +164,7 @@ def _write_metrics(sim: object, path: str, out: TextIO) -> None:
 
 
 SERVE_FLAGS = {"--port", "--port-offset", "--tokenizer", "--host", "--delay-ms", "--config", "--seed", "--speed", "--record", "-h", "--help"}
+SERVE_FLAGS |= fleet_options.FLAGS | fleet_options.SWITCHES
 
 
 def split_foreign_flags(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -178,7 +180,7 @@ def split_foreign_flags(argv: list[str]) -> tuple[list[str], list[str]]:
         word = argv[index]
         if not word.startswith("-") or word.split("=", 1)[0] in SERVE_FLAGS:
             kept.append(word)
-            if word in SERVE_FLAGS - {"-h", "--help"} and index + 1 < len(argv):
+            if word in SERVE_FLAGS - {"-h", "--help"} - fleet_options.SWITCHES and index + 1 < len(argv):
                 kept.append(argv[index + 1])
                 next(words, None)
             continue
@@ -199,6 +201,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from .api.pod import PodIdentity
     from .api.server import RefusedToStart, ServerState, serve
+    from .fleet.runtime import FleetError
     from .scenario.distributions import DurationDistribution
 
     if args.foreign:
@@ -216,7 +219,11 @@ def _serve(args: argparse.Namespace) -> int:
             sys.stderr.write(f"aisim serve: --delay-ms: {args.delay_ms!r} is not a number or a range like 120-350\n")
             return 2
 
-    scenario = checked.scenario
+    try:
+        scenario = fleet_options.apply(checked.scenario, args)
+    except ValueError as error:
+        sys.stderr.write(f"aisim serve: {error}\n")
+        return 2
     if args.tokenizer:
         from .api.hf_tokenizer import load_tokenizer
 
@@ -256,7 +263,7 @@ def _serve(args: argparse.Namespace) -> int:
         asyncio.run(main())
     except KeyboardInterrupt:
         pass
-    except (OSError, RefusedToStart) as error:
+    except (OSError, RefusedToStart, FleetError) as error:
         sys.stderr.write(f"aisim serve: {error}\n")
         return 1
     return 0
@@ -601,6 +608,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--seed", type=SEED, help="override the scenario's seed")
     serve.add_argument("--speed", type=POSITIVE, default=1.0, help="virtual seconds per wall second (default 1)")
     serve.add_argument("--record", metavar="FILE", help="write every request to this JSONL request log (aisim replay reads it)")
+    fleet_options.add_arguments(serve)
     serve.set_defaults(handler=_serve, foreign=[])
 
     tokenizer = commands.add_parser("tokenizer", help="the built-in tokenizer as a Hugging Face tokenizer folder")

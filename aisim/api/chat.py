@@ -21,6 +21,7 @@ from .handlers import (
     usage,
 )
 from .protocol import ChatRequest, ignore_eos
+from .tokenizer import chat_prompt_ids
 
 
 class ChatHandler(GenerationHandler):
@@ -63,6 +64,7 @@ class ChatHandler(GenerationHandler):
                             if body.logprobs else None)
                 choices.append(_choice(index, message, logprobs, a.finish_reason))
             text = json.dumps(_completion(completion_id, created, body.model, choices, prompt_tokens, completion_tokens))
+        text = self.transfer_answer(text, completion_id)
         if isinstance(fault, (Truncate, MalformedChunk)):
             text = text[: len(text) // 2]
         self.finish(text)
@@ -74,7 +76,10 @@ class ChatHandler(GenerationHandler):
         vLLM's extensions given beside the body (`ignore_eos`)."""
         state = self.state
         tools = [t.function.model_dump() for t in body.tools or []]
-        prompt_tokens = state.tokenizer.chat_prompt_tokens([m.model_dump(exclude_none=True) for m in body.messages], tools)
+        messages = [m.model_dump(exclude_none=True) for m in body.messages]
+        prompt_tokens = state.tokenizer.chat_prompt_tokens(messages, tools)
+        if state.fleet.wants_token_ids:  # the fleet's prefix cache hashes the prompt's real tokens
+            self.prompt_ids = tuple(chat_prompt_ids(messages, state.tokenizer, tools))
         budget = self.admit(model, prompt_tokens, body.token_cap)
         prompt = chat_prompt(body.messages)
         ask = Ask(prompt, last_user(body.messages), body.messages[-1].role, model.id, min(body.token_cap or budget, budget),
@@ -124,7 +129,8 @@ class ChatHandler(GenerationHandler):
             self.observe(call, event, a.finish_reason, body.token_cap, call.token_times,
                          body.n if index == len(calls) - 1 else None)
             if event == "finished" and not broken[0]:
-                self.push(chunk([{"index": index, "delta": {}, "logprobs": None, "finish_reason": a.finish_reason}]))
+                self.push(chunk([{"index": index, "delta": {}, "logprobs": None, "finish_reason": a.finish_reason}],
+                                **self.transfer_chunk(call, completion_id)))
 
         await self.follow(calls, on_event)
         if broken[0] or self.gone:

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from ..engine.workload import Arrival
-from . import errors
+from . import disagg, errors
 from .errors import ApiError
 from .generation import Answer, Ask, answer, prompt_logprobs
 from .handlers import (
@@ -46,6 +46,8 @@ class CompletionHandler(GenerationHandler):
                                  f"completions; the limit is {cap} per request.", "prompt")
         tokenizer = self.state.tokenizer
         found = []
+        ids = self.state.fleet.wants_token_ids
+        self.prompt_id_list: list[tuple[int, ...] | None] = []
         for item in items:
             if isinstance(item, list):
                 try:
@@ -54,6 +56,8 @@ class CompletionHandler(GenerationHandler):
                     raise errors.invalid(f"Invalid token ids in 'prompt': {error}", "prompt") from None
             else:
                 found.append((item, tokenizer.count(item)))
+            if ids:  # the fleet's prefix cache hashes the prompt's real tokens
+                self.prompt_id_list.append(tuple(item) if isinstance(item, list) else tuple(tokenizer.encode(item)))
             await slices.turn()
         return found
 
@@ -75,7 +79,9 @@ class CompletionHandler(GenerationHandler):
                 echoed.append(self._prompt_logprobs(ask, state.tokenizer.pieces(text), body.logprobs))
             await slices.turn()
         await self.network()
-        await self.submit_sliced([Arrival(0, "api", model.id, prompts[i // body.n][1], a.tokens, body.priority, -1, 0)
+        ids = self.prompt_id_list or [None] * len(prompts)
+        await self.submit_sliced([self.fleet_arrival(model, Arrival(0, "api", model.id, prompts[i // body.n][1], a.tokens,
+                                                                    body.priority, -1, 0), ids[i // body.n], a)
                                   for i, a in enumerate(answers)], body.stream, slices)
         completion_id = "cmpl-" + state.new_id(12)
         created = int(time.time())
@@ -109,7 +115,8 @@ class CompletionHandler(GenerationHandler):
                 self.observe(call, event, a.finish_reason, body.max_tokens, call.token_times,
                              body.n if index == len(answers) - 1 else None)
                 if event == "finished":
-                    self.push(chunk([{"text": "", "index": index, "logprobs": None, "finish_reason": a.finish_reason}]))
+                    self.push(chunk([{"text": "", "index": index, "logprobs": None, "finish_reason": a.finish_reason}],
+                                    **self.transfer_chunk(call, completion_id)))
 
             await self.follow(self.calls, on_event)
             if self.gone:
@@ -129,6 +136,10 @@ class CompletionHandler(GenerationHandler):
             choices.append(json.dumps({"text": text, "index": index, "logprobs": logprobs, "finish_reason": a.finish_reason}))
             await slices.turn()
         whole = {**head, "choices": [], "usage": usage(usage_prompt, sum(a.tokens for a in answers))}
+        params = disagg.answer_params(self.calls[0], state.fleet, completion_id) if (
+            self.transfer is not None and self.transfer.remote_decode) else None
+        if params is not None:
+            whole[disagg.PARAM] = params
         await self.write_listed(whole, "choices", choices, slices)
 
     @staticmethod

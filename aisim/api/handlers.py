@@ -24,7 +24,7 @@ from ..engine.workload import Arrival
 from ..scenario.faults import ApiError as ApiErrorFault
 from ..scenario.faults import Timeout
 from ..scenario.models import Model
-from . import bodies, errors
+from . import bodies, disagg, errors
 from .connections import json_media_type
 from .credentials import bearer_token
 from .errors import ApiError
@@ -163,6 +163,12 @@ class GenerationHandler(BaseHandler):
     endpoint = ""
     cut = False
     """The server's shutdown ended this request before it finished (`shut_down`)."""
+    body: Any = None
+    """The parsed request body (`begin`)."""
+    prompt_ids: tuple[int, ...] | None = None
+    """The prompt's token ids, when the fleet needs them (KV events, KV transfer) and the handler knows them."""
+    transfer: disagg.Transfer | None = None
+    """What the request's `kv_transfer_params` asked of this pod."""
 
     async def guarded(self, work: Callable[[], Awaitable[None]]) -> None:
         """`BaseHandler.guarded`, counted in the server's load (`ServerState.requests_in_flight`, `GET /load`)
@@ -192,8 +198,12 @@ class GenerationHandler(BaseHandler):
     async def begin(self, kind: type[Body]) -> tuple[Body, Model, Any]:
         """The common start: parse the body, find the model, meet a fault that acts before the answer.
         Returns the body, the model and the fault (a mid-stream one acts later)."""
-        body = parse(kind, self.json_body())
+        body = self.body = parse(kind, self.json_body())
         model = self.find_model(body.model)  # type: ignore[attr-defined]
+        fleet = self.state.fleet
+        if not fleet.ready():
+            raise ApiError(503, "The server is starting: the model is not loaded yet.", "ServiceUnavailableError")
+        await fleet.awake()
         fault = self.fault_for(model)
         if fault is not None:
             await self.meet(fault, model)
@@ -226,9 +236,45 @@ class GenerationHandler(BaseHandler):
         return limit - prompt_tokens
 
     def submit(self, model: Model, prompt_tokens: int, answers: list[Answer], priority: int, stream: bool) -> list[Call]:
-        self.calls = [self.state.live.submit(Arrival(0, "api", model.id, prompt_tokens, a.tokens, priority, -1, 0), stream)
-                      for a in answers]
+        arrivals = [self.fleet_arrival(model, Arrival(0, "api", model.id, prompt_tokens, a.tokens, priority, -1, 0),
+                                       self.prompt_ids, a) for a in answers]
+        self.calls = [self.state.live.submit(arrival, stream) for arrival in arrivals]
         return self.calls
+
+    def fleet_arrival(self, model: Model, arrival: Arrival, ids: tuple[int, ...] | None,
+                      answer: Answer | None = None) -> Arrival:
+        """The arrival with what the fleet adds (`aisim.api.disagg`): the rank `X-data-parallel-rank` asks
+        for, the KV transfer `kv_transfer_params` ask for, the token ids of the prompt and of the answer to come
+        (so that blocks the answer fills hash as vLLM's would); a 400 when the rank or the parameters are wrong."""
+        fleet = self.state.fleet
+        header = self.request.headers.get(disagg.RANK_HEADER)
+        raw = (getattr(self.body, "model_extra", None) or {}).get(disagg.PARAM)
+        if header is None and raw is None and not fleet.wants_token_ids:
+            return arrival
+        served = self.state.served(model)
+        rank = disagg.read_rank(header, fleet, served)
+        self.transfer = disagg.read_transfer(raw, fleet, model, served, arrival.prompt)
+        if ids is not None and fleet.wants_token_ids and answer is not None:
+            ids += disagg.answer_ids(answer, self.state.tokenizer)
+        return disagg.extend(arrival, ids if fleet.wants_token_ids else None, rank, self.transfer)
+
+    def transfer_chunk(self, call: Call, request_id: str) -> dict[str, Any]:
+        """The `kv_transfer_params` field of a streamed prefill's finishing chunk (vLLM's), or nothing."""
+        if self.transfer is None or not self.transfer.remote_decode:
+            return {}
+        params = disagg.answer_params(call, self.state.fleet, request_id)
+        return {} if params is None else {disagg.PARAM: params}
+
+    def transfer_answer(self, text: str, request_id: str) -> str:
+        """A prefill for a remote decode: the answer with the `kv_transfer_params` its decode request sends."""
+        if self.transfer is None or not self.transfer.remote_decode or not self.calls:
+            return text
+        params = disagg.answer_params(self.calls[0], self.state.fleet, request_id)
+        if params is None:
+            return text
+        whole = json.loads(text)
+        whole[disagg.PARAM] = params
+        return json.dumps(whole)
 
     async def submit_sliced(self, arrivals: list[Arrival], stream: bool, slices: Slices) -> list[Call]:
         """Submit many arrivals (a batch of prompts or inputs) a slice at a time: each arrival runs the engine's

@@ -27,15 +27,16 @@ class NotFoundHandler(BaseHandler):
 
 
 class HealthHandler(BaseHandler):
-    """vLLM's `/health`: 200 with an empty body, 503 once an engine has died; also `GET` / `POST /ping`,
-    SageMaker's alias of it."""
+    """vLLM's `/health`: 200 with an empty body, 503 during the simulated start-up (`server.fleet.startup.time`,
+    where vLLM's server loads the model) and once an engine has died; also `GET` / `POST /ping`, SageMaker's
+    alias of it."""
 
     access = "public"
     json_body_required = False
 
     def get(self) -> None:
         self.set_header("Content-Type", "text/plain")
-        if any(served.crash for served in self.state.sim.served_models):
+        if not self.state.fleet.ready() or any(served.crash for served in self.state.sim.served_models):
             self.set_status(503)
         self.finish(b"")
 

@@ -23,6 +23,8 @@ from ..engine.deployment import ServedModel
 from ..engine.live import Live
 from ..engine.sampling import Draws
 from ..engine.simulation import Simulation
+from ..fleet.data_parallel import with_data_parallel
+from ..fleet.runtime import FleetRuntime
 from ..scenario import Scenario
 from ..scenario.distributions import DurationDistribution
 from ..scenario.models import Model
@@ -107,9 +109,11 @@ class ServerState:
     """Every listener's open connections, under one cap (`server.connections.maxOpen`)."""
     lora_updates: bool = field(init=False)
     """Runtime LoRA loading is served (`server.loraRuntimeUpdates` or `VLLM_ALLOW_RUNTIME_LORA_UPDATING`)."""
+    fleet: FleetRuntime = field(init=False)
+    """KV-event publishers, data-parallel ranks, the KV-transfer role, start-up and sleep (`aisim.fleet`)."""
 
     def __post_init__(self) -> None:
-        scenario = self.scenario
+        scenario = self.scenario = with_data_parallel(self.scenario, self.scenario.server.fleet.data_parallel_size)
         if self.seed is None and self.pod is not None:  # a fleet is not N copies of one random stream
             self.seed = self.pod.seed(scenario.seed)
         self.sim = Simulation(scenario, self.base_dir, seed=self.seed, macro_steps=False, retain=False)
@@ -139,6 +143,7 @@ class ServerState:
         self.created = int(time.time())
         self._started_ms = time.time() * 1000
         self.metrics = MetricsFeed(self)
+        self.fleet = FleetRuntime(scenario, self.sim, self.pod.name if self.pod is not None else None, self.speed)
         # imported here: the handlers' modules import this one
         from .responses import ResponseStore
 
@@ -163,6 +168,7 @@ class ServerState:
         """Start the simulation's clock on the running event loop."""
         if self._task is None:
             self._task = asyncio.get_running_loop().create_task(self.live.run())
+            self.fleet.started = time.monotonic()  # the simulated start-up runs from here
 
     async def stop(self) -> None:
         """Stop serving. Listeners close first, then every open connection, as a client that goes away
@@ -181,6 +187,7 @@ class ServerState:
         if self._task is not None:
             await self._task
             self._task = None
+        self.fleet.close()
         if self.recording is not None:
             self.recording.close(self.sim)
             self.recording = None
@@ -274,6 +281,10 @@ def make_app(state: ServerState, personalities: tuple[str, ...] = DEFAULT_PERSON
         routes += openai_api.routes()
     if "vllm" in personalities:
         routes += vllm_api.routes(state.lora_updates)
+        from . import lifecycle_api
+
+        fleet = state.scenario.server.fleet
+        routes += lifecycle_api.routes(fleet.startup.sleep_mode, fleet.kv_events is not None and fleet.kv_events.enabled)
     if "vllm" in personalities or "anthropic" in personalities:  # vLLM serves Anthropic's Messages API too
         routes += anthropic_api.routes(strict="vllm" not in personalities)
     if "vllm-metrics" in personalities:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Hashable, Sequence
+from typing import Any
 
 from .request import Request
 
@@ -57,6 +58,11 @@ class KvCache:
         """(parent hash, block tokens) -> hash, for requests with token ids (exact: no collisions)."""
         self.query_tokens = 0
         self.hit_tokens = 0
+        self.events: list[tuple[Any, ...]] | None = None
+        """What the prefix cache did since a KV-event publisher last took it (None: nobody listens), in order:
+        ("stored", request, first, end) for its blocks first..end-1 just cached, ("removed", key) for an evicted
+        cached block, ("cleared",) for a reset. Only requests with token ids are told: their keys are the
+        chain ids `block_hash` gives, which a publisher turns into vLLM's hashes from `block_tokens`."""
 
     # -- counts ----------------------------------------------------------------------------
 
@@ -100,19 +106,22 @@ class KvCache:
         hashes = request.block_hashes
         if hashes is None:
             hashes = request.block_hashes = []
-        bs = self.block_size
         while len(hashes) <= index:
-            start = len(hashes) * bs
-            prompt = request.token_ids
-            tokens = tuple(prompt[start:start + bs])
-            if len(tokens) < bs:
-                tokens += (SAMPLED_TOKEN,) * (bs - len(tokens))
+            tokens = self.block_tokens(request, len(hashes))
             key = (hashes[-1] if hashes else -1, tokens)
             found = self._chains.get(key)
             if found is None:
                 found = self._chains[key] = len(self._chains)
             hashes.append(found)
         return hashes[index]
+
+    def block_tokens(self, request: Request, index: int) -> tuple[int, ...]:
+        """The token ids of a request's full block `index` (one with token ids): its known tokens, decoded ones
+        beyond them counted as `SAMPLED_TOKEN`."""
+        bs = self.block_size
+        assert request.token_ids is not None
+        tokens = tuple(request.token_ids[index * bs:(index + 1) * bs])
+        return tokens + (SAMPLED_TOKEN,) * (bs - len(tokens)) if len(tokens) < bs else tokens
 
     def _cached_block(self, key: Hashable) -> int | None:
         blocks = self._cached.get(key)
@@ -208,6 +217,7 @@ class KvCache:
         hashes = self._hash
         synthetic = request.token_ids is None
         shared = request.prefix // self.block_size if request.group >= 0 else 0
+        first = -1
         for index in range(start, full):
             block = blocks[index]
             if synthetic:
@@ -217,9 +227,13 @@ class KvCache:
             if hashes[block] is not None:
                 continue
             hashes[block] = key
+            if first < 0:
+                first = index
             if not synthetic or index < shared:
                 self._register(key, block)
         self._num_cached[request.id] = full
+        if self.events is not None and not synthetic and first >= 0:
+            self.events.append(("stored", request, first, full))
 
     def _register(self, key: Hashable, block: int) -> None:
         """Map `key` to `block` too (a second block with the same hash comes after the first)."""
@@ -255,6 +269,8 @@ class KvCache:
             self._hash[block] = None
             return
         present = self._cached.pop(key, None)
+        if present is not None and self.events is not None and isinstance(key, int):
+            self.events.append(("removed", key))
         if present is None:  # a running synthetic request's own block: never registered
             pass
         elif isinstance(present, dict):
@@ -279,6 +295,8 @@ class KvCache:
             self._orphan(request)
         if not blocks:
             return
+        if request.kept_blocks is not None:
+            request.kept_blocks[:] = blocks
         refs, hashes, free, rid = self._refs, self._hash, self._free, request.id
         first: list[int] = []
         for block in reversed(blocks):
@@ -308,6 +326,41 @@ class KvCache:
                 continue
             for block in [present] if isinstance(present, int) else list(present):
                 hashes[block] = ORPHAN
+
+    def reset_prefix_cache(self) -> bool:
+        """vLLM's `reset_prefix_cache`: forget every cached hash, only when no request holds a block (False,
+        and nothing changed, otherwise)."""
+        if self.used or self._blocks:
+            return False
+        self._cached.clear()
+        self._hash = [None] * self.total
+        if self.events is not None:
+            self.events.append(("cleared",))
+        return True
+
+    def preload(self, request: Request, tokens: int) -> int:
+        """KV blocks received from a prefill engine (a decode request with `do_remote_prefill`): the full blocks
+        of the request's first `tokens` tokens are written into free blocks and cached, so that its admission
+        hits them as vLLM's connector makes the loaded blocks computed. Returns the blocks written (those that
+        were cached here already are not taken again); they wait at the back of the free queue, evictable
+        like any cached block."""
+        if not self.prefix_caching or request.token_ids is None:
+            return 0
+        full = min(tokens, len(request.token_ids)) // self.block_size
+        known = len(self.lookup(request))
+        missing = full - known
+        if missing <= 0 or missing > len(self._free):
+            return 0
+        blocks = self._blocks[request.id] = self._take(0)
+        self._num_cached[request.id] = 0
+        hit = self.lookup(request)[:known]
+        self._touch(hit)
+        blocks.extend(hit)
+        self._num_cached[request.id] = known
+        blocks.extend(self._take(missing))
+        self.cache_blocks(request, full * self.block_size)
+        self.free(request)
+        return missing
 
     # -- runs of decode steps --------------------------------------------------------------
 

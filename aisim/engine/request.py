@@ -72,6 +72,10 @@ class Request:
     """The workload's load stage it was sent in (per-stage reports)."""
     deadline: Any = None
     """The client's timeout event (an `EventHandle`), cancelled when the request ends first."""
+    rank: int = -1
+    """The data-parallel rank (replica index) the client asked for; -1: any."""
+    kept_blocks: list[int] | None = None
+    """When a list, the KV cache writes there the blocks the request held when it last let them go."""
 
     @property
     def to_compute(self) -> int:

@@ -171,9 +171,33 @@ class Router:
         self.replicas = replicas
 
     def submit(self, request: Request) -> None:
-        """To the live replica with the fewest outstanding requests (a dead one only if all are)."""
+        """To the live replica with the fewest outstanding requests (a dead one only if all are), or to the
+        rank the client asked for (the server checked that it exists)."""
+        self._target(request).submit(request)
+
+    def _target(self, request: Request) -> Engine:
         replicas = self.replicas
-        target = replicas[0] if len(replicas) == 1 else replicas[min(
-            range(len(replicas)), key=lambda i: (bool(getattr(replicas[i], "dead", "")), replicas[i].outstanding, i))]
+        if 0 <= request.rank < len(replicas):
+            target = replicas[request.rank]
+        else:
+            target = replicas[0] if len(replicas) == 1 else replicas[min(
+                range(len(replicas)), key=lambda i: (bool(getattr(replicas[i], "dead", "")), replicas[i].outstanding, i))]
         request.engine = target
+        return target
+
+    def missing_blocks(self, request: Request, kv_tokens: int) -> int:
+        """Choose the replica of a decode request whose prompt KV a prefill engine computed; returns how many of
+        the full blocks of its first `kv_tokens` tokens that replica does not cache (what must be received)."""
+        kv = getattr(self._target(request), "kv", None)
+        if kv is None or request.token_ids is None:
+            return 0
+        return max(min(kv_tokens, len(request.token_ids)) // kv.block_size - len(kv.lookup(request)), 0)
+
+    def submit_transferred(self, request: Request, kv_tokens: int) -> None:
+        """A decode request whose prompt KV came from a prefill engine: the chosen replica's cache holds the
+        received blocks (`KvCache.preload`) before the request joins its queue, so its admission hits them."""
+        target = request.engine if request.engine in self.replicas else self._target(request)
+        kv = getattr(target, "kv", None)
+        if kv is not None:
+            kv.preload(request, kv_tokens)
         target.submit(request)

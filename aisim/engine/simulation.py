@@ -261,7 +261,8 @@ class Simulation:
         served = self.models[arrival.model]
         request = Request(self.submitted, served.model.id, arrival.source, now, arrival.prompt, arrival.output,
                           arrival.priority, arrival.group, arrival.prefix, stream=arrival.stream, watcher=watcher,
-                          live_tokens=live_tokens, stage=arrival.stage)
+                          live_tokens=live_tokens, stage=arrival.stage, token_ids=arrival.token_ids, rank=arrival.rank,
+                          kept_blocks=[] if arrival.keep_blocks else None)
         self.submitted += 1
         if not served.generates:
             request.output = 0
@@ -276,7 +277,13 @@ class Simulation:
         if error or router is None:
             request.conclude("failed", now, self.timeline, error)
         else:
-            if served.frontend_ns:
+            if arrival.kv_tokens:  # KV blocks from a prefill engine arrive first (`aisim.api.disagg`): those the
+                # chosen replica does not cache already, as vLLM's connector loads only the tokens it lacks
+                missing = router.missing_blocks(request, arrival.kv_tokens)
+                delay = arrival.kv_latency_ns + missing * arrival.kv_block_ns if missing else 0
+                self.kernel.at(now + served.frontend_ns + delay,
+                               lambda: None if request.done else router.submit_transferred(request, arrival.kv_tokens))
+            elif served.frontend_ns:
                 self.kernel.at(now + served.frontend_ns, lambda: None if request.done else router.submit(request))
             else:
                 router.submit(request)

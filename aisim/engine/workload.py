@@ -65,6 +65,19 @@ class Arrival:
     """The load stage it belongs to (a `stages` arrival's index; 0 otherwise)."""
     timeout: int = 0
     """The client's request timeout in ns (0: none)."""
+    token_ids: tuple[int, ...] | None = None
+    """The prompt's token ids, when the server passes them (its prefix cache then hashes real tokens)."""
+    rank: int = -1
+    """The data-parallel rank the client asked for (vLLM's `X-data-parallel-rank`); -1: the router picks."""
+    kv_tokens: int = 0
+    """Prompt tokens whose KV a prefill engine computed and this engine receives before it starts
+    (`kv_transfer_params.do_remote_prefill`); 0: none."""
+    kv_block_ns: int = 0
+    """How long receiving one KV block takes (its bytes over the modelled link)."""
+    kv_latency_ns: int = 0
+    """The link's fixed time per transfer."""
+    keep_blocks: bool = False
+    """Record the blocks the request last held (a prefill for a remote decode returns their ids)."""
 
 
 class TraceError(ValueError):

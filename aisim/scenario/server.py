@@ -8,6 +8,7 @@ from pydantic import Field, field_validator
 
 from .base import Spec
 from .distributions import DurationDistribution
+from .fleet import Fleet
 from .hardware import Identifier
 from .units import ByteSize, Duration, PositiveRate
 
@@ -144,6 +145,9 @@ class Server(Spec):
     error event (default 30s, Kubernetes' terminationGracePeriodSeconds)."""
     model_repository: str | None = None
     """A Triton model repository folder whose models are served besides `models`."""
+    fleet: Fleet = Fleet()
+    """What the routers of a fleet consume: KV-cache events, data-parallel ranks, prefill/decode roles and the
+    simulated start-up (`docs/fleet.md`)."""
 
 
 DcgmLabelStyle = Literal["Hostname", "hostname", "none"]

@@ -1,0 +1,7 @@
+"""The fleet's one error type."""
+
+from __future__ import annotations
+
+
+class FleetError(ValueError):
+    """A fleet setting the server cannot start with (a socket it cannot bind, a setting it cannot serve)."""
