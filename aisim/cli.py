@@ -162,7 +162,7 @@ def _write_metrics(sim: object, path: str, out: TextIO) -> None:
     out.write(series_csv(sim.timeline.records()) if path.lower().endswith(".csv") else sim.telemetry.exposition())
 
 
-SERVE_FLAGS = {"--port", "--port-offset", "--tokenizer", "--host", "--delay-ms", "--config", "--seed", "--speed", "--record", "-h", "--help"}
+SERVE_FLAGS = {"--api-server-count", "--port", "--port-offset", "--tokenizer", "--host", "--delay-ms", "--config", "--seed", "--speed", "--record", "-h", "--help"}
 
 
 def split_foreign_flags(argv: list[str]) -> tuple[list[str], list[str]]:
@@ -225,6 +225,14 @@ def _serve(args: argparse.Namespace) -> int:
         except (OSError, RuntimeError, ValueError) as error:  # (the tokenizers library raises a plain Exception too)
             sys.stderr.write(f"aisim serve: {error}\n")
             return 1
+
+    if args.api_server_count:
+        from .api.multiproc.supervisor import Options
+        from .api.multiproc.supervisor import serve as serve_split
+
+        return serve_split(scenario, Options(args.api_server_count, checked.base_dir, args.host, args.port,
+                                             args.port_offset, args.seed, delay, args.speed, args.record,
+                                             PodIdentity.from_env(), args.tokenizer))
 
     async def main() -> None:
         state = ServerState(scenario, checked.base_dir, seed=args.seed, network_delay=delay, speed=args.speed,
@@ -601,6 +609,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--seed", type=SEED, help="override the scenario's seed")
     serve.add_argument("--speed", type=POSITIVE, default=1.0, help="virtual seconds per wall second (default 1)")
     serve.add_argument("--record", metavar="FILE", help="write every request to this JSONL request log (aisim replay reads it)")
+    serve.add_argument("--api-server-count", type=int, default=0, metavar="N",
+                       help="N API-server processes and an engine core over ZeroMQ, as vLLM V1 runs (default 0: "
+                            "one process; see README, 'Serving on several cores')")
     serve.set_defaults(handler=_serve, foreign=[])
 
     tokenizer = commands.add_parser("tokenizer", help="the built-in tokenizer as a Hugging Face tokenizer folder")

@@ -47,6 +47,7 @@ from .tokenizer import Tokenizer, default_tokenizer
 
 if TYPE_CHECKING:
     from .handlers import GenerationHandler
+    from .multiproc.frontend import EngineClient
     from .responses import ResponseStore
 
 DEFAULT_PERSONALITIES = ("openai", "vllm", "vllm-metrics")
@@ -107,6 +108,9 @@ class ServerState:
     """Every listener's open connections, under one cap (`server.connections.maxOpen`)."""
     lora_updates: bool = field(init=False)
     """Runtime LoRA loading is served (`server.loraRuntimeUpdates` or `VLLM_ALLOW_RUNTIME_LORA_UPDATING`)."""
+    core: EngineClient | None = field(init=False, default=None)
+    """The engine core this API-server process talks to (`aisim serve --api-server-count N`, `multiproc`): faults
+    and rate limits are decided there. None in the single process, where the engine runs here."""
 
     def __post_init__(self) -> None:
         scenario = self.scenario

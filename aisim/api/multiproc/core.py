@@ -1,0 +1,241 @@
+"""The engine core process: the simulation on the real-time clock and everything that is one per server.
+
+It holds a whole single-process `ServerState` and serves it twice: to the API servers' hot path over a ZeroMQ
+ROUTER socket (submissions, aborts, fault picks, rate-limit admissions, the observations for `/metrics` and the
+request log), and, for every other route (metrics, admin, model control, health, tokenize, ...), on a private
+loopback listener per public listener that the API servers hand those requests on to. Events a loop turn
+produces for one API server leave as one message: one engine step, one message per API server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import sys
+from functools import partial
+from types import SimpleNamespace
+from typing import Any
+
+import tornado.netutil
+import zmq
+
+from ...engine.live import END_EVENTS, Call
+from ...engine.workload import Arrival
+from ..connections import GuardedServer, Policy, kserve_error, openai_error
+from ..errors import ApiError
+from ..faults import Context
+from ..server import ServerState, make_app
+from . import wire
+
+ENDED_KEPT = 8192
+"""Ended calls kept for the observations that follow their end (bounded, should an API server never send them)."""
+
+Key = tuple[bytes, int]
+
+
+def digest(state: ServerState) -> dict[str, Any]:
+    """What API servers mirror of the engine's state for their own routes: each model's versions' lifecycle
+    states and serving version (KServe inference picks a READY one), and the loaded LoRA adapters."""
+    models = {served.model.id: [served.lifecycle.active,
+                                {v: [life.state.value, life.reason] for v, life in served.lifecycle.lives.items()}]
+              for served in state.sim.served_models}
+    return {"models": models, "lora": state.lora_adapters}
+
+
+class EngineCore:
+    """The engine core's side of the ZeroMQ socket, on the engine's event loop."""
+
+    def __init__(self, state: ServerState, address: str) -> None:
+        self.state = state
+        self.context = zmq.Context()
+        self.socket = self.context.socket(zmq.ROUTER)
+        self.socket.setsockopt(zmq.LINGER, 1000)
+        self.socket.bind(address)
+        self.calls: dict[Key, Call] = {}
+        self.ended: collections.OrderedDict[Key, Call] = collections.OrderedDict()
+        self.logged: set[Key] = set()
+        self.ranks: dict[int, bytes] = {}
+        self._tokens: dict[bytes, list[int]] = {}
+        self._ends: dict[bytes, list[wire.End]] = {}
+        self._replies: dict[bytes, list[Any]] = {}
+        self._flushing = False
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self.socket.getsockopt(zmq.FD), self._readable)
+
+    # -- in --------------------------------------------------------------------------------------
+
+    def _readable(self) -> None:
+        while True:  # the socket's descriptor is edge-triggered: read until nothing is left
+            try:
+                ident, payload = self.socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                break
+            for message in wire.to_core.decode(payload):
+                try:
+                    self._handle(ident, message)
+                except Exception as error:  # noqa: BLE001 - one bad message must not stop the engine
+                    sys.stderr.write(f"aisim engine core: {type(message).__name__}: {error!r}\n")
+        self._schedule()
+
+    def _handle(self, ident: bytes, message: Any) -> None:
+        state = self.state
+        if isinstance(message, wire.Submit):
+            arrival = Arrival(0, message.kind, message.model, message.prompt, message.output, message.priority, -1, 0,
+                              version=message.version)
+            call = state.live.submit(arrival, message.live)
+            key = (ident, message.cid)
+            self.calls[key] = call
+            state.requests_in_flight += 1
+            call.listen(partial(self._event, ident, message.cid, call))
+        elif isinstance(message, wire.Abort):
+            running = self.calls.get((ident, message.cid))
+            if running is not None:
+                state.live.abort(running)
+        elif isinstance(message, wire.Pick):
+            fault = state.faults.pick(Context(tuple(message.models), message.endpoint, message.api_key,
+                                              state.live.now()), message.override)
+            faults = [s.fault for s in state.faults.states]
+            value = -1 if fault is None else next((i for i, f in enumerate(faults) if f is fault), -2)
+            self._reply(ident, wire.Reply(message.rid, value))  # -2: forced by the header, rebuilt there alike
+        elif isinstance(message, wire.Admit):
+            try:
+                headers = state.limiter.admit(message.api_key, message.tokens, message.model, state.live.now())
+            except ApiError as error:
+                self._reply(ident, wire.Failed(message.rid, (error.status, error.message, error.type, error.param,
+                                                             error.code, error.headers)))
+                return
+            self._reply(ident, wire.Reply(message.rid, headers))
+        elif isinstance(message, wire.Observed):
+            call = self._find((ident, message.cid), pop=state.recording is None)
+            if call is not None:
+                state.metrics.finished(call, message.reason, message.max_tokens, call.token_times, message.n)
+        elif isinstance(message, wire.Logged):
+            call = self._find((ident, message.cid), pop=True)
+            if call is not None and state.recording is not None:
+                self.logged.add((ident, message.cid))
+                state.recording.request(call, message.end, message.endpoint, message.elapsed_s)
+        elif isinstance(message, wire.LoggedInfer):
+            self._log_infer(ident, message)
+        elif isinstance(message, wire.Sync):
+            self._reply(ident, wire.Reply(message.rid, digest(state)))
+        elif isinstance(message, wire.Hello):
+            self._hello(ident, message.rank)
+
+    def _find(self, key: Key, pop: bool) -> Call | None:
+        call = self.calls.get(key) or self.ended.get(key)
+        if pop:
+            self.ended.pop(key, None)
+        return call
+
+    def _log_infer(self, ident: bytes, message: wire.LoggedInfer) -> None:
+        recording = self.state.recording
+        call = self._find((ident, message.cid), pop=True) if message.cid >= 0 else None
+        if recording is None:
+            return
+        if message.cid >= 0:
+            self.logged.add((ident, message.cid))
+        inputs = [SimpleNamespace(name=n, datatype=d, shape=s) for n, d, s in message.inputs]
+        outputs = [(SimpleNamespace(name=n, datatype=d), s, b"") for n, d, s in message.outputs]
+        recording.infer(call, message.model, message.version, message.batch, inputs, outputs, message.elapsed_s,
+                        message.error, message.end)
+
+    def _hello(self, ident: bytes, rank: int) -> None:
+        """An API server (re)started: what an earlier one of its rank left running is aborted (its client's
+        connection died with it), and the new one learns the clock."""
+        old = self.ranks.get(rank)
+        self.ranks[rank] = ident
+        if old is not None and old != ident:
+            self.abandon(old)
+        self._reply(ident, wire.Welcome(self.state.live.started_wall, self.state.live.clock.speed, digest(self.state)))
+
+    def abandon(self, ident: bytes) -> None:
+        """Abort every request of an API server that is gone (its KV blocks return at once)."""
+        for key, call in list(self.calls.items()):
+            if key[0] == ident:
+                self.state.live.abort(call)
+
+    # -- out -------------------------------------------------------------------------------------
+
+    def _event(self, ident: bytes, cid: int, call: Call, event: str, time_ns: int) -> None:
+        if event == "token":
+            self._tokens.setdefault(ident, []).extend((cid, time_ns))
+        elif event in END_EVENTS:
+            key = (ident, cid)
+            self.calls.pop(key, None)
+            self.ended[key] = call
+            if len(self.ended) > ENDED_KEPT:
+                self.ended.popitem(last=False)
+            self.state.requests_in_flight -= 1
+            error = call.request.error if event == "failed" and call.request is not None else ""
+            self._ends.setdefault(ident, []).append(
+                wire.End(cid, event, time_ns, error, None if call.live_tokens else call.token_times))
+        self._schedule()
+
+    def _reply(self, ident: bytes, reply: Any) -> None:
+        self._replies.setdefault(ident, []).append(reply)
+
+    def _schedule(self) -> None:
+        if not self._flushing and (self._tokens or self._ends or self._replies):
+            self._flushing = True
+            self._loop.call_soon(self.flush)
+
+    def flush(self) -> None:
+        """Send what this loop turn produced: per API server one message (its replies, then one `Batch`)."""
+        self._flushing = False
+        tokens, ends, replies = self._tokens, self._ends, self._replies
+        self._tokens, self._ends, self._replies = {}, {}, {}
+        for ident in set(tokens) | set(ends) | set(replies):
+            messages = replies.get(ident, [])
+            if ident in tokens or ident in ends:
+                messages.append(wire.Batch(tokens.get(ident, []), ends.get(ident, [])))
+            try:
+                self.socket.send_multipart([ident, wire.encoder.encode(messages)], zmq.NOBLOCK)
+            except zmq.Again:  # an API server that stopped reading: its requests end unseen
+                pass
+
+    # -- shutdown --------------------------------------------------------------------------------
+
+    async def close(self) -> None:
+        """Abort what is still running (its API servers are gone), log what no API server logged, stop."""
+        for call in list(self.calls.values()):
+            self.state.live.abort(call)
+        for _ in range(50):
+            if not self.calls:
+                break
+            await asyncio.sleep(0.01)
+        recording = self.state.recording
+        if recording is not None:
+            for key, call in list(self.ended.items()):
+                if key not in self.logged and call.arrival.source == "api":
+                    recording.request(call, call.ending[0] if call.ending else "aborted", "", 0.0)
+        self.flush()
+        self._loop.remove_reader(self.socket.getsockopt(zmq.FD))
+        self.socket.close()
+        self.context.term()
+
+
+async def serve_private(state: ServerState, host: str, grpc_ports: dict[int, int]) -> list[int]:
+    """The engine core's listeners: per public HTTP listener, its application on a free loopback port (what the
+    API servers hand on to); the gRPC listeners on their public ports (`grpc_ports`: index to port). Returns
+    each listener's port, in the scenario's order."""
+    server = state.scenario.server
+    state.start()
+    ports: list[int] = []
+    for index, listener in enumerate(server.listeners):
+        personalities = tuple(listener.personalities)
+        if "kserve-grpc" in personalities:
+            from .. import kserve_grpc
+
+            grpc_server, bound = await kserve_grpc.start(state, host, grpc_ports.get(index, listener.port))
+            state.grpc_servers.append(grpc_server)
+            ports.append(bound)
+            continue
+        app = make_app(state, personalities, listener.metrics_path)
+        openai = "openai" in personalities or "vllm" in personalities or "kserve" not in personalities
+        policy = Policy.of(server, host, openai_error if openai else kserve_error, lambda: state.draining)
+        http = GuardedServer(app, server, policy, state.registry)
+        sockets = tornado.netutil.bind_sockets(0, "127.0.0.1", backlog=2048)
+        http.add_sockets(sockets)
+        state.http_servers.append(http)
+        ports.append(sockets[0].getsockname()[1])
+    return ports

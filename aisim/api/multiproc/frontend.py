@@ -1,0 +1,376 @@
+"""An API-server process: HTTP, parsing, tokens, content and SSE writes, with the engine in the engine core.
+
+The handlers are the single process's: `EngineClient` stands in for `Live` (a submission becomes a message, the
+engine core's events come back per step and reach each `Call` as the engine's own would), for the fault book
+and the rate limiter (asked over the socket), and `RemoteMetrics` / `RemoteRecording` hand `/metrics`'
+observations and the request log's lines to the engine core. Routes whose state is the whole server's (metrics,
+admin, model control, health, stored responses, ...) are handed on to the engine core's private listener
+(`Forward`), so their answers are the single process's, byte for byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import tornado.httpclient
+import tornado.httputil
+import tornado.web
+import zmq
+
+from ...engine.lifecycle import State
+from ...engine.live import Call, Live
+from ...engine.request import Request
+from ...engine.workload import Arrival
+from ..errors import ApiError
+from ..metrics_feed import MetricsFeed
+from ..recording import Recording
+from ..server import ServerState
+from . import wire
+
+HOP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "server", "date", "keep-alive"})
+LOCAL_HANDLERS = frozenset({"ChatHandler", "CompletionHandler", "EmbeddingHandler", "MessagesHandler"})
+"""The generating routes an API server serves itself (with KServe's `/infer`); every other one is handed on."""
+
+
+@dataclass(eq=False)
+class RemoteCall(Call):
+    """A `Call` whose request runs in the engine core; `cid` names it there."""
+
+    cid: int = -1
+
+
+class EngineGone(Exception):
+    """The engine core stopped: nothing more can be served."""
+
+
+class EngineClient(Live):
+    """`Live`'s interface over the engine core's socket (and its fault book's and rate limiter's)."""
+
+    def __init__(self, state: ServerState, address: str, rank: int) -> None:  # noqa: D107 - no Live.__init__: no clock here
+        self.state = state
+        self.rank = rank
+        self.context = zmq.Context()
+        self.socket = self.context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.IDENTITY, f"api-{rank}-{time.monotonic_ns()}".encode())
+        self.socket.setsockopt(zmq.LINGER, 2000)
+        self.socket.connect(address)
+        self.calls: dict[int, RemoteCall] = {}
+        self.rpcs: dict[int, asyncio.Future[Any]] = {}
+        self._ids = itertools.count()
+        self._out: list[Any] = []
+        self._sending = False
+        self.started_wall = time.monotonic()
+        self.speed = 1.0
+        self.gone: str | None = None
+        """Why the engine core is gone (None while it runs)."""
+        self._welcome: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def connect(self) -> None:
+        """Say hello and wait for the engine core's clock."""
+        self._loop = asyncio.get_running_loop()
+        self._welcome = self._loop.create_future()
+        self._loop.add_reader(self.socket.getsockopt(zmq.FD), self._readable)
+        self._send(wire.Hello(self.rank))
+        await asyncio.wait_for(self._welcome, 30)
+
+    # -- Live's interface ------------------------------------------------------------------------
+
+    async def run(self) -> None:  # the engine core's clock runs the simulation
+        return None
+
+    def stop(self) -> None:
+        """Send what is queued and close the socket (its linger delivers the last messages)."""
+        self._flush()
+        if self._loop is not None:
+            self._loop.remove_reader(self.socket.getsockopt(zmq.FD))
+        self.socket.close()
+        self.context.term()
+
+    def now(self) -> int:
+        return int((time.monotonic() - self.started_wall) * self.speed * 1e9)
+
+    def submit(self, arrival: Arrival, live_tokens: bool = True) -> Call:
+        cid = next(self._ids)
+        call = RemoteCall(arrival, live_tokens, submitted_wall=time.monotonic(), cid=cid)
+        if self.gone is not None:
+            call.error = self.gone
+            asyncio.get_running_loop().call_soon(call, "failed", None, self.now())
+            return call
+        self.calls[cid] = call
+        self._send(wire.Submit(cid, arrival.source, arrival.model, arrival.prompt, arrival.output, arrival.priority,
+                               arrival.version, live_tokens))
+        return call
+
+    def abort(self, call: Call) -> None:
+        if isinstance(call, RemoteCall) and call.cid in self.calls:
+            self._send(wire.Abort(call.cid))
+
+    # -- the engine core's decisions ---------------------------------------------------------------
+
+    async def pick_fault(self, models: tuple[str, ...], endpoint: str, api_key: str | None, override: str | None) -> Any:
+        value = await self._rpc(lambda rid: wire.Pick(rid, list(models), endpoint, api_key, override))
+        if value == -1:
+            return None
+        if value == -2:
+            return self.state.faults.pick(None, override)  # type: ignore[arg-type]  # forced: no context read
+        return self.state.faults.states[value].fault
+
+    async def admit(self, api_key: str | None, tokens: int, model: str) -> dict[str, str]:
+        headers: dict[str, str] = await self._rpc(lambda rid: wire.Admit(rid, api_key, tokens, model))
+        return headers
+
+    async def sync(self) -> None:
+        """Mirror the engine core's state now (after a route it served, which may have changed it)."""
+        self.apply(await self._rpc(wire.Sync))
+
+    async def _rpc(self, make: Any) -> Any:
+        if self.gone is not None:
+            raise ApiError(503, f"The engine core is not running: {self.gone}", "ServiceUnavailableError")
+        rid = next(self._ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.rpcs[rid] = future
+        self._send(make(rid))
+        return await future
+
+    def send(self, message: Any) -> None:
+        if self.gone is None:
+            self._send(message)
+
+    # -- the socket ------------------------------------------------------------------------------
+
+    def _send(self, message: Any) -> None:
+        self._out.append(message)
+        if not self._sending:
+            self._sending = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._sending = False
+        if self._out:
+            out, self._out = self._out, []
+            self.socket.send(wire.encoder.encode(out))
+        self._readable()  # a send can leave messages unread without the (edge-triggered) descriptor firing
+
+    def _readable(self) -> None:
+        while True:
+            try:
+                payload = self.socket.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            except zmq.ZMQError:  # closed
+                return
+            for message in wire.to_front.decode(payload):
+                self._receive(message)
+
+    def _receive(self, message: Any) -> None:
+        if isinstance(message, wire.Batch):
+            calls = self.calls
+            tokens = message.tokens
+            for index in range(0, len(tokens), 2):
+                call = calls.get(tokens[index])
+                if call is not None:
+                    call("token", None, tokens[index + 1])  # type: ignore[arg-type]  # no Request here
+            for end in message.ends:
+                call = calls.pop(end.cid, None)
+                if call is None:
+                    continue
+                call.error = end.error
+                if end.times:
+                    call.token_times.extend(end.times)
+                    call.token_walls.extend([time.monotonic()] * len(end.times))
+                call(end.event, None, end.time)  # type: ignore[arg-type]
+        elif isinstance(message, wire.Reply):
+            future = self.rpcs.pop(message.rid, None)
+            if future is not None and not future.done():
+                future.set_result(message.value)
+        elif isinstance(message, wire.Failed):
+            future = self.rpcs.pop(message.rid, None)
+            status, text, kind, param, code, headers = message.error
+            if future is not None and not future.done():
+                future.set_exception(ApiError(status, text, kind, param, code, dict(headers)))
+        elif isinstance(message, wire.Welcome):
+            self.started_wall, self.speed = message.started_wall, message.speed
+            self.apply(message.digest)
+            if self._welcome is not None and not self._welcome.done():
+                self._welcome.set_result(None)
+
+    def apply(self, digest: dict[str, Any]) -> None:
+        """Take the engine core's model lifecycle states and LoRA adapters as this process's own."""
+        for model_id, (active, lives) in digest["models"].items():
+            served = self.state.sim.models.get(model_id)
+            if served is None:
+                continue
+            served.lifecycle.active = active
+            for version, (value, reason) in lives.items():
+                life = served.lifecycle.lives.get(version)
+                if life is not None:
+                    life.state, life.reason = State(value), reason
+        self.state.lora_adapters.clear()
+        self.state.lora_adapters.update(digest["lora"])
+
+    def engine_gone(self, reason: str) -> None:
+        """The engine core died: every request still waiting for it fails now, with the reason (no client hangs)."""
+        if self.gone is not None:
+            return
+        self.gone = reason
+        now = self.now()
+        for call in list(self.calls.values()):
+            call.error = f"The engine core stopped: {reason}"
+            call("failed", None, now)  # type: ignore[arg-type]
+        self.calls.clear()
+        for future in self.rpcs.values():
+            if not future.done():
+                future.set_exception(ApiError(503, f"The engine core stopped: {reason}", "ServiceUnavailableError"))
+        self.rpcs.clear()
+
+
+class RemoteMetrics(MetricsFeed):
+    """`/metrics`' observations, handed to the engine core's `MetricsFeed` (which `/metrics` renders)."""
+
+    def __init__(self, client: EngineClient) -> None:  # noqa: D107 - no registry here
+        self.client = client
+
+    def finished(self, call: Call, finish_reason: str, max_tokens: int | None, token_times: list[int],
+                 n: int | None) -> None:
+        if isinstance(call, RemoteCall):
+            self.client.send(wire.Observed(call.cid, finish_reason, max_tokens, n))
+
+
+class RemoteRecording(Recording):
+    """The request log's lines, written by the engine core (one file for the whole server)."""
+
+    def __init__(self, client: EngineClient) -> None:  # noqa: D107 - no file here
+        self.client = client
+
+    def request(self, call: Call, end: str, endpoint: str, elapsed_s: float) -> None:
+        if isinstance(call, RemoteCall):
+            self.client.send(wire.Logged(call.cid, end, endpoint, elapsed_s))
+
+    def infer(self, call: Call | None, model: str, version: str, batch: int, inputs: list[Any],
+              outputs: list[tuple[Any, list[int], bytes]], elapsed_s: float, error: str = "",
+              end: str = "finished") -> None:
+        cid = call.cid if isinstance(call, RemoteCall) else -1
+        self.client.send(wire.LoggedInfer(cid, model, version, batch,
+                                          [(t.name, t.datatype, list(t.shape)) for t in inputs],
+                                          [(t.name, t.datatype, list(shape)) for t, shape, _ in outputs],
+                                          elapsed_s, error, end))
+
+    def load(self, model: str, version: str, elapsed_s: float, error: str = "") -> None:
+        return None  # loads are served by the engine core, which logs them
+
+    def close(self, sim: Any) -> None:
+        return None
+
+
+def attach(state: ServerState, client: EngineClient, rank: int, recording: bool) -> None:
+    """Make `state` (built without a request log) an API server's: the engine, faults, limits, metrics and
+    request log are the engine core's. Rank 0 draws the single process's sequence of request seeds, the
+    others their own (two API servers must not give two requests the same seed)."""
+    state.live = client
+    state.core = client
+    state.metrics = RemoteMetrics(client)
+    state.recording = RemoteRecording(client) if recording else None
+    if rank:
+        state._seed_rng = np.random.default_rng(np.random.SeedSequence([state.sim.seed, 1, rank]))  # noqa: SLF001
+        state._seeds = []  # noqa: SLF001
+
+
+class Forward(tornado.web.RequestHandler):
+    """Hand a request on to the engine core's private listener and relay its answer as it comes (a stream
+    too), status, headers and body unchanged."""
+
+    SUPPORTED_METHODS = ("GET", "HEAD", "POST", "DELETE", "PATCH", "PUT", "OPTIONS")  # type: ignore[assignment]
+
+    def initialize(self, target: str, client: EngineClient, **_: Any) -> None:
+        self.target = target
+        self.client = client
+
+    def set_default_headers(self) -> None:
+        self._headers = tornado.httputil.HTTPHeaders()
+
+    async def forward(self) -> None:
+        await forward(self, self.target, self.client)
+
+    get = head = post = delete = patch = put = options = forward  # type: ignore[assignment]
+
+    def compute_etag(self) -> None:
+        return None
+
+
+async def forward(handler: tornado.web.RequestHandler, target: str, client: EngineClient) -> None:
+    """`handler`'s request, answered by the engine core at `target` (`http://127.0.0.1:PORT`)."""
+    request = handler.request
+    started: list[bool] = [False]
+    status: list[int] = [200]
+    reason: list[str] = [""]
+    headers = tornado.httputil.HTTPHeaders()
+
+    def on_header(line: str) -> None:
+        if line.startswith("HTTP/"):
+            start = tornado.httputil.parse_response_start_line(line.strip())
+            status[0], reason[0] = start.code, start.reason
+            headers.clear()
+        elif line.strip():
+            headers.parse_line(line)
+
+    def begin() -> None:
+        if started[0]:
+            return
+        started[0] = True
+        handler.set_status(status[0], reason[0] or None)
+        for name, value in headers.get_all():
+            if name.lower() not in HOP_HEADERS:
+                handler.add_header(name, value)
+
+    def on_chunk(chunk: bytes) -> None:
+        begin()
+        if not handler.request.connection or handler._finished:  # noqa: SLF001
+            return
+        handler.write(chunk)
+        handler.flush()
+
+    body = request.body if request.method in ("POST", "PUT", "PATCH", "DELETE") else None
+    sent = tornado.httpclient.HTTPRequest(
+        target + request.uri, method=request.method, headers=request.headers, body=body,
+        allow_nonstandard_methods=True, follow_redirects=False, decompress_response=False,
+        request_timeout=24 * 3600, connect_timeout=10, header_callback=on_header, streaming_callback=on_chunk)
+    try:
+        await tornado.httpclient.AsyncHTTPClient().fetch(sent, raise_error=False)
+    except OSError as error:
+        if not started[0]:
+            handler.set_status(503)
+            handler.finish(f'{{"error": "the engine core is not reachable: {error}"}}')
+        return
+    begin()
+    if request.method != "GET" or "/ready" in request.uri or "/load" in request.uri:
+        try:  # the engine's state may have changed (a model loaded): mirror it before answering
+            await client.sync()
+        except ApiError:
+            pass
+    if not handler._finished:  # noqa: SLF001
+        handler.finish()
+
+
+def route_locally(app: tornado.web.Application, target: str, client: EngineClient) -> tornado.web.Application:
+    """`app` (the single process's application of one listener) with every route but the generating ones and
+    KServe's `/infer` handed on to the engine core (`Forward`)."""
+    from ..kserve_api import ModelHandler
+
+    for rule in app.wildcard_router.rules:
+        handler = rule.target
+        if not isinstance(handler, type):
+            continue
+        infer = handler is ModelHandler and rule.target_kwargs.get("methods") == ("POST",)
+        if handler.__name__ in LOCAL_HANDLERS or infer:
+            continue
+        rule.target = Forward
+        rule.target_kwargs = {"target": target, "client": client}
+    app.settings["default_handler_class"] = Forward
+    app.settings["default_handler_args"] = {"target": target, "client": client}
+    return app
