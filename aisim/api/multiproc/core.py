@@ -12,11 +12,14 @@ from __future__ import annotations
 import asyncio
 import collections
 import sys
+from collections.abc import Awaitable
 from functools import partial
 from types import SimpleNamespace
-from typing import Any
+from typing import Any, cast
 
+import tornado.httputil
 import tornado.netutil
+import tornado.web
 import zmq
 
 from ...engine.live import END_EVENTS, Call
@@ -26,6 +29,7 @@ from ..errors import ApiError
 from ..faults import Context
 from ..server import ServerState, make_app
 from . import wire
+from .frontend import NO_CONTENT_TYPE
 
 ENDED_KEPT = 8192
 """Ended calls kept for the observations that follow their end (bounded, should an API server never send them)."""
@@ -214,6 +218,42 @@ class EngineCore:
         self.context.term()
 
 
+class Unmarked(tornado.httputil.HTTPServerConnectionDelegate):
+    """An application behind the API servers' `Forward`: a request marked as sent without a `Content-Type`
+    loses the one Tornado's client gave it, so that the application sees it as the client sent it."""
+
+    def __init__(self, app: tornado.web.Application) -> None:
+        self.app = app
+
+    def start_request(self, server_conn: object,
+                      request_conn: tornado.httputil.HTTPConnection) -> tornado.httputil.HTTPMessageDelegate:
+        return _UnmarkedMessage(self.app.start_request(server_conn, request_conn))
+
+    def on_close(self, server_conn: object) -> None:
+        self.app.on_close(server_conn)
+
+
+class _UnmarkedMessage(tornado.httputil.HTTPMessageDelegate):
+    def __init__(self, inner: tornado.httputil.HTTPMessageDelegate) -> None:
+        self.inner = inner
+
+    def headers_received(self, start_line: tornado.httputil.RequestStartLine | tornado.httputil.ResponseStartLine,
+                         headers: tornado.httputil.HTTPHeaders) -> Awaitable[None] | None:
+        if NO_CONTENT_TYPE in headers:
+            del headers[NO_CONTENT_TYPE]
+            headers.pop("Content-Type", None)
+        return self.inner.headers_received(start_line, headers)
+
+    def data_received(self, chunk: bytes) -> Awaitable[None] | None:
+        return self.inner.data_received(chunk)
+
+    def finish(self) -> None:
+        self.inner.finish()
+
+    def on_connection_close(self) -> None:
+        self.inner.on_connection_close()
+
+
 async def serve_private(state: ServerState, host: str, grpc_ports: dict[int, int]) -> list[int]:
     """The engine core's listeners: per public HTTP listener, its application on a free loopback port (what the
     API servers hand on to); the gRPC listeners on their public ports (`grpc_ports`: index to port). Returns
@@ -230,10 +270,10 @@ async def serve_private(state: ServerState, host: str, grpc_ports: dict[int, int
             state.grpc_servers.append(grpc_server)
             ports.append(bound)
             continue
-        app = make_app(state, personalities, listener.metrics_path)
+        app = Unmarked(make_app(state, personalities, listener.metrics_path))
         openai = "openai" in personalities or "vllm" in personalities or "kserve" not in personalities
         policy = Policy.of(server, host, openai_error if openai else kserve_error, lambda: state.draining)
-        http = GuardedServer(app, server, policy, state.registry)
+        http = GuardedServer(cast(tornado.web.Application, app), server, policy, state.registry)
         sockets = tornado.netutil.bind_sockets(0, "127.0.0.1", backlog=2048)
         http.add_sockets(sockets)
         state.http_servers.append(http)

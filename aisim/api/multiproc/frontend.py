@@ -33,6 +33,8 @@ from ..server import ServerState
 from . import wire
 
 HOP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "server", "date", "keep-alive"})
+NO_CONTENT_TYPE = "X-Aisim-No-Content-Type"
+"""Marks a forwarded request that came without a `Content-Type` (the engine core's listener removes both)."""
 LOCAL_HANDLERS = frozenset({"ChatHandler", "CompletionHandler", "EmbeddingHandler", "MessagesHandler"})
 """The generating routes an API server serves itself (with KServe's `/infer`); every other one is handed on."""
 
@@ -294,7 +296,7 @@ class Forward(tornado.web.RequestHandler):
     def set_default_headers(self) -> None:
         self._headers = tornado.httputil.HTTPHeaders()
 
-    async def forward(self) -> None:
+    async def forward(self, *_: Any) -> None:
         await forward(self, self.target, self.client)
 
     get = head = post = delete = patch = put = options = forward  # type: ignore[assignment]
@@ -336,8 +338,12 @@ async def forward(handler: tornado.web.RequestHandler, target: str, client: Engi
         handler.flush()
 
     body = request.body if request.method in ("POST", "PUT", "PATCH", "DELETE") else None
+    sent_headers = request.headers
+    if body is not None and "Content-Type" not in sent_headers:  # Tornado's client would add a form's type
+        sent_headers = tornado.httputil.HTTPHeaders(sent_headers)
+        sent_headers[NO_CONTENT_TYPE] = "1"
     sent = tornado.httpclient.HTTPRequest(
-        target + request.uri, method=request.method, headers=request.headers, body=body,
+        target + request.uri, method=request.method, headers=sent_headers, body=body,
         allow_nonstandard_methods=True, follow_redirects=False, decompress_response=False,
         request_timeout=24 * 3600, connect_timeout=10, header_callback=on_header, streaming_callback=on_chunk)
     try:

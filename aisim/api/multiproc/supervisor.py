@@ -12,8 +12,10 @@ the request log and stops.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import json
+import multiprocessing
 import os
 import select
 import shutil
@@ -23,6 +25,7 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -391,3 +394,44 @@ def serve(scenario: Scenario, options: Options) -> int:
     sys.stderr.write(f"aisim serve: engine core pid {started.engine_pid}, {options.count} API server(s) pids "
                      f"{' '.join(map(str, started.api_pids))}\n")
     return supervisor.watch()
+
+
+def _supervise(scenario: Scenario, options: Options, conn: Any) -> None:
+    """The body of `running`'s supervisor process: start, report what is bound (or the error), watch."""
+    supervisor = Supervisor(scenario, options)
+    try:
+        started = supervisor.start()
+    except Exception as error:  # noqa: BLE001 - handed to the caller, which raises it
+        supervisor.shutdown()
+        conn.send(f"{type(error).__name__}: {error}")
+        return
+    conn.send(started)
+    sys.exit(supervisor.watch())
+
+
+@contextlib.contextmanager
+def running(scenario: Scenario, options: Options) -> Iterator[Started]:
+    """Serve split across processes from a fresh interpreter (the caller may have threads, which a fork must
+    not copy); yields what is bound. On exit the server gets SIGTERM and must stop cleanly within its grace."""
+    context = multiprocessing.get_context("spawn")
+    parent, child = context.Pipe()
+    process = context.Process(target=_supervise, args=(scenario, options, child), name="aisim-supervisor")
+    process.start()
+    try:
+        if not parent.poll(START_TIMEOUT_S):
+            raise RuntimeError("aisim serve --api-server-count did not start in time")
+        started = parent.recv()
+        if isinstance(started, str):
+            raise RuntimeError(f"aisim server failed to start: {started}")
+        yield started
+    finally:
+        if process.pid is not None:
+            _kill(process.pid, signal.SIGTERM)
+        process.join(timeout=options_grace(scenario) + 20)
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def options_grace(scenario: Scenario) -> float:
+    return scenario.server.shutdown_grace / 1e9
