@@ -346,6 +346,10 @@ async def forward(handler: tornado.web.RequestHandler, target: str, client: Engi
         target + request.uri, method=request.method, headers=sent_headers, body=body,
         allow_nonstandard_methods=True, follow_redirects=False, decompress_response=False,
         request_timeout=24 * 3600, connect_timeout=10, header_callback=on_header, streaming_callback=on_chunk)
+    try:  # first what this API server sent before (a finished request's observations) reaches the engine core
+        await client.sync()
+    except ApiError:
+        pass
     try:
         await tornado.httpclient.AsyncHTTPClient().fetch(sent, raise_error=False)
     except OSError as error:
