@@ -58,6 +58,8 @@ class EngineCore:
         self.calls: dict[Key, Call] = {}
         self.ended: collections.OrderedDict[Key, Call] = collections.OrderedDict()
         self.logged: set[Key] = set()
+        self.abandoned: set[Key] = set()
+        """Requests of API servers that are gone: the engine core observes and logs their end itself."""
         self.ranks: dict[int, bytes] = {}
         self._tokens: dict[bytes, list[int]] = {}
         self._ends: dict[bytes, list[wire.End]] = {}
@@ -156,6 +158,7 @@ class EngineCore:
         """Abort every request of an API server that is gone (its KV blocks return at once)."""
         for key, call in list(self.calls.items()):
             if key[0] == ident:
+                self.abandoned.add(key)
                 self.state.live.abort(call)
 
     # -- out -------------------------------------------------------------------------------------
@@ -170,10 +173,24 @@ class EngineCore:
             if len(self.ended) > ENDED_KEPT:
                 self.ended.popitem(last=False)
             self.state.requests_in_flight -= 1
+            if key in self.abandoned:
+                self._orphan_ended(key, call, event)
+                return
             error = call.request.error if event == "failed" and call.request is not None else ""
             self._ends.setdefault(ident, []).append(
                 wire.End(cid, event, time_ns, error, None if call.live_tokens else call.token_times))
         self._schedule()
+
+    def _orphan_ended(self, key: Key, call: Call, event: str) -> None:
+        """A request whose API server died ended (aborted): in `/metrics` and the request log, as its handler would
+        have written it (the endpoint is not known here)."""
+        self.abandoned.discard(key)
+        self.ended.pop(key, None)
+        reason = {"finished": "stop", "aborted": "abort"}.get(event, "error")
+        self.state.metrics.finished(call, reason, None, call.token_times, 1)
+        if self.state.recording is not None and call.arrival.source == "api":
+            self.logged.add(key)
+            self.state.recording.request(call, event, "", 0.0)
 
     def _reply(self, ident: bytes, reply: Any) -> None:
         self._replies.setdefault(ident, []).append(reply)

@@ -168,7 +168,10 @@ def _api(scenario: Scenario, options: Options, rank: int, address: str, sockets:
         settle_garbage_collector()
         os.write(ready, b"ready\n")
         await stopping.wait()
-        await state.drain(0 if client.gone else None)
+        cut = await state.drain(0 if client.gone else None)
+        if cut:
+            sys.stderr.write(f"aisim serve: API server {rank}: {cut} request(s) still running at the end of the grace "
+                             "period were ended\n")
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor forwards one SIGTERM per signal it gets
     try:
