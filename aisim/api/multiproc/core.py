@@ -213,6 +213,8 @@ class EngineCore:
                 self.socket.send_multipart([ident, wire.encoder.encode(messages)], zmq.NOBLOCK)
             except zmq.Again:  # an API server that stopped reading: its requests end unseen
                 pass
+        if self.socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # a send can take the descriptor's edge: read now
+            self._loop.call_soon(self._readable)
 
     # -- shutdown --------------------------------------------------------------------------------
 

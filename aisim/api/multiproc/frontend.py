@@ -157,7 +157,8 @@ class EngineClient(Live):
         if self._out:
             out, self._out = self._out, []
             self.socket.send(wire.encoder.encode(out))
-        self._readable()  # a send can leave messages unread without the (edge-triggered) descriptor firing
+        if self.socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # a send can take the (edge-triggered) descriptor's
+            self._readable()  # edge: what came meanwhile is read now
 
     def _readable(self) -> None:
         while True:
