@@ -66,9 +66,15 @@ class EngineCore:
         self._replies: dict[bytes, list[Any]] = {}
         self._flushing = False
         self._loop = asyncio.get_running_loop()
-        self._loop.add_reader(self.socket.getsockopt(zmq.FD), self._readable)
+        self._loop.add_reader(self._fd(), self._readable)
 
     # -- in --------------------------------------------------------------------------------------
+
+    def _fd(self) -> int:
+        return cast(int, self.socket.getsockopt(zmq.FD))
+
+    def _pending(self) -> bool:
+        return bool(cast(int, self.socket.getsockopt(zmq.EVENTS)) & zmq.POLLIN)
 
     def _readable(self) -> None:
         while True:  # the socket's descriptor is edge-triggered: read until nothing is left
@@ -112,14 +118,14 @@ class EngineCore:
                 return
             self._reply(ident, wire.Reply(message.rid, headers))
         elif isinstance(message, wire.Observed):
-            call = self._find((ident, message.cid), pop=state.recording is None)
-            if call is not None:
-                state.metrics.finished(call, message.reason, message.max_tokens, call.token_times, message.n)
+            found = self._find((ident, message.cid), pop=state.recording is None)
+            if found is not None:
+                state.metrics.finished(found, message.reason, message.max_tokens, found.token_times, message.n)
         elif isinstance(message, wire.Logged):
-            call = self._find((ident, message.cid), pop=True)
-            if call is not None and state.recording is not None:
+            done = self._find((ident, message.cid), pop=True)
+            if done is not None and state.recording is not None:
                 self.logged.add((ident, message.cid))
-                state.recording.request(call, message.end, message.endpoint, message.elapsed_s)
+                state.recording.request(done, message.end, message.endpoint, message.elapsed_s)
         elif isinstance(message, wire.LoggedInfer):
             self._log_infer(ident, message)
         elif isinstance(message, wire.Sync):
@@ -213,7 +219,7 @@ class EngineCore:
                 self.socket.send_multipart([ident, wire.encoder.encode(messages)], zmq.NOBLOCK)
             except zmq.Again:  # an API server that stopped reading: its requests end unseen
                 pass
-        if self.socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # a send can take the descriptor's edge: read now
+        if self._pending():  # a send can take the descriptor's edge: read now
             self._loop.call_soon(self._readable)
 
     # -- shutdown --------------------------------------------------------------------------------
@@ -232,7 +238,7 @@ class EngineCore:
                 if key not in self.logged and call.arrival.source == "api":
                     recording.request(call, call.ending[0] if call.ending else "aborted", "", 0.0)
         self.flush()
-        self._loop.remove_reader(self.socket.getsockopt(zmq.FD))
+        self._loop.remove_reader(self._fd())
         self.socket.close()
         self.context.term()
 

@@ -14,7 +14,7 @@ import asyncio
 import itertools
 import time
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import tornado.httpclient
@@ -24,7 +24,6 @@ import zmq
 
 from ...engine.lifecycle import State
 from ...engine.live import Call, Live
-from ...engine.request import Request
 from ...engine.workload import Arrival
 from ..errors import ApiError
 from ..metrics_feed import MetricsFeed
@@ -53,7 +52,7 @@ class EngineGone(Exception):
 class EngineClient(Live):
     """`Live`'s interface over the engine core's socket (and its fault book's and rate limiter's)."""
 
-    def __init__(self, state: ServerState, address: str, rank: int) -> None:  # noqa: D107 - no Live.__init__: no clock here
+    def __init__(self, state: ServerState, address: str, rank: int) -> None:
         self.state = state
         self.rank = rank
         self.context = zmq.Context()
@@ -77,7 +76,7 @@ class EngineClient(Live):
         """Say hello and wait for the engine core's clock."""
         self._loop = asyncio.get_running_loop()
         self._welcome = self._loop.create_future()
-        self._loop.add_reader(self.socket.getsockopt(zmq.FD), self._readable)
+        self._loop.add_reader(self._fd(), self._readable)
         self._send(wire.Hello(self.rank))
         await asyncio.wait_for(self._welcome, 30)
 
@@ -90,7 +89,7 @@ class EngineClient(Live):
         """Send what is queued and close the socket (its linger delivers the last messages)."""
         self._flush()
         if self._loop is not None:
-            self._loop.remove_reader(self.socket.getsockopt(zmq.FD))
+            self._loop.remove_reader(self._fd())
         self.socket.close()
         self.context.term()
 
@@ -102,7 +101,7 @@ class EngineClient(Live):
         call = RemoteCall(arrival, live_tokens, submitted_wall=time.monotonic(), cid=cid)
         if self.gone is not None:
             call.error = self.gone
-            asyncio.get_running_loop().call_soon(call, "failed", None, self.now())
+            asyncio.get_running_loop().call_soon(call, "failed", None, self.now())  # type: ignore[arg-type]
             return call
         self.calls[cid] = call
         self._send(wire.Submit(cid, arrival.source, arrival.model, arrival.prompt, arrival.output, arrival.priority,
@@ -146,6 +145,12 @@ class EngineClient(Live):
 
     # -- the socket ------------------------------------------------------------------------------
 
+    def _fd(self) -> int:
+        return cast(int, self.socket.getsockopt(zmq.FD))
+
+    def _pending(self) -> bool:
+        return bool(cast(int, self.socket.getsockopt(zmq.EVENTS)) & zmq.POLLIN)
+
     def _send(self, message: Any) -> None:
         self._out.append(message)
         if not self._sending:
@@ -157,7 +162,7 @@ class EngineClient(Live):
         if self._out:
             out, self._out = self._out, []
             self.socket.send(wire.encoder.encode(out))
-        if self.socket.getsockopt(zmq.EVENTS) & zmq.POLLIN:  # a send can take the (edge-triggered) descriptor's
+        if self._pending():  # a send can take the (edge-triggered) descriptor's
             self._readable()  # edge: what came meanwhile is read now
 
     def _readable(self) -> None:
@@ -236,7 +241,7 @@ class EngineClient(Live):
 class RemoteMetrics(MetricsFeed):
     """`/metrics`' observations, handed to the engine core's `MetricsFeed` (which `/metrics` renders)."""
 
-    def __init__(self, client: EngineClient) -> None:  # noqa: D107 - no registry here
+    def __init__(self, client: EngineClient) -> None:
         self.client = client
 
     def finished(self, call: Call, finish_reason: str, max_tokens: int | None, token_times: list[int],
@@ -248,7 +253,7 @@ class RemoteMetrics(MetricsFeed):
 class RemoteRecording(Recording):
     """The request log's lines, written by the engine core (one file for the whole server)."""
 
-    def __init__(self, client: EngineClient) -> None:  # noqa: D107 - no file here
+    def __init__(self, client: EngineClient) -> None:
         self.client = client
 
     def request(self, call: Call, end: str, endpoint: str, elapsed_s: float) -> None:
@@ -280,15 +285,15 @@ def attach(state: ServerState, client: EngineClient, rank: int, recording: bool)
     state.metrics = RemoteMetrics(client)
     state.recording = RemoteRecording(client) if recording else None
     if rank:
-        state._seed_rng = np.random.default_rng(np.random.SeedSequence([state.sim.seed, 1, rank]))  # noqa: SLF001
-        state._seeds = []  # noqa: SLF001
+        state._seed_rng = np.random.default_rng(np.random.SeedSequence([state.sim.seed, 1, rank]))
+        state._seeds = []
 
 
 class Forward(tornado.web.RequestHandler):
     """Hand a request on to the engine core's private listener and relay its answer as it comes (a stream
     too), status, headers and body unchanged."""
 
-    SUPPORTED_METHODS = ("GET", "HEAD", "POST", "DELETE", "PATCH", "PUT", "OPTIONS")  # type: ignore[assignment]
+    SUPPORTED_METHODS = ("GET", "HEAD", "POST", "DELETE", "PATCH", "PUT", "OPTIONS")
 
     def initialize(self, target: str, client: EngineClient, **_: Any) -> None:
         self.target = target
@@ -300,7 +305,7 @@ class Forward(tornado.web.RequestHandler):
     async def forward(self, *_: Any) -> None:
         await forward(self, self.target, self.client)
 
-    get = head = post = delete = patch = put = options = forward  # type: ignore[assignment]
+    get = head = post = delete = patch = put = options = forward
 
     def compute_etag(self) -> None:
         return None
@@ -333,7 +338,7 @@ async def forward(handler: tornado.web.RequestHandler, target: str, client: Engi
 
     def on_chunk(chunk: bytes) -> None:
         begin()
-        if not handler.request.connection or handler._finished:  # noqa: SLF001
+        if not handler.request.connection or handler._finished:
             return
         handler.write(chunk)
         handler.flush()
@@ -364,7 +369,7 @@ async def forward(handler: tornado.web.RequestHandler, target: str, client: Engi
             await client.sync()
         except ApiError:
             pass
-    if not handler._finished:  # noqa: SLF001
+    if not handler._finished:
         handler.finish()
 
 

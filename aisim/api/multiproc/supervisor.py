@@ -457,7 +457,7 @@ def running(scenario: Scenario, options: Options) -> Iterator[Started]:
             raise RuntimeError("aisim serve --api-server-count did not start in time")
         started = parent.recv()
         if isinstance(started, str):
-            raise RuntimeError(f"aisim server failed to start: {started}")
+            raise RuntimeError(f"aisim server failed to start: {started}")  # noqa: TRY004 - an error text, not a type
         yield started
     finally:
         if process.pid is not None:
