@@ -41,6 +41,7 @@ def _number(kind: type[int | float], low: float, high: float | None = None,
 SEED = _number(int, 0)
 PORT = _number(int, 0, 65535)
 POSITIVE = _number(float, 0, low_open=True)
+API_SERVERS = _number(int, 0, 64)
 COUNT = _number(int, 1)
 FRACTION = _number(float, 0, 1, low_open=True)
 
@@ -226,11 +227,12 @@ def _serve(args: argparse.Namespace) -> int:
             sys.stderr.write(f"aisim serve: {error}\n")
             return 1
 
-    if args.api_server_count:
+    count = scenario.server.api_server_count if args.api_server_count is None else args.api_server_count
+    if count:
         from .api.multiproc.supervisor import Options
         from .api.multiproc.supervisor import serve as serve_split
 
-        return serve_split(scenario, Options(args.api_server_count, checked.base_dir, args.host, args.port,
+        return serve_split(scenario, Options(count, checked.base_dir, args.host, args.port,
                                              args.port_offset, args.seed, delay, args.speed, args.record,
                                              PodIdentity.from_env(), args.tokenizer))
 
@@ -609,9 +611,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--seed", type=SEED, help="override the scenario's seed")
     serve.add_argument("--speed", type=POSITIVE, default=1.0, help="virtual seconds per wall second (default 1)")
     serve.add_argument("--record", metavar="FILE", help="write every request to this JSONL request log (aisim replay reads it)")
-    serve.add_argument("--api-server-count", type=int, default=0, metavar="N",
-                       help="N API-server processes and an engine core over ZeroMQ, as vLLM V1 runs (default 0: "
-                            "one process; see README, 'Serving on several cores')")
+    serve.add_argument("--api-server-count", type=API_SERVERS, metavar="N",
+                       help="N API-server processes and an engine core over ZeroMQ, as vLLM V1 runs (default: the "
+                            "scenario's server.apiServerCount, 0: one process; README, 'Serving on several cores')")
     serve.set_defaults(handler=_serve, foreign=[])
 
     tokenizer = commands.add_parser("tokenizer", help="the built-in tokenizer as a Hugging Face tokenizer folder")
