@@ -45,8 +45,8 @@ class RemoteCall(Call):
     cid: int = -1
 
 
-class EngineGone(Exception):
-    """The engine core stopped: nothing more can be served."""
+class ClientGone(Exception):
+    """The client of a forwarded request went away."""
 
 
 class EngineClient(Live):
@@ -298,6 +298,10 @@ class Forward(tornado.web.RequestHandler):
     def initialize(self, target: str, client: EngineClient, **_: Any) -> None:
         self.target = target
         self.client = client
+        self.client_gone = False
+
+    def on_connection_close(self) -> None:
+        self.client_gone = True  # a forwarded stream (`/admin/events`) is closed at its next chunk
 
     def set_default_headers(self) -> None:
         self._headers = tornado.httputil.HTTPHeaders()
@@ -337,6 +341,8 @@ async def forward(handler: tornado.web.RequestHandler, target: str, client: Engi
                 handler.add_header(name, value)
 
     def on_chunk(chunk: bytes) -> None:
+        if getattr(handler, "client_gone", False):
+            raise ClientGone  # ends the forwarded request: the engine core sees its connection close
         begin()
         if not handler.request.connection or handler._finished:
             return
@@ -358,6 +364,8 @@ async def forward(handler: tornado.web.RequestHandler, target: str, client: Engi
         pass
     try:
         await tornado.httpclient.AsyncHTTPClient().fetch(sent, raise_error=False)
+    except ClientGone:
+        return
     except OSError as error:
         if not started[0]:
             handler.set_status(503)
