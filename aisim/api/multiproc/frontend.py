@@ -34,6 +34,8 @@ from . import wire
 HOP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "server", "date", "keep-alive"})
 NO_CONTENT_TYPE = "X-Aisim-No-Content-Type"
 """Marks a forwarded request that came without a `Content-Type` (the engine core's listener removes both)."""
+LAZY_S = 0.002
+"""How long an observation for the engine core may wait for a message to go out with (`EngineClient.send`)."""
 LOCAL_HANDLERS = frozenset({"ChatHandler", "CompletionHandler", "EmbeddingHandler", "MessagesHandler"})
 """The generating routes an API server serves itself (with KServe's `/infer`); every other one is handed on."""
 
@@ -65,6 +67,7 @@ class EngineClient(Live):
         self._ids = itertools.count()
         self._out: list[Any] = []
         self._sending = False
+        self._lazy: asyncio.TimerHandle | None = None
         self.started_wall = time.monotonic()
         self.speed = 1.0
         self.gone: str | None = None
@@ -140,8 +143,15 @@ class EngineClient(Live):
         return await future
 
     def send(self, message: Any) -> None:
-        if self.gone is None:
-            self._send(message)
+        """Send `message` within `LAZY_S`, with the next message that is waited for if one comes first: an
+        observation is not waited for, and going out with the next submission saves a message per request
+        (what a message costs both processes is most of the split's overhead). A route handed on to the engine
+        core syncs first, so `/metrics` always has them."""
+        if self.gone is not None:
+            return
+        self._out.append(message)
+        if not self._sending and self._lazy is None:
+            self._lazy = asyncio.get_running_loop().call_later(LAZY_S, self._flush)
 
     # -- the socket ------------------------------------------------------------------------------
 
@@ -159,6 +169,9 @@ class EngineClient(Live):
 
     def _flush(self) -> None:
         self._sending = False
+        if self._lazy is not None:
+            self._lazy.cancel()
+            self._lazy = None
         if self._out:
             out, self._out = self._out, []
             self.socket.send(wire.encoder.encode(out))
