@@ -31,7 +31,7 @@ from ..recording import Recording
 from ..server import ServerState
 from . import wire
 
-HOP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "server", "date", "keep-alive"})
+HOP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive"})
 NO_CONTENT_TYPE = "X-Aisim-No-Content-Type"
 """Marks a forwarded request that came without a `Content-Type` (the engine core's listener removes both)."""
 LAZY_S = 0.002
@@ -360,7 +360,8 @@ async def forward(handler: tornado.web.RequestHandler, target: str, client: Engi
         if not handler.request.connection or handler._finished:
             return
         handler.write(chunk)
-        handler.flush()
+        if "Content-Length" not in headers:  # a stream (chunked): each piece goes on as it comes; an answer of
+            handler.flush()  # known length goes out whole, with its Content-Length, as the engine core sent it
 
     body = request.body if request.method in ("POST", "PUT", "PATCH", "DELETE") else None
     sent_headers = request.headers
