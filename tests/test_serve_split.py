@@ -116,3 +116,19 @@ def _alive(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
     except OSError:
         return False
+
+
+def test_a_route_handed_on_to_the_engine_core_answers_as_one_process_does() -> None:
+    """Status, headers and body of routes an API server hands on (`Forward`) are the single process's."""
+    answers = []
+    for api_servers in (0, 2):
+        with running_server(FAST, api_server_count=api_servers) as url:
+            seen = []
+            for method, path in (("GET", "/health"), ("GET", "/nothing"), ("GET", "/load"), ("POST", "/tokenize"),
+                                 ("DELETE", "/v1/models")):
+                body = {"model": "llama", "prompt": "hello there"} if method == "POST" else None
+                answer = httpx.request(method, f"{url}{path}", json=body, timeout=10)
+                headers = sorted((k, v) for k, v in answer.headers.items() if k not in ("date", "x-request-id"))
+                seen.append((answer.status_code, headers, answer.content))
+            answers.append(seen)
+    assert answers[0] == answers[1]
