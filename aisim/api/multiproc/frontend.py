@@ -34,6 +34,7 @@ from . import wire
 HOP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive"})
 NO_CONTENT_TYPE = "X-Aisim-No-Content-Type"
 """Marks a forwarded request that came without a `Content-Type` (the engine core's listener removes both)."""
+FORWARDED_AT_ONCE = 4096
 LAZY_S = 0.002
 """How long an observation for the engine core may wait for a message to go out with (`EngineClient.send`)."""
 LOCAL_HANDLERS = frozenset({"ChatHandler", "CompletionHandler", "EmbeddingHandler", "MessagesHandler"})
@@ -297,6 +298,9 @@ def attach(state: ServerState, client: EngineClient, rank: int, recording: bool)
     state.core = client
     state.metrics = RemoteMetrics(client)
     state.recording = RemoteRecording(client) if recording else None
+    # forwarded requests in flight at once (Tornado's client queues beyond 10: ten `/admin/events` watchers
+    # would hold every other forwarded route)
+    tornado.httpclient.AsyncHTTPClient.configure(None, max_clients=FORWARDED_AT_ONCE)
     if rank:
         state._seed_rng = np.random.default_rng(np.random.SeedSequence([state.sim.seed, 1, rank]))
         state._seeds = []
