@@ -612,7 +612,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--speed", type=POSITIVE, default=1.0, help="virtual seconds per wall second (default 1)")
     serve.add_argument("--record", metavar="FILE", help="write every request to this JSONL request log (aisim replay reads it)")
     serve.add_argument("--api-server-count", type=API_SERVERS, metavar="N",
-                       help="N API-server processes and an engine core over ZeroMQ, as vLLM V1 runs (default: the "
+                       help="N API-server processes and an engine core, as vLLM V1 runs (default: the "
                             "scenario's server.apiServerCount, 0: one process; README, 'Serving on several cores')")
     serve.set_defaults(handler=_serve, foreign=[])
 

@@ -1,7 +1,7 @@
 """The engine core process: the simulation on the real-time clock and everything that is one per server.
 
-It holds a whole single-process `ServerState` and serves it twice: to the API servers' hot path over a ZeroMQ
-ROUTER socket (submissions, aborts, fault picks, rate-limit admissions, the observations for `/metrics` and the
+It holds a whole single-process `ServerState` and serves it twice: to the API servers' hot path over a Unix
+stream socket (submissions, aborts, fault picks, rate-limit admissions, the observations for `/metrics` and the
 request log), and, for every other route (metrics, admin, model control, health, tokenize, ...), on a private
 loopback listener per public listener that the API servers hand those requests on to. Events a loop turn
 produces for one API server leave as one message: one engine step, one message per API server.
@@ -20,7 +20,6 @@ from typing import Any, cast
 import tornado.httputil
 import tornado.netutil
 import tornado.web
-import zmq
 
 from ...engine.live import END_EVENTS, Call
 from ...engine.workload import Arrival
@@ -40,7 +39,36 @@ streams make tokens at 25,000 distinct instants a second; a message each costs b
 tokens themselves (measured: 59 % of the asked tokens/s delivered); gathered over a millisecond, each token
 is at most that late and the message rate per API server is bounded."""
 
-Key = tuple[bytes, int]
+class Link(asyncio.Protocol):
+    """The engine core's end of one API server's connection."""
+
+    def __init__(self, core: EngineCore) -> None:
+        self.core = core
+        self.frames = wire.Frames(wire.to_core)
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        for messages in self.frames.feed(data):
+            for message in messages:
+                try:
+                    self.core._handle(self, message)
+                except Exception as error:  # noqa: BLE001 - one bad message must not stop the engine
+                    sys.stderr.write(f"aisim engine core: {type(message).__name__}: {error!r}\n")
+        self.core._schedule()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        self.core.abandon(self)  # its API server is gone: its requests are aborted (their KV blocks freed)
+
+    def send(self, messages: list[Any]) -> None:
+        if self.transport is not None:
+            self.transport.write(wire.frame(messages))
+
+
+Key = tuple[Link, int]
 
 
 def digest(state: ServerState) -> dict[str, Any]:
@@ -53,51 +81,33 @@ def digest(state: ServerState) -> dict[str, Any]:
 
 
 class EngineCore:
-    """The engine core's side of the ZeroMQ socket, on the engine's event loop."""
+    """The engine core's side of the API servers' connections, on the engine's event loop."""
 
-    def __init__(self, state: ServerState, address: str) -> None:
+    def __init__(self, state: ServerState, path: str) -> None:
         self.state = state
-        self.context = zmq.Context()
-        self.socket = self.context.socket(zmq.ROUTER)
-        self.socket.setsockopt(zmq.LINGER, 1000)
-        self.socket.bind(address)
+        self.path = path
+        self.server: asyncio.AbstractServer | None = None
         self.calls: dict[Key, Call] = {}
         self.ended: collections.OrderedDict[Key, Call] = collections.OrderedDict()
         self.logged: set[Key] = set()
         self.abandoned: set[Key] = set()
         """Requests of API servers that are gone: the engine core observes and logs their end itself."""
-        self.ranks: dict[int, bytes] = {}
-        self._tokens: dict[bytes, list[int]] = {}
-        self._ends: dict[bytes, list[wire.End]] = {}
-        self._replies: dict[bytes, list[Any]] = {}
+        self.ranks: dict[int, Link] = {}
+        self._tokens: dict[Link, list[int]] = {}
+        self._ends: dict[Link, list[wire.End]] = {}
+        self._replies: dict[Link, list[Any]] = {}
         self._flushing = False
         self._loop = asyncio.get_running_loop()
         self._flushed = 0.0
         self._later: asyncio.TimerHandle | None = None
-        self._loop.add_reader(self._fd(), self._readable)
+
+    async def start(self) -> None:
+        """Listen for the API servers."""
+        self.server = await self._loop.create_unix_server(lambda: Link(self), self.path)
 
     # -- in --------------------------------------------------------------------------------------
 
-    def _fd(self) -> int:
-        return cast(int, self.socket.getsockopt(zmq.FD))
-
-    def _pending(self) -> bool:
-        return bool(cast(int, self.socket.getsockopt(zmq.EVENTS)) & zmq.POLLIN)
-
-    def _readable(self) -> None:
-        while True:  # the socket's descriptor is edge-triggered: read until nothing is left
-            try:
-                ident, payload = self.socket.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                break
-            for message in wire.to_core.decode(payload):
-                try:
-                    self._handle(ident, message)
-                except Exception as error:  # noqa: BLE001 - one bad message must not stop the engine
-                    sys.stderr.write(f"aisim engine core: {type(message).__name__}: {error!r}\n")
-        self._schedule()
-
-    def _handle(self, ident: bytes, message: Any) -> None:
+    def _handle(self, ident: Link, message: Any) -> None:
         state = self.state
         if isinstance(message, wire.Submit):
             arrival = Arrival(0, message.kind, message.model, message.prompt, message.output, message.priority, -1, 0,
@@ -147,7 +157,7 @@ class EngineCore:
             self.ended.pop(key, None)
         return call
 
-    def _log_infer(self, ident: bytes, message: wire.LoggedInfer) -> None:
+    def _log_infer(self, ident: Link, message: wire.LoggedInfer) -> None:
         recording = self.state.recording
         call = self._find((ident, message.cid), pop=True) if message.cid >= 0 else None
         if recording is None:
@@ -159,25 +169,28 @@ class EngineCore:
         recording.infer(call, message.model, message.version, message.batch, inputs, outputs, message.elapsed_s,
                         message.error, message.end)
 
-    def _hello(self, ident: bytes, rank: int) -> None:
+    def _hello(self, ident: Link, rank: int) -> None:
         """An API server (re)started: what an earlier one of its rank left running is aborted (its client's
         connection died with it), and the new one learns the clock."""
         old = self.ranks.get(rank)
-        self.ranks[rank] = ident
-        if old is not None and old != ident:
+        if old is not None and old is not ident:
             self.abandon(old)
+        self.ranks[rank] = ident
         self._reply(ident, wire.Welcome(self.state.live.started_wall, self.state.live.clock.speed, digest(self.state)))
 
-    def abandon(self, ident: bytes) -> None:
+    def abandon(self, ident: Link) -> None:
         """Abort every request of an API server that is gone (its KV blocks return at once)."""
+        for rank, link in list(self.ranks.items()):
+            if link is ident:
+                del self.ranks[rank]
         for key, call in list(self.calls.items()):
-            if key[0] == ident:
+            if key[0] is ident:
                 self.abandoned.add(key)
                 self.state.live.abort(call)
 
     # -- out -------------------------------------------------------------------------------------
 
-    def _event(self, ident: bytes, cid: int, call: Call, event: str, time_ns: int) -> None:
+    def _event(self, ident: Link, cid: int, call: Call, event: str, time_ns: int) -> None:
         if event == "token":
             self._tokens.setdefault(ident, []).extend((cid, time_ns))
         elif event in END_EVENTS:
@@ -206,7 +219,7 @@ class EngineCore:
             self.logged.add(key)
             self.state.recording.request(call, event, "", 0.0)
 
-    def _reply(self, ident: bytes, reply: Any) -> None:
+    def _reply(self, ident: Link, reply: Any) -> None:
         self._replies.setdefault(ident, []).append(reply)
 
     def _schedule(self) -> None:
@@ -233,12 +246,7 @@ class EngineCore:
             messages = replies.get(ident, [])
             if ident in tokens or ident in ends:
                 messages.append(wire.Batch(tokens.get(ident, []), ends.get(ident, [])))
-            try:
-                self.socket.send_multipart([ident, wire.encoder.encode(messages)], zmq.NOBLOCK)
-            except zmq.Again:  # an API server that stopped reading: its requests end unseen
-                pass
-        if self._pending():  # a send can take the descriptor's edge: read now
-            self._loop.call_soon(self._readable)
+            ident.send(messages)
 
     # -- shutdown --------------------------------------------------------------------------------
 
@@ -256,9 +264,8 @@ class EngineCore:
                 if key not in self.logged and call.arrival.source == "api":
                     recording.request(call, call.ending[0] if call.ending else "aborted", "", 0.0)
         self.flush()
-        self._loop.remove_reader(self._fd())
-        self.socket.close()
-        self.context.term()
+        if self.server is not None:
+            self.server.close()
 
 
 class Unmarked(tornado.httputil.HTTPServerConnectionDelegate):

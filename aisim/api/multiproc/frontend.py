@@ -20,7 +20,6 @@ import numpy as np
 import tornado.httpclient
 import tornado.httputil
 import tornado.web
-import zmq
 
 from ...engine.lifecycle import State
 from ...engine.live import Call, Live
@@ -55,14 +54,12 @@ class ClientGone(Exception):
 class EngineClient(Live):
     """`Live`'s interface over the engine core's socket (and its fault book's and rate limiter's)."""
 
-    def __init__(self, state: ServerState, address: str, rank: int) -> None:
+    def __init__(self, state: ServerState, path: str, rank: int) -> None:
         self.state = state
         self.rank = rank
-        self.context = zmq.Context()
-        self.socket = self.context.socket(zmq.DEALER)
-        self.socket.setsockopt(zmq.IDENTITY, f"api-{rank}-{time.monotonic_ns()}".encode())
-        self.socket.setsockopt(zmq.LINGER, 2000)
-        self.socket.connect(address)
+        self.path = path
+        self.transport: asyncio.Transport | None = None
+        self._closing = False
         self.calls: dict[int, RemoteCall] = {}
         self.rpcs: dict[int, asyncio.Future[Any]] = {}
         self._ids = itertools.count()
@@ -80,7 +77,7 @@ class EngineClient(Live):
         """Say hello and wait for the engine core's clock."""
         self._loop = asyncio.get_running_loop()
         self._welcome = self._loop.create_future()
-        self._loop.add_reader(self._fd(), self._readable)
+        await self._loop.create_unix_connection(lambda: _Link(self), self.path)
         self._send(wire.Hello(self.rank))
         await asyncio.wait_for(self._welcome, 30)
 
@@ -90,12 +87,18 @@ class EngineClient(Live):
         return None
 
     def stop(self) -> None:
-        """Send what is queued and close the socket (its linger delivers the last messages)."""
+        """Send what is queued and close the connection (asyncio writes what the socket had no room for first)."""
+        self._closing = True
         self._flush()
-        if self._loop is not None:
-            self._loop.remove_reader(self._fd())
-        self.socket.close()
-        self.context.term()
+        if self.transport is not None:
+            self.transport.close()
+
+    async def closed(self) -> None:
+        """Wait until what `stop` left to write is written (the process may end then)."""
+        for _ in range(200):
+            if self.transport is None or self.transport.get_write_buffer_size() == 0:
+                return
+            await asyncio.sleep(0.01)
 
     def now(self) -> int:
         return int((time.monotonic() - self.started_wall) * self.speed * 1e9)
@@ -156,12 +159,6 @@ class EngineClient(Live):
 
     # -- the socket ------------------------------------------------------------------------------
 
-    def _fd(self) -> int:
-        return cast(int, self.socket.getsockopt(zmq.FD))
-
-    def _pending(self) -> bool:
-        return bool(cast(int, self.socket.getsockopt(zmq.EVENTS)) & zmq.POLLIN)
-
     def _send(self, message: Any) -> None:
         self._out.append(message)
         if not self._sending:
@@ -173,22 +170,15 @@ class EngineClient(Live):
         if self._lazy is not None:
             self._lazy.cancel()
             self._lazy = None
-        if self._out:
+        if self._out and self.transport is not None:
             out, self._out = self._out, []
-            self.socket.send(wire.encoder.encode(out))
-        if self._pending():  # a send can take the (edge-triggered) descriptor's
-            self._readable()  # edge: what came meanwhile is read now
+            self.transport.write(wire.frame(out))
 
-    def _readable(self) -> None:
-        while True:
-            try:
-                payload = self.socket.recv(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            except zmq.ZMQError:  # closed
-                return
-            for message in wire.to_front.decode(payload):
-                self._receive(message)
+    def lost(self) -> None:
+        """The engine core's end of the connection closed: it is gone, unless this side is stopping."""
+        self.transport = None
+        if not self._closing:
+            self.engine_gone("it closed its connection")
 
     def _receive(self, message: Any) -> None:
         if isinstance(message, wire.Batch):
@@ -250,6 +240,26 @@ class EngineClient(Live):
             if not future.done():
                 future.set_exception(ApiError(503, f"The engine core stopped: {reason}", "ServiceUnavailableError"))
         self.rpcs.clear()
+
+
+class _Link(asyncio.Protocol):
+    """An API server's end of its connection to the engine core."""
+
+    def __init__(self, client: EngineClient) -> None:
+        self.client = client
+        self.frames = wire.Frames(wire.to_front)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.client.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        receive = self.client._receive
+        for messages in self.frames.feed(data):
+            for message in messages:
+                receive(message)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client.lost()
 
 
 class RemoteMetrics(MetricsFeed):

@@ -97,6 +97,7 @@ def _engine(scenario: Scenario, options: Options, address: str, exit_file: Path,
         loop = asyncio.get_running_loop()
         state = _state(scenario, options, record=True)
         core = EngineCore(state, address)
+        await core.start()
         ports = await serve_private(state, host, grpc_ports)
         clock = loop.create_task(state.live.run())
         stop = asyncio.Event()
@@ -169,6 +170,7 @@ def _api(scenario: Scenario, options: Options, rank: int, address: str, sockets:
         os.write(ready, b"ready\n")
         await stopping.wait()
         cut = await state.drain(0 if client.gone else None)
+        await client.closed()
         if cut:
             sys.stderr.write(f"aisim serve: API server {rank}: {cut} request(s) still running at the end of the grace "
                              "period were ended\n")
@@ -250,7 +252,7 @@ class Supervisor:
         self.scenario = scenario
         self.options = options
         self.tmp = Path(tempfile.mkdtemp(prefix="aisim-serve-"))
-        self.address = f"ipc://{self.tmp}/engine"
+        self.address = str(self.tmp / "engine.sock")
         self.exit_file = self.tmp / "engine-exit"
         self.sockets: dict[int, list[socket.socket]] = {}
         self.ports: list[int] = []

@@ -1,8 +1,12 @@
-"""What an API server and the engine core exchange: msgspec structs, several per ZeroMQ message.
+"""What an API server and the engine core exchange: msgspec structs, several per message, on a Unix socket.
 
 msgspec (what vLLM's engine core client uses) encodes these array-like tagged structs in about a microsecond;
 every message is a list of them, so one engine step reaches an API server as one message carrying every token
 and end event of that server's requests (`Batch`), and a loop turn's submissions reach the engine core as one.
+The transport is a plain Unix stream socket under asyncio, not ZeroMQ (vLLM's): measured on this machine, a
+round trip of a small message between two processes costs 6 us of CPU on each side and 24 us of wall time
+over a Unix socket, 23-30 us and 115 us over a ZeroMQ DEALER/ROUTER pair (its I/O thread hands every message
+over once more), and what a message costs both processes was most of the split's overhead per request.
 """
 
 from __future__ import annotations
@@ -135,3 +139,35 @@ ToFront = Welcome | Batch | Reply | Failed
 encoder = msgspec.msgpack.Encoder()
 to_core = msgspec.msgpack.Decoder(list[ToCore])
 to_front = msgspec.msgpack.Decoder(list[ToFront])
+
+HEADER = 4
+"""Each message on the Unix socket: its length (4 bytes, big-endian), then the msgpack of a list of structs."""
+
+
+def frame(messages: list[Any]) -> bytes:
+    payload = encoder.encode(messages)
+    return len(payload).to_bytes(HEADER, "big") + payload
+
+
+class Frames:
+    """The messages in a byte stream, as they complete (`feed` what the socket gave, get the decoded lists)."""
+
+    def __init__(self, decoder: msgspec.msgpack.Decoder[Any]) -> None:
+        self.decoder = decoder
+        self.buffer = bytearray()
+
+    def feed(self, data: bytes) -> list[list[Any]]:
+        buffer = self.buffer
+        buffer += data
+        found = []
+        start = 0
+        while len(buffer) - start >= HEADER:
+            size = int.from_bytes(buffer[start:start + HEADER], "big")
+            end = start + HEADER + size
+            if end > len(buffer):
+                break
+            found.append(self.decoder.decode(memoryview(buffer)[start + HEADER:end]))
+            start = end
+        if start:
+            del buffer[:start]
+        return found
