@@ -402,10 +402,11 @@ def test_classification_returns_each_entrys_top_classes_as_triton_writes_them(
         client.infer("simple", [numbers, text], outputs=[triton.InferRequestedOutput("LABELS", class_count=1)])
 
 
-def test_a_load_with_a_config_override_serves_the_new_batching_and_instances(tmp_path: Path) -> None:
+@pytest.mark.parametrize("api_servers", SERVE_MODES)
+def test_a_load_with_a_config_override_serves_the_new_batching_and_instances(tmp_path: Path, api_servers: int) -> None:
     """`load_model(config=...)`: the model comes back with the override's max batch size and instance count
     (config, and an over-large batch refused with the new limit); a config that is not a ModelConfig is a 400."""
-    with running_server(TEST_SCENARIOS / "serve" / "triton.yaml") as url:
+    with running_server(TEST_SCENARIOS / "serve" / "triton.yaml", api_server_count=api_servers) as url:
         client = triton.InferenceServerClient(url.removeprefix("http://"))
         override = {"max_batch_size": 4, "dynamic_batching": {"preferred_batch_size": [2, 4]},
                     "instance_group": [{"count": 3}]}

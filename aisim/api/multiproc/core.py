@@ -73,11 +73,14 @@ Key = tuple[Link, int]
 
 def digest(state: ServerState) -> dict[str, Any]:
     """What API servers mirror of the engine's state for their own routes: each model's versions' lifecycle
-    states and serving version (KServe inference picks a READY one), and the loaded LoRA adapters."""
+    states and serving version (KServe inference picks a READY one), the loaded LoRA adapters, and each KServe
+    model's batching and instances (a repository load's config override changes them)."""
     models = {served.model.id: [served.lifecycle.active,
                                 {v: [life.state.value, life.reason] for v, life in served.lifecycle.lives.items()}]
               for served in state.sim.served_models}
-    return {"models": models, "lora": state.lora_adapters}
+    kserve = {served.model.id: served.model.kserve.model_dump(mode="json", by_alias=True)
+              for served in state.sim.served_models if served.model.kserve is not None}
+    return {"models": models, "lora": state.lora_adapters, "kserve": kserve}
 
 
 class EngineCore:

@@ -24,6 +24,7 @@ import tornado.web
 from ...engine.lifecycle import State
 from ...engine.live import Call, Live
 from ...engine.workload import Arrival
+from ...scenario.models import KServe
 from ..errors import ApiError
 from ..metrics_feed import MetricsFeed
 from ..recording import Recording
@@ -225,6 +226,11 @@ class EngineClient(Live):
                     life.state, life.reason = State(value), reason
         self.state.lora_adapters.clear()
         self.state.lora_adapters.update(digest["lora"])
+        for model_id, config in digest.get("kserve", {}).items():
+            served = self.state.sim.models.get(model_id)
+            if served is not None and (served.model.kserve is None or
+                                       served.model.kserve.model_dump(mode="json", by_alias=True) != config):
+                served.reconfigure(KServe.model_validate(config))
 
     def engine_gone(self, reason: str) -> None:
         """The engine core died: every request still waiting for it fails now, with the reason (no client hangs)."""
