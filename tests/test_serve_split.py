@@ -132,3 +132,19 @@ def test_a_route_handed_on_to_the_engine_core_answers_as_one_process_does() -> N
                 seen.append((answer.status_code, headers, answer.content))
             answers.append(seen)
     assert answers[0] == answers[1]
+
+
+def test_a_lora_adapter_loaded_through_one_api_server_is_served_by_every_one(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change made through a route the engine core serves reaches every API server before its answer does."""
+    monkeypatch.setenv("VLLM_ALLOW_RUNTIME_LORA_UPDATING", "True")
+    with running_server(FAST, api_server_count=2) as url:
+        def chats() -> list[int]:  # a new connection each: both API servers answer some
+            return [httpx.post(f"{url}/v1/chat/completions", timeout=10,
+                               json={"model": "sql", "messages": USER, "max_tokens": 2}).status_code for _ in range(12)]
+
+        assert set(chats()) == {404}
+        loaded = httpx.post(f"{url}/v1/load_lora_adapter", json={"lora_name": "sql", "lora_path": "/adapters/sql"})
+        assert loaded.status_code == 200
+        assert set(chats()) == {200}
+        assert httpx.post(f"{url}/v1/unload_lora_adapter", json={"lora_name": "sql"}).status_code == 200
+        assert set(chats()) == {404}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import sys
 from collections.abc import Awaitable
 from functools import partial
@@ -33,6 +34,8 @@ from .frontend import NO_CONTENT_TYPE
 ENDED_KEPT = 8192
 """Ended calls kept for the observations that follow their end (bounded, should an API server never send them)."""
 
+DIGEST_S = 0.1
+"""How often the engine core looks whether the state API servers mirror changed by itself."""
 FLUSH_S = 0.001
 """Events leave for the API servers at most this often (a reply waited for leaves at once). A mock model's 500
 streams make tokens at 25,000 distinct instants a second; a message each costs both processes more than the
@@ -74,13 +77,14 @@ Key = tuple[Link, int]
 def digest(state: ServerState) -> dict[str, Any]:
     """What API servers mirror of the engine's state for their own routes: each model's versions' lifecycle
     states and serving version (KServe inference picks a READY one), the loaded LoRA adapters, and each KServe
-    model's batching and instances (a repository load's config override changes them)."""
+    model's batching and instances (a repository load's config override changes them), and the registered system
+    shared-memory regions (an API server maps them too, to read inputs from them and write outputs into them)."""
     models = {served.model.id: [served.lifecycle.active,
                                 {v: [life.state.value, life.reason] for v, life in served.lifecycle.lives.items()}]
               for served in state.sim.served_models}
     kserve = {served.model.id: served.model.kserve.model_dump(mode="json", by_alias=True)
               for served in state.sim.served_models if served.model.kserve is not None}
-    return {"models": models, "lora": state.lora_adapters, "kserve": kserve}
+    return {"models": models, "lora": state.lora_adapters, "kserve": kserve, "shm": state.shared_memory.status(None)}
 
 
 class EngineCore:
@@ -103,10 +107,15 @@ class EngineCore:
         self._loop = asyncio.get_running_loop()
         self._flushed = 0.0
         self._later: asyncio.TimerHandle | None = None
+        self._last_digest: dict[str, Any] = {}
+        self._barrier_ids = itertools.count(1)
+        self._barriers: dict[int, tuple[Link, int, dict[str, Any], set[Link]]] = {}
 
     async def start(self) -> None:
         """Listen for the API servers."""
         self.server = await self._loop.create_unix_server(lambda: Link(self), self.path)
+        self._last_digest = digest(self.state)
+        self._loop.call_later(DIGEST_S, self.watch_digest)
 
     # -- in --------------------------------------------------------------------------------------
 
@@ -150,9 +159,50 @@ class EngineCore:
         elif isinstance(message, wire.LoggedInfer):
             self._log_infer(ident, message)
         elif isinstance(message, wire.Sync):
-            self._reply(ident, wire.Reply(message.rid, digest(state)))
+            self._sync(ident, message)
+        elif isinstance(message, wire.Ack):
+            self._acked(message.bid, ident)
         elif isinstance(message, wire.Hello):
             self._hello(ident, message.rank)
+
+    def _sync(self, ident: Link, message: wire.Sync) -> None:
+        """The digest for `ident`; with `everyone`, once every other API server has it (a model a client just
+        loaded through one API server is then served by all of them)."""
+        current = digest(self.state)
+        self._last_digest = current
+        others = [link for link in self.ranks.values() if link is not ident]
+        if not message.everyone or not others:
+            self._reply(ident, wire.Reply(message.rid, current))
+            return
+        bid = next(self._barrier_ids)
+        self._barriers[bid] = (ident, message.rid, current, set(others))
+        for link in others:
+            self._reply(link, wire.Digest(bid, current))
+
+    def _acked(self, bid: int, ident: Link | None) -> None:
+        barrier = self._barriers.get(bid)
+        if barrier is None:
+            return
+        asker, rid, current, waiting = barrier
+        if ident is not None:
+            waiting.discard(ident)
+        waiting.intersection_update(self.ranks.values())  # an API server that went away acks nothing
+        if not waiting:
+            del self._barriers[bid]
+            self._reply(asker, wire.Reply(rid, current))
+
+    def watch_digest(self) -> None:
+        """Push the digest to every API server when it changed by itself (a model's load finished in simulated
+        time, say); every `DIGEST_S`."""
+        current = digest(self.state)
+        if current != self._last_digest:
+            self._last_digest = current
+            for link in self.ranks.values():
+                self._reply(link, wire.Digest(0, current))
+            self._schedule()
+        for bid in list(self._barriers):
+            self._acked(bid, None)
+        self._loop.call_later(DIGEST_S, self.watch_digest)
 
     def _find(self, key: Key, pop: bool) -> Call | None:
         call = self.calls.get(key) or self.ended.get(key)

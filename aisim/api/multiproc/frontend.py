@@ -26,6 +26,7 @@ from ...engine.live import Call, Live
 from ...engine.workload import Arrival
 from ...scenario.models import KServe
 from ..errors import ApiError
+from ..kserve_tensors import KServeError
 from ..metrics_feed import MetricsFeed
 from ..recording import Recording
 from ..server import ServerState
@@ -134,9 +135,10 @@ class EngineClient(Live):
         headers: dict[str, str] = await self._rpc(lambda rid: wire.Admit(rid, api_key, tokens, model))
         return headers
 
-    async def sync(self) -> None:
-        """Mirror the engine core's state now (after a route it served, which may have changed it)."""
-        self.apply(await self._rpc(wire.Sync))
+    async def sync(self, everyone: bool = False) -> None:
+        """Mirror the engine core's state now (after a route it served, which may have changed it); `everyone`:
+        once every API server mirrors it."""
+        self.apply(await self._rpc(lambda rid: wire.Sync(rid, everyone)))
 
     async def _rpc(self, make: Any) -> Any:
         if self.gone is not None:
@@ -207,6 +209,10 @@ class EngineClient(Live):
             status, text, kind, param, code, headers = message.error
             if future is not None and not future.done():
                 future.set_exception(ApiError(status, text, kind, param, code, dict(headers)))
+        elif isinstance(message, wire.Digest):
+            self.apply(message.digest)
+            if message.bid:
+                self._send(wire.Ack(message.bid))
         elif isinstance(message, wire.Welcome):
             self.started_wall, self.speed = message.started_wall, message.speed
             self.apply(message.digest)
@@ -231,6 +237,21 @@ class EngineClient(Live):
             if served is not None and (served.model.kserve is None or
                                        served.model.kserve.model_dump(mode="json", by_alias=True) != config):
                 served.reconfigure(KServe.model_validate(config))
+        self._map_regions(digest.get("shm", []))
+
+    def _map_regions(self, regions: list[dict[str, Any]]) -> None:
+        """Register (map) the engine core's shared-memory regions here too; unmap those it no longer has."""
+        shared = self.state.shared_memory
+        wanted = {r["name"]: r for r in regions}
+        for name, held in list(shared.regions.items()):
+            if wanted.get(name) != held.status():
+                shared.unregister(name)
+        for name, region in wanted.items():
+            if name not in shared.regions:
+                try:
+                    shared.register(name, region["key"], region["offset"], region["byte_size"])
+                except KServeError:  # gone meanwhile: an inference naming it gets the engine's 404 then
+                    pass
 
     def engine_gone(self, reason: str) -> None:
         """The engine core died: every request still waiting for it fails now, with the reason (no client hangs)."""
@@ -407,8 +428,8 @@ async def forward(handler: tornado.web.RequestHandler, target: str, client: Engi
         return
     begin()
     if request.method != "GET" or "/ready" in request.uri or "/load" in request.uri:
-        try:  # the engine's state may have changed (a model loaded): mirror it before answering
-            await client.sync()
+        try:  # the engine's state may have changed (a model loaded): every API server mirrors it before the answer
+            await client.sync(everyone=request.method != "GET")
         except ApiError:
             pass
     if not handler._finished:

@@ -99,9 +99,22 @@ class LoggedInfer(msgspec.Struct, tag=True, array_like=True):
 
 
 class Sync(msgspec.Struct, tag=True, array_like=True):
-    """Ask for the engine's current `digest` (after a route the engine core served, which may have changed it)."""
+    """Ask for the engine's current `digest` (after a route the engine core served, which may have changed it);
+    with `everyone`, the reply comes once every other API server has taken it too (`Digest`, `Ack`)."""
 
     rid: int
+    everyone: bool = False
+
+
+class Digest(msgspec.Struct, tag=True, array_like=True):
+    """The engine's state to mirror, pushed; `bid` > 0: answer with `Ack(bid)` once taken."""
+
+    bid: int
+    digest: Any
+
+
+class Ack(msgspec.Struct, tag=True, array_like=True):
+    bid: int
 
 
 class End(msgspec.Struct, array_like=True):
@@ -133,8 +146,8 @@ class Failed(msgspec.Struct, tag=True, array_like=True):
     error: tuple[int, str, str, str | None, str | None, dict[str, str]]
 
 
-ToCore = Hello | Submit | Abort | Pick | Admit | Observed | Logged | LoggedInfer | Sync
-ToFront = Welcome | Batch | Reply | Failed
+ToCore = Hello | Submit | Abort | Pick | Admit | Observed | Logged | LoggedInfer | Sync | Ack
+ToFront = Welcome | Batch | Reply | Failed | Digest
 
 encoder = msgspec.msgpack.Encoder()
 to_core = msgspec.msgpack.Decoder(list[ToCore])
