@@ -34,6 +34,8 @@ from .frontend import NO_CONTENT_TYPE
 ENDED_KEPT = 8192
 """Ended calls kept for the observations that follow their end (bounded, should an API server never send them)."""
 
+BARRIER_S = 2.0
+"""How long a change's answer waits for the API servers to acknowledge it at most (one may hang)."""
 DIGEST_S = 0.1
 """How often the engine core looks whether the state API servers mirror changed by itself."""
 FLUSH_S = 0.001
@@ -109,7 +111,7 @@ class EngineCore:
         self._later: asyncio.TimerHandle | None = None
         self._last_digest: dict[str, Any] = {}
         self._barrier_ids = itertools.count(1)
-        self._barriers: dict[int, tuple[Link, int, dict[str, Any], set[Link]]] = {}
+        self._barriers: dict[int, tuple[Link, int, dict[str, Any], set[Link], float]] = {}
 
     async def start(self) -> None:
         """Listen for the API servers."""
@@ -175,7 +177,7 @@ class EngineCore:
             self._reply(ident, wire.Reply(message.rid, current))
             return
         bid = next(self._barrier_ids)
-        self._barriers[bid] = (ident, message.rid, current, set(others))
+        self._barriers[bid] = (ident, message.rid, current, set(others), self._loop.time())
         for link in others:
             self._reply(link, wire.Digest(bid, current))
 
@@ -183,11 +185,11 @@ class EngineCore:
         barrier = self._barriers.get(bid)
         if barrier is None:
             return
-        asker, rid, current, waiting = barrier
+        asker, rid, current, waiting, since = barrier
         if ident is not None:
             waiting.discard(ident)
         waiting.intersection_update(self.ranks.values())  # an API server that went away acks nothing
-        if not waiting:
+        if not waiting or self._loop.time() - since > BARRIER_S:  # nor does a hung one: not waited for long
             del self._barriers[bid]
             self._reply(asker, wire.Reply(rid, current))
 
