@@ -148,3 +148,13 @@ def test_a_lora_adapter_loaded_through_one_api_server_is_served_by_every_one(mon
         assert set(chats()) == {200}
         assert httpx.post(f"{url}/v1/unload_lora_adapter", json={"lora_name": "sql"}).status_code == 200
         assert set(chats()) == {404}
+
+
+def test_a_port_another_split_server_holds_is_refused() -> None:
+    """SO_REUSEPORT lets the API servers share a port, not two servers: the second one does not start."""
+    with running_server(FAST, api_server_count=1) as url:
+        port = int(url.rsplit(":", 1)[1])
+        with pytest.raises(RuntimeError, match="Address already in use"), \
+                running_server(FAST, api_server_count=1, port=port):
+            pass
+        assert _ok(url)

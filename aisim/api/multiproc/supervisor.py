@@ -196,6 +196,10 @@ def _reserve(port: int, host: str, backlog: int) -> list[socket.socket]:
     if not REUSE_PORT:
         return tornado.netutil.bind_sockets(port, host, backlog=backlog)
     family, kind, proto, _, address = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)[0]
+    if port:  # a port another server holds, even with SO_REUSEPORT (another split aisim), is refused as in one process
+        with socket.socket(family, kind, proto) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind(address)
     held = socket.socket(family, kind, proto)
     held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     held.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
@@ -360,6 +364,12 @@ class Supervisor:
         self.shutdown()
         return status
 
+    def abandon_start(self) -> None:
+        """Starting failed: stop what did start (the API servers at once, then the engine core)."""
+        for pid in self.api.values():
+            _kill(pid, signal.SIGTERM)
+        self.shutdown()
+
     def shutdown(self) -> None:
         """The API servers end first (their requests finished or cut), then the engine core (the log completed)."""
         grace = self.scenario.server.shutdown_grace / 1e9
@@ -421,7 +431,7 @@ def serve(scenario: Scenario, options: Options) -> int:
         started = supervisor.start()
     except (OSError, RuntimeError, RefusedToStart) as error:
         sys.stderr.write(f"aisim serve: {error}\n")
-        supervisor.shutdown()
+        supervisor.abandon_start()
         return 1
     if not options.quiet:
         for (scheme, host, port), listener in zip(started.bound, scenario.server.listeners):
@@ -439,7 +449,7 @@ def _supervise(scenario: Scenario, options: Options, conn: Any) -> None:
     try:
         started = supervisor.start()
     except Exception as error:  # noqa: BLE001 - handed to the caller, which raises it
-        supervisor.shutdown()
+        supervisor.abandon_start()
         conn.send(f"{type(error).__name__}: {error}")
         return
     conn.send(started)
