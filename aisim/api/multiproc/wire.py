@@ -3,10 +3,11 @@
 msgspec (what vLLM's engine core client uses) encodes these array-like tagged structs in about a microsecond;
 every message is a list of them, so one engine step reaches an API server as one message carrying every token
 and end event of that server's requests (`Batch`), and a loop turn's submissions reach the engine core as one.
-The transport is a plain Unix stream socket under asyncio, not ZeroMQ (vLLM's): measured on this machine, a
-round trip of a small message between two processes costs 6 us of CPU on each side and 24 us of wall time
-over a Unix socket, 23-30 us and 115 us over a ZeroMQ DEALER/ROUTER pair (its I/O thread hands every message
-over once more), and what a message costs both processes was most of the split's overhead per request.
+The transport is a plain Unix stream socket under asyncio, not ZeroMQ (vLLM's): measured on this machine
+(`bench/transport_roundtrip.py`), a round trip of a small message between two processes on one core costs
+6 us of CPU on each side and 20-24 us of wall time over a Unix socket, 24-34 us and 60-115 us over a ZeroMQ
+DEALER/ROUTER pair (its I/O thread hands every message over once more); what a message costs both processes
+was most of the split's overhead per request.
 """
 
 from __future__ import annotations
