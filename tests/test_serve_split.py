@@ -158,3 +158,27 @@ def test_a_port_another_split_server_holds_is_refused() -> None:
                 running_server(FAST, api_server_count=1, port=port):
             pass
         assert _ok(url)
+
+
+def test_aisim_serve_says_why_it_stopped_when_the_engine_core_dies() -> None:
+    """`aisim serve --api-server-count 1`: the engine core killed, the server exits 1 and names the reason."""
+    import re
+    import subprocess
+    import sys
+
+    process = subprocess.Popen([sys.executable, "-m", "aisim", "serve", str(FAST), "--port", "0",
+                                "--api-server-count", "1"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert process.stderr is not None
+        line = ""
+        while "engine core pid" not in line:
+            line = process.stderr.readline()
+            assert line, "no process line"
+        found = re.search(r"engine core pid (\d+)", line)
+        assert found is not None
+        os.kill(int(found.group(1)), signal.SIGKILL)
+        assert process.wait(timeout=20) == 1
+        said = process.stderr.read()
+        assert "the engine core stopped" in said and "(status -9)" in said and "stopping the server" in said
+    finally:
+        process.kill()
