@@ -42,6 +42,7 @@ def _number(kind: type[int | float], low: float, high: float | None = None,
 SEED = _number(int, 0)
 PORT = _number(int, 0, 65535)
 POSITIVE = _number(float, 0, low_open=True)
+API_SERVERS = _number(int, 0, 64)
 COUNT = _number(int, 1)
 FRACTION = _number(float, 0, 1, low_open=True)
 
@@ -163,7 +164,7 @@ def _write_metrics(sim: object, path: str, out: TextIO) -> None:
     out.write(series_csv(sim.timeline.records()) if path.lower().endswith(".csv") else sim.telemetry.exposition())
 
 
-SERVE_FLAGS = {"--port", "--port-offset", "--tokenizer", "--host", "--delay-ms", "--config", "--seed", "--speed", "--record", "-h", "--help"}
+SERVE_FLAGS = {"--api-server-count", "--port", "--port-offset", "--tokenizer", "--host", "--delay-ms", "--config", "--seed", "--speed", "--record", "-h", "--help"}
 SERVE_FLAGS |= fleet_options.FLAGS | fleet_options.SWITCHES
 
 
@@ -232,6 +233,15 @@ def _serve(args: argparse.Namespace) -> int:
         except (OSError, RuntimeError, ValueError) as error:  # (the tokenizers library raises a plain Exception too)
             sys.stderr.write(f"aisim serve: {error}\n")
             return 1
+
+    count = scenario.server.api_server_count if args.api_server_count is None else args.api_server_count
+    if count:
+        from .api.multiproc.supervisor import Options
+        from .api.multiproc.supervisor import serve as serve_split
+
+        return serve_split(scenario, Options(count, checked.base_dir, args.host, args.port,
+                                             args.port_offset, args.seed, delay, args.speed, args.record,
+                                             PodIdentity.from_env(), args.tokenizer))
 
     async def main() -> None:
         state = ServerState(scenario, checked.base_dir, seed=args.seed, network_delay=delay, speed=args.speed,
@@ -609,6 +619,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--speed", type=POSITIVE, default=1.0, help="virtual seconds per wall second (default 1)")
     serve.add_argument("--record", metavar="FILE", help="write every request to this JSONL request log (aisim replay reads it)")
     fleet_options.add_arguments(serve)
+    serve.add_argument("--api-server-count", type=API_SERVERS, metavar="N",
+                       help="N API-server processes and an engine core, as vLLM V1 runs (default: the "
+                            "scenario's server.apiServerCount, 0: one process; README, 'Serving on several cores')")
     serve.set_defaults(handler=_serve, foreign=[])
 
     tokenizer = commands.add_parser("tokenizer", help="the built-in tokenizer as a Hugging Face tokenizer folder")

@@ -26,3 +26,8 @@ def on_free_ports(scenario: Scenario) -> Scenario:
     listeners = [listener.model_copy(update={"port": 0}) for listener in scenario.server.listeners]
     server = scenario.server.model_copy(update={"host": "127.0.0.1", "listeners": listeners})
     return scenario.model_copy(update={"server": server})
+
+
+SERVE_MODES = [pytest.param(0, id="single"), pytest.param(2, id="split2")]
+"""The server's two modes, as a fixture's `params`: one process (the engine in it), and `aisim serve
+--api-server-count 2` (two API-server processes and an engine core): the same tests must pass in both."""

@@ -62,10 +62,14 @@ def _scenario(keys: bool, tmp_path_factory: pytest.TempPathFactory) -> str:
     return str(path)
 
 
-@pytest.fixture(scope="module", params=[True, False], ids=["keys", "no-keys"])
+@pytest.fixture(scope="module", params=[(True, 0), (False, 0), (True, 2), (False, 2)],
+                ids=["keys", "no-keys", "keys-split2", "no-keys-split2"])
 def server(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[bool, list[str]]]:
-    with running_server(_scenario(request.param, tmp_path_factory)) as url:
-        yield request.param, url.listeners
+    """With and without API keys, in one process and split (`--api-server-count 2`): every route's answer must be
+    the same whether an API server serves it or hands it on to the engine core."""
+    keys, api_servers = request.param
+    with running_server(_scenario(keys, tmp_path_factory), api_server_count=api_servers) as url:
+        yield keys, url.listeners
 
 
 def test_every_route_served_is_in_the_documented_table() -> None:

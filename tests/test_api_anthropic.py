@@ -16,7 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from aisim.replay.formats import read_log
 from aisim.testing import running_server
 
-from .conftest import TEST_SCENARIOS
+from .conftest import SERVE_MODES, TEST_SCENARIOS
 
 SCENARIO = TEST_SCENARIOS / "serve" / "anthropic.yaml"
 KEY = "sk-ant-team"
@@ -25,9 +25,9 @@ WEATHER = {"name": "get_weather", "description": "The weather in a city",
                             "required": ["city", "days"]}}
 
 
-@pytest.fixture(scope="module")
-def url() -> Iterator[str]:
-    with running_server(SCENARIO) as base:
+@pytest.fixture(scope="module", params=SERVE_MODES)
+def url(request: pytest.FixtureRequest) -> Iterator[str]:
+    with running_server(SCENARIO, api_server_count=request.param) as base:
         yield base
 
 

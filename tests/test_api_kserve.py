@@ -20,16 +20,16 @@ from tritonclient.utils import InferenceServerException
 from aisim.scenario import load_scenario
 from aisim.testing import running_server
 
-from .conftest import SCENARIOS, TEST_SCENARIOS
+from .conftest import SCENARIOS, SERVE_MODES, TEST_SCENARIOS
 
 PLUGIN_ERROR = ("Internal: unable to create TensorRT engine: [pluginV2Runner.cpp::load::290] Error Code 1: Serialization "
                 "(Serialization assertion creator failed.Cannot deserialize plugin since corresponding IPluginCreator "
                 "not found in Plugin Registry) (plugin CustomGeluPluginDynamic)")
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    with running_server(TEST_SCENARIOS / "serve" / "triton.yaml") as url:
+@pytest.fixture(scope="module", params=SERVE_MODES)
+def server(request: pytest.FixtureRequest) -> Iterator[str]:
+    with running_server(TEST_SCENARIOS / "serve" / "triton.yaml", api_server_count=request.param) as url:
         yield url
 
 
@@ -220,13 +220,14 @@ def _pending(metrics_url: str) -> float:
                 for s in f.samples if s.labels["model"] == "resnet50")
 
 
-def test_a_client_that_disconnects_takes_its_request_out_of_the_batchers_queue(tmp_path: Path) -> None:
+@pytest.mark.parametrize("api_servers", SERVE_MODES)
+def test_a_client_that_disconnects_takes_its_request_out_of_the_batchers_queue(tmp_path: Path, api_servers: int) -> None:
     """The batcher holds a lone request for its max queue delay (30 s here); a client that gives up before
     then frees its place: the pending count drops back to 0, and it is not executed later."""
     text = (TEST_SCENARIOS / "serve" / "triton.yaml").read_text().replace("maxQueueDelay: 1ms", "maxQueueDelay: 30s")
     (tmp_path / "slow-batcher.yaml").write_text(text)
     body = {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, 3, 4, 4], "data": [0.5] * 48}]}
-    with running_server(tmp_path / "slow-batcher.yaml") as url:
+    with running_server(tmp_path / "slow-batcher.yaml", api_server_count=api_servers) as url:
         metrics = url.listeners[1]
         with pytest.raises(httpx.ReadTimeout):
             httpx.post(f"{url}/v2/models/resnet50/infer", json=body, timeout=0.5)
@@ -401,10 +402,11 @@ def test_classification_returns_each_entrys_top_classes_as_triton_writes_them(
         client.infer("simple", [numbers, text], outputs=[triton.InferRequestedOutput("LABELS", class_count=1)])
 
 
-def test_a_load_with_a_config_override_serves_the_new_batching_and_instances(tmp_path: Path) -> None:
+@pytest.mark.parametrize("api_servers", SERVE_MODES)
+def test_a_load_with_a_config_override_serves_the_new_batching_and_instances(tmp_path: Path, api_servers: int) -> None:
     """`load_model(config=...)`: the model comes back with the override's max batch size and instance count
     (config, and an over-large batch refused with the new limit); a config that is not a ModelConfig is a 400."""
-    with running_server(TEST_SCENARIOS / "serve" / "triton.yaml") as url:
+    with running_server(TEST_SCENARIOS / "serve" / "triton.yaml", api_server_count=api_servers) as url:
         client = triton.InferenceServerClient(url.removeprefix("http://"))
         override = {"max_batch_size": 4, "dynamic_batching": {"preferred_batch_size": [2, 4]},
                     "instance_group": [{"count": 3}]}

@@ -17,7 +17,7 @@ from tritonclient.utils import InferenceServerException
 
 from aisim.testing import running_server
 
-from .conftest import TEST_SCENARIOS
+from .conftest import SERVE_MODES, TEST_SCENARIOS
 from .test_api_kserve_grpc import with_grpc
 
 BATCH = 2
@@ -25,9 +25,9 @@ IN_BYTES = BATCH * 3 * 4 * 4 * 4
 OUT_BYTES = BATCH * 10 * 4
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[tuple[str, str]]:
-    with running_server(with_grpc(TEST_SCENARIOS / "serve" / "triton.yaml")) as url:
+@pytest.fixture(scope="module", params=SERVE_MODES)
+def server(request: pytest.FixtureRequest) -> Iterator[tuple[str, str]]:
+    with running_server(with_grpc(TEST_SCENARIOS / "serve" / "triton.yaml"), api_server_count=request.param) as url:
         yield url.removeprefix("http://"), url.listeners[-1].removeprefix("http://")  # type: ignore[attr-defined]
 
 

@@ -21,14 +21,14 @@ from pydantic import BaseModel
 
 from aisim.testing import running_server
 
-from .conftest import TEST_SCENARIOS
+from .conftest import SERVE_MODES, TEST_SCENARIOS
 
 SCENARIO = TEST_SCENARIOS / "serve" / "fast-mock.yaml"
 
 
-@pytest.fixture(scope="module")
-def url() -> Iterator[str]:
-    with running_server(SCENARIO) as base:
+@pytest.fixture(scope="module", params=SERVE_MODES)
+def url(request: pytest.FixtureRequest) -> Iterator[str]:
+    with running_server(SCENARIO, api_server_count=request.param) as base:
         yield base
 
 

@@ -7,6 +7,7 @@ import asyncio
 import json
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import openai
@@ -17,15 +18,15 @@ from pydantic import TypeAdapter
 from aisim.scenario.distributions import DurationDistribution
 from aisim.testing import running_server
 
-from .conftest import SCENARIOS, TEST_SCENARIOS
+from .conftest import SCENARIOS, SERVE_MODES, TEST_SCENARIOS
 
 FAULTS = TEST_SCENARIOS / "serve" / "faults.yaml"
 USER = [{"role": "user", "content": "hello"}]
 
 
-@pytest.fixture(scope="module")
-def url() -> Iterator[str]:
-    with running_server(FAULTS) as base:
+@pytest.fixture(scope="module", params=SERVE_MODES)
+def url(request: pytest.FixtureRequest) -> Iterator[str]:
+    with running_server(FAULTS, api_server_count=request.param) as base:
         yield base
 
 
@@ -97,8 +98,9 @@ def test_a_mid_stream_disconnect_fault_cuts_the_stream(url: str) -> None:
     assert 1 <= len(pieces) <= 6
 
 
-def test_a_mock_engine_feeds_the_token_counters() -> None:
-    with running_server(TEST_SCENARIOS / "serve" / "fast-mock.yaml") as base:
+@pytest.mark.parametrize("api_servers", SERVE_MODES)
+def test_a_mock_engine_feeds_the_token_counters(api_servers: int) -> None:
+    with running_server(TEST_SCENARIOS / "serve" / "fast-mock.yaml", api_server_count=api_servers) as base:
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
         replies = [client.chat.completions.create(model="quick", messages=USER, max_tokens=5) for _ in range(3)]
         streamed = client.chat.completions.create(model="quick", messages=USER, max_tokens=5, stream=True,
@@ -111,8 +113,10 @@ def test_a_mock_engine_feeds_the_token_counters() -> None:
         r.usage.completion_tokens for r in replies)
 
 
-def test_a_client_that_disconnects_mid_stream_frees_its_kv_blocks() -> None:
-    with running_server(TEST_SCENARIOS / "serve" / "fast-mock.yaml") as base:
+@pytest.mark.parametrize("api_servers", SERVE_MODES)
+def test_a_client_that_disconnects_mid_stream_frees_its_kv_blocks(api_servers: int, tmp_path: Path) -> None:
+    log = tmp_path / "requests.jsonl"
+    with running_server(TEST_SCENARIOS / "serve" / "fast-mock.yaml", api_server_count=api_servers, record=log) as base:
         with httpx.stream("POST", f"{base}/v1/chat/completions", timeout=30,
                           json={"model": "llama", "messages": USER, "max_tokens": 3000, "stream": True,
                                 "ignore_eos": True}) as response:
@@ -131,8 +135,12 @@ def test_a_client_that_disconnects_mid_stream_frees_its_kv_blocks() -> None:
         assert _value(after, "vllm:request_success_total", model_name="llama", finished_reason="abort") == 1
         assert _value(after, "vllm:num_requests_running", model_name="llama") == 0
         assert _value(after, "vllm:kv_cache_usage_perc", model_name="llama") == 0
-        finished = [e for e in base.state.sim.timeline.events if e[1] == "request_finished"]
-        assert [(e[3], e[4] < 3000) for e in finished] == [("aborted", True)]  # outcome, tokens generated
+        if not api_servers:
+            finished = [e for e in base.state.sim.timeline.events if e[1] == "request_finished"]
+            assert [(e[3], e[4] < 3000) for e in finished] == [("aborted", True)]  # outcome, tokens generated
+    logged = [json.loads(line) for line in log.read_text().splitlines()]
+    requests = [r for r in logged if r.get("type") == "request"]
+    assert [(r["status"], r["model"]) for r in requests] == [("aborted", "llama")]  # once, in the request log
 
 
 def test_a_stream_truncated_during_an_engine_step_frees_its_blocks_and_the_engine_goes_on() -> None:
@@ -175,8 +183,9 @@ def test_a_handler_that_fails_on_a_streamed_token_ends_its_request_not_the_engin
         assert whole.text.rstrip().endswith("data: [DONE]") and whole.text.count('"content":"') == 1 + 20
 
 
-def test_rate_limits_answer_429_with_openai_headers() -> None:
-    with running_server(TEST_SCENARIOS / "serve" / "ratelimit.yaml") as base:
+@pytest.mark.parametrize("api_servers", SERVE_MODES)
+def test_rate_limits_answer_429_with_openai_headers(api_servers: int) -> None:
+    with running_server(TEST_SCENARIOS / "serve" / "ratelimit.yaml", api_server_count=api_servers) as base:
         def ask(key: str) -> httpx.Response:
             return httpx.post(f"{base}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"},
                               json={"model": "quick", "messages": USER, "max_tokens": 5})
@@ -191,9 +200,11 @@ def test_rate_limits_answer_429_with_openai_headers() -> None:
         assert ask("sk-b").status_code == 200  # limits are per key
 
 
-def test_network_delay_adds_to_every_latency() -> None:
+@pytest.mark.parametrize("api_servers", SERVE_MODES)
+def test_network_delay_adds_to_every_latency(api_servers: int) -> None:
     delay = TypeAdapter(DurationDistribution).validate_python("120-350ms")
-    with running_server(TEST_SCENARIOS / "serve" / "fast-mock.yaml", network_delay=delay) as base:
+    with running_server(TEST_SCENARIOS / "serve" / "fast-mock.yaml", network_delay=delay,
+                        api_server_count=api_servers) as base:
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
         latencies = []
         for _ in range(12):
@@ -205,8 +216,9 @@ def test_network_delay_adds_to_every_latency() -> None:
     assert max(latencies) - min(latencies) > 0.02  # drawn per request, not constant
 
 
-def test_metrics_follow_what_was_served() -> None:
-    with running_server(TEST_SCENARIOS / "serve" / "fast-mock.yaml") as base:
+@pytest.mark.parametrize("api_servers", SERVE_MODES)
+def test_metrics_follow_what_was_served(api_servers: int) -> None:
+    with running_server(TEST_SCENARIOS / "serve" / "fast-mock.yaml", api_server_count=api_servers) as base:
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="x", max_retries=0)
         for _ in range(3):
             client.chat.completions.create(model="llama", messages=USER, max_tokens=8, extra_body={"ignore_eos": True})
@@ -258,8 +270,9 @@ def test_the_pytest_fixture_serves_the_default_scenario(aisim_server: str) -> No
     assert {"gpt-4-turbo-mock", "llama3-8b-sim"} <= ids
 
 
-def test_an_engine_that_runs_out_of_memory_fails_its_requests_as_vllm_does() -> None:
-    with running_server(TEST_SCENARIOS / "serve" / "oom.yaml") as base:
+@pytest.mark.parametrize("api_servers", SERVE_MODES)
+def test_an_engine_that_runs_out_of_memory_fails_its_requests_as_vllm_does(api_servers: int) -> None:
+    with running_server(TEST_SCENARIOS / "serve" / "oom.yaml", api_server_count=api_servers) as base:
         assert httpx.get(f"{base}/health").status_code == 200  # alive until a step needs memory
         client = openai.OpenAI(base_url=f"{base}/v1", api_key="k", max_retries=0)
         with pytest.raises(openai.InternalServerError) as failed:
@@ -272,6 +285,8 @@ def test_an_engine_that_runs_out_of_memory_fails_its_requests_as_vllm_does() -> 
                                                 max_tokens=5, stream=True)
         with pytest.raises(openai.APIError, match="EngineCore encountered an issue"):
             list(stream)
+        if api_servers:  # the timeline is in the engine core's process
+            return
         records = list(base.state.sim.timeline.records())
         oom = [r for r in records if r["type"] == "oom"]
         assert len(oom) == 1 and oom[0]["message"].startswith("CUDA out of memory. Tried to allocate ")

@@ -6,11 +6,14 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import pytest
 import tritonclient.http as triton
 from onnx import TensorProto, helper
 
 from aisim.scenario import check_file
 from aisim.testing import running_server
+
+from .conftest import SERVE_MODES
 
 SCENARIO = """apiVersion: aisim/v1
 kind: Scenario
@@ -58,11 +61,12 @@ def test_a_config_without_tensors_takes_them_and_the_size_from_the_onnx_file(tmp
     assert model.kserve.instance_groups[0].count == 2
 
 
-def test_a_repository_model_is_served_through_kserve(tmp_path: Path) -> None:
+@pytest.mark.parametrize("api_servers", SERVE_MODES)
+def test_a_repository_model_is_served_through_kserve(tmp_path: Path, api_servers: int) -> None:
     path = repository(tmp_path, 'platform: "onnxruntime_onnx"\nmax_batch_size: 8\n'
                                 'input [ { name: "x" data_type: TYPE_FP32 dims: [ 4 ] } ]\n'
                                 'output [ { name: "y" data_type: TYPE_FP32 dims: [ 3 ] } ]\n')
-    with running_server(path) as url:
+    with running_server(path, api_server_count=api_servers) as url:
         client = triton.InferenceServerClient(url=url.removeprefix("http://"))
         assert client.get_model_metadata("linear")["versions"] == ["2"]  # latest version only, as Triton serves
         tensor = triton.InferInput("x", [2, 4], "FP32")

@@ -13,12 +13,13 @@ from contextlib import ExitStack, contextmanager
 
 import httpx
 import openai
+import pytest
 
 from aisim.api.pod import PodIdentity
 from aisim.scenario import load_scenario
 from aisim.testing import running_server
 
-from .conftest import ROOT, on_free_ports
+from .conftest import ROOT, SERVE_MODES, on_free_ports
 
 CHAT = {"model": "llama3-8b-sim", "messages": [{"role": "user", "content": "Say something."}], "max_tokens": 24}
 
@@ -63,16 +64,18 @@ def test_pods_answer_with_their_own_name_and_their_own_random_stream() -> None:
     assert a_pinned[2] == b_pinned[2] != a[2]  # --seed pins one stream for every pod
 
 
-def test_every_answer_carries_the_pod_headers_and_none_outside_a_pod() -> None:
+@pytest.mark.parametrize("api_servers", SERVE_MODES)
+def test_every_answer_carries_the_pod_headers_and_none_outside_a_pod(api_servers: int) -> None:
     pod = PodIdentity("aisim-0", "team-a")
-    with running_server(pod=pod) as url, httpx.Client(timeout=30) as client:
+    with running_server(pod=pod, api_server_count=api_servers) as url, httpx.Client(timeout=30) as client:
         for reply in (client.get(f"{url}/health"), client.get(f"{url}/no/such/path"),
                       client.post(f"{url}/v1/chat/completions", json={**CHAT, "model": "no-such-model"})):
             assert (reply.headers["x-inference-pod"], reply.headers["x-inference-namespace"]) == ("aisim-0", "team-a")
+            assert len(reply.headers.get_list("x-inference-pod")) == 1  # once, also when handed on
         with client.stream("POST", f"{url}/v1/chat/completions", json={**CHAT, "stream": True}) as stream:
             assert stream.headers["x-inference-pod"] == "aisim-0"
             assert list(stream.iter_lines())[-2] == "data: [DONE]"
-    with running_server() as url:
+    with running_server(api_server_count=api_servers) as url:
         assert "x-inference-pod" not in httpx.get(f"{url}/health").headers
 
 

@@ -24,7 +24,7 @@ from aisim.tui.board import Board
 from aisim.tui.screens import FaultScreen, HelpScreen
 from aisim.tui.source import STEP_NS, AttachSource, LocalSource
 
-from .conftest import SCENARIOS, TEST_SCENARIOS
+from .conftest import SCENARIOS, SERVE_MODES, TEST_SCENARIOS
 
 NS = 1_000_000_000
 
@@ -191,11 +191,20 @@ def test_attached_tui_cannot_steer() -> None:
 # -- the admin event stream -------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def server() -> Iterator[str]:
-    """A server with the admin personality (token `s3cret`), every listener on a free port."""
-    with running_server(TEST_SCENARIOS / "serve" / "dcgm.yaml", speed=10.0) as url:
+@pytest.fixture(scope="module", params=SERVE_MODES)
+def server(request: pytest.FixtureRequest) -> Iterator[str]:
+    """A server with the admin personality (token `s3cret`), every listener on a free port, in both modes."""
+    with running_server(TEST_SCENARIOS / "serve" / "dcgm.yaml", speed=10.0, api_server_count=request.param) as url:
         yield url
+
+
+def _pools() -> tuple[str, ...]:
+    """The served scenario's memory pools (what the server's simulation has, in this process or the engine core's)."""
+    from aisim.engine.simulation import Simulation
+    from aisim.scenario import load_scenario
+
+    path = TEST_SCENARIOS / "serve" / "dcgm.yaml"
+    return tuple(Simulation(load_scenario(path), path.parent).pools)
 
 
 def read_events(url: str, count: int, token: str | None = "s3cret") -> list[list[dict]]:
@@ -226,7 +235,7 @@ def test_admin_events_stream_carries_the_feed(server: str) -> None:
         board.apply(batch)
     frame = board.frame()
     assert frame.requests.total_arrived >= 1 and frame.requests.total_completed >= 1
-    assert frame.gpus == tuple(server.state.sim.pools)  # type: ignore[attr-defined]
+    assert frame.gpus == _pools()
 
 
 def test_attach_source_folds_the_stream(server: str) -> None:
@@ -243,7 +252,7 @@ def test_attach_source_folds_the_stream(server: str) -> None:
         return board
 
     board = asyncio.run(drive())
-    assert board.scenario == "serve-dcgm" and set(board.pools) == set(server.state.sim.pools)  # type: ignore[attr-defined]
+    assert board.scenario == "serve-dcgm" and set(board.pools) == set(_pools())
 
 
 def test_frames_posted_in_a_burst_collapse_into_the_latest() -> None:

@@ -255,14 +255,14 @@ class MessagesHandler(AnthropicHandler, ChatHandler):
         body, chat = self.parse_anthropic(kind)
         self.anthropic = body
         model = self.find_model(chat.model)
-        fault = self.fault_for(model)
+        fault = await self.fault_for(model)
         if fault is not None:
             await self.meet(fault, model)
         return chat, model, fault
 
     async def messages(self) -> None:
         chat, model, fault = await self.begin(MessagesRequest)
-        prompt_tokens, [result] = self.plan(chat, model, {"ignore_eos": ignore_eos(self.anthropic)})
+        prompt_tokens, [result] = await self.plan(chat, model, {"ignore_eos": ignore_eos(self.anthropic)})
         await self.network()
         [call] = self.submit(model, prompt_tokens, [result], chat.priority, chat.stream)
         message_id = "msg_" + self.state.new_id(12)

@@ -35,7 +35,7 @@ class ChatHandler(GenerationHandler):
     async def chat(self) -> None:
         state = self.state
         body, model, fault = await self.begin(ChatRequest)
-        prompt_tokens, answers = self.plan(body, model)
+        prompt_tokens, answers = await self.plan(body, model)
         await self.network()
         calls = self.submit(model, prompt_tokens, answers, body.priority, body.stream)
         completion_id = "chatcmpl-" + state.new_id(12)
@@ -69,7 +69,7 @@ class ChatHandler(GenerationHandler):
             text = text[: len(text) // 2]
         self.finish(text)
 
-    def plan(self, body: ChatRequest, model: Model, extra: dict[str, Any] | None = None) -> tuple[int, list[Answer]]:
+    async def plan(self, body: ChatRequest, model: Model, extra: dict[str, Any] | None = None) -> tuple[int, list[Answer]]:
         """A chat request's prompt tokens (its messages and tools under the chat template) and its answers, once
         the rate limits and the context window admit it. The Anthropic Messages handler plans its requests here
         too (converted to chat, as vLLM converts them), so both count, limit and answer alike; `extra` are
@@ -80,7 +80,7 @@ class ChatHandler(GenerationHandler):
         prompt_tokens = state.tokenizer.chat_prompt_tokens(messages, tools)
         if state.fleet.wants_token_ids:  # the fleet's prefix cache hashes the prompt's real tokens
             self.prompt_ids = tuple(chat_prompt_ids(messages, state.tokenizer, tools))
-        budget = self.admit(model, prompt_tokens, body.token_cap)
+        budget = await self.admit(model, prompt_tokens, body.token_cap)
         prompt = chat_prompt(body.messages)
         ask = Ask(prompt, last_user(body.messages), body.messages[-1].role, model.id, min(body.token_cap or budget, budget),
                   body.stops, body.seed, ignore_eos(body) or bool((extra or {}).get("ignore_eos")), body.response_format,

@@ -67,7 +67,7 @@ class CompletionHandler(GenerationHandler):
         slices = Slices()
         prompts = await self.prompts(body, slices)
         prompt_tokens = max(tokens for _, tokens in prompts)
-        budget = self.admit(model, prompt_tokens, body.max_tokens)
+        budget = await self.admit(model, prompt_tokens, body.max_tokens)
         answers: list[Answer] = []
         echoed: list[list[dict[str, Any]]] = []  # per prompt, its tokens' log-probabilities (echo with logprobs)
         for text, _ in prompts:
@@ -198,7 +198,7 @@ class EmbeddingHandler(GenerationHandler):
                 raise ApiError(400, f"Requested {sum(counts)} tokens, max {limits.embedding_tokens} tokens per request",
                                "max_tokens_per_request", None, "max_tokens_per_request")
             await slices.turn()
-        self.admit(model, max(counts), 0)
+        await self.admit(model, max(counts), 0)
         await self.network()
         await self.submit_sliced([Arrival(0, "api", model.id, max(n, 1), 0, 0, -1, 0) for n in counts], False, slices)
         if not await self.settle(self.calls, ["stop"] * len(self.calls), None):

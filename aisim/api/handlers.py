@@ -204,16 +204,20 @@ class GenerationHandler(BaseHandler):
         if not fleet.ready():
             raise ApiError(503, "The server is starting: the model is not loaded yet.", "ServiceUnavailableError")
         await fleet.awake()
-        fault = self.fault_for(model)
+        fault = await self.fault_for(model)
         if fault is not None:
             await self.meet(fault, model)
         return body, model, fault
 
-    def fault_for(self, model: Model) -> Any:
+    async def fault_for(self, model: Model) -> Any:
+        """The fault this request meets (None: none). Split across processes, the engine core picks it: the fault
+        book's counters and sequences are one for the whole server."""
         override = self.request.headers.get("x-aisim-fault")
         faults = self.state.faults
         if not override and not faults.states:
             return None
+        if self.state.core is not None:
+            return await self.state.core.pick_fault(tuple(model.names), self.endpoint, self.api_key_name, override)
         return faults.pick(Context(tuple(model.names), self.endpoint, self.api_key_name, self.state.live.now()), override)
 
     async def meet(self, fault: Any, model: Model) -> None:
@@ -225,10 +229,14 @@ class GenerationHandler(BaseHandler):
             self.close_connection()
             raise ConnectionDropped
 
-    def admit(self, model: Model, prompt_tokens: int, cap: int | None) -> int:
-        """Rate limits and the context window; returns the completion budget."""
+    async def admit(self, model: Model, prompt_tokens: int, cap: int | None) -> int:
+        """Rate limits and the context window; returns the completion budget. Split across processes, the
+        engine core's limiter admits (one set of buckets for every API server)."""
         limit = self.state.max_model_len(model)
-        headers = self.state.limiter.admit(self.api_key_name, prompt_tokens + (cap or 0), model.id, self.state.live.now())
+        if self.state.core is not None and self.state.limiter.limits is not None:
+            headers = await self.state.core.admit(self.api_key_name, prompt_tokens + (cap or 0), model.id)
+        else:
+            headers = self.state.limiter.admit(self.api_key_name, prompt_tokens + (cap or 0), model.id, self.state.live.now())
         for name, value in headers.items():
             self.set_header(name, value)
         if prompt_tokens + (cap or 1) > limit:
@@ -327,7 +335,7 @@ class GenerationHandler(BaseHandler):
 
     def engine_error(self, call: Call) -> ApiError:
         """vLLM's answer to a request its engine failed: 500 with the engine's error as the message."""
-        reason = call.request.error if call.request is not None else "the request could not be served"
+        reason = call.request.error if call.request is not None else call.error or "the request could not be served"
         return ApiError(500, reason, "InternalServerError")
 
     async def follow(self, calls: list[Call], on_event: Callable[[int, str], None]) -> None:

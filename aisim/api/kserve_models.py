@@ -455,7 +455,7 @@ def ended(inference: Inference, ending: tuple[str, int], elapsed_s: float) -> bo
                             end="aborted")
         return False
     if ending[0] == "failed":
-        reason = call.request.error if call.request is not None else "failed"
+        reason = call.request.error if call.request is not None else call.error or "failed"
         error = KServeError(503, f"{request.label}{QUEUE_FULL}") if reason == QUEUE_FULL else KServeError(500, reason)
         if recording is not None:
             recording.infer(call, inference.model, inference.version, inference.batch, request.inputs, [], elapsed_s,

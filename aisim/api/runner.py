@@ -7,7 +7,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from ..scenario import Scenario, load_scenario
 from ..scenario.distributions import DurationDistribution
@@ -24,6 +24,9 @@ class ServerUrl(str):
 
     state: ServerState
     listeners: list[str]
+    processes: Any
+    """Split across processes (`api_server_count`): the `multiproc.supervisor.Started` (its pids); there is no
+    `state` in this process then."""
 
 
 class _Started(TypedDict, total=False):
@@ -40,16 +43,29 @@ def running_server(scenario: Scenario | str | Path | None = None, *, seed: int |
                    network_delay: DurationDistribution | None = None, host: str = "127.0.0.1",
                    port: int = 0, speed: float = 1.0, record: str | Path | None = None,
                    pod: PodIdentity | None = None, port_offset: int = 0,
-                   tokenizer: str | None = None) -> Iterator[ServerUrl]:
+                   tokenizer: str | None = None, api_server_count: int = 0) -> Iterator[ServerUrl]:
     """Serve a scenario (the built-in default when None) in a background thread on a free port;
     yields the base URL of its first listener, like `http://127.0.0.1:54321`. `speed` runs the
     simulated clock faster than the wall clock (as `aisim serve --speed`); `record` writes the
     request log there (as `aisim serve --record`), complete once the block exits; `pod` serves it as that
     Kubernetes pod (as `POD_NAME` / `POD_NAMESPACE` do); `port_offset` moves the other listeners' ports (as
-    `aisim serve --port-offset`); `tokenizer` counts with a Hugging Face tokenizer (as `aisim serve --tokenizer`)."""
+    `aisim serve --port-offset`); `tokenizer` counts with a Hugging Face tokenizer (as `aisim serve --tokenizer`);
+    `api_server_count` N > 0 serves it as `aisim serve --api-server-count N` does (N API-server processes and an
+    engine core, started from a fresh interpreter; the URL then has no `state`)."""
     path = Path(scenario) if isinstance(scenario, (str, Path)) else None
     loaded = load_scenario(path or DEFAULT_SCENARIO) if not isinstance(scenario, Scenario) else scenario
     base_dir = (path or DEFAULT_SCENARIO).parent if path or scenario is None else Path(".")
+    if api_server_count:
+        from .multiproc.supervisor import Options, running
+
+        options = Options(api_server_count, base_dir.resolve(), host, port, port_offset, seed, network_delay, speed,
+                          None if record is None else str(record), pod, tokenizer, quiet=True)
+        with running(loaded, options) as started:
+            url = ServerUrl(f"http://{started.bound[0][1]}:{started.bound[0][2]}")
+            url.listeners = [f"http://{h}:{p}" for _, h, p in started.bound]
+            url.processes = started
+            yield url
+        return
     ready = threading.Event()
     box: _Started = {}
     loop = asyncio.new_event_loop()

@@ -49,6 +49,7 @@ from .tokenizer import Tokenizer, default_tokenizer
 
 if TYPE_CHECKING:
     from .handlers import GenerationHandler
+    from .multiproc.frontend import EngineClient
     from .responses import ResponseStore
 
 DEFAULT_PERSONALITIES = ("openai", "vllm", "vllm-metrics")
@@ -111,6 +112,9 @@ class ServerState:
     """Runtime LoRA loading is served (`server.loraRuntimeUpdates` or `VLLM_ALLOW_RUNTIME_LORA_UPDATING`)."""
     fleet: FleetRuntime = field(init=False)
     """KV-event publishers, data-parallel ranks, the KV-transfer role, start-up and sleep (`aisim.fleet`)."""
+    core: EngineClient | None = field(init=False, default=None)
+    """The engine core this API-server process talks to (`aisim serve --api-server-count N`, `multiproc`): faults
+    and rate limits are decided there. None in the single process, where the engine runs here."""
 
     def __post_init__(self) -> None:
         scenario = self.scenario = with_data_parallel(self.scenario, self.scenario.server.fleet.data_parallel_size)

@@ -48,6 +48,8 @@ class Call:
     """The wall-clock instant the end reached the call (None while it runs)."""
     submitted_wall: float = 0.0
     """The wall-clock instant the request was handed to the engine (its arrival on the engine's clock)."""
+    error: str = ""
+    """The engine's error for a failed request whose engine runs in another process (`request` is None there)."""
     _ended: asyncio.Future[tuple[str, int]] | None = None
     _listener: Callable[[str, int], None] | None = None
     """Called with each event on the engine's turn (see `listen`); until it is set, `events` keeps them."""

@@ -143,6 +143,9 @@ class Server(Spec):
     shutdown_grace: Duration = 30_000_000_000
     """On SIGTERM, time the requests in flight have to finish before the remaining streams are ended with an
     error event (default 30s, Kubernetes' terminationGracePeriodSeconds)."""
+    api_server_count: int = Field(0, ge=0, le=64)
+    """API-server processes in front of one engine-core process (vLLM's `--api-server-count`; `aisim serve
+    --api-server-count` overrides it). 0: one process serves everything (see README, "Serving on several cores")."""
     model_repository: str | None = None
     """A Triton model repository folder whose models are served besides `models`."""
     fleet: Fleet = Fleet()

@@ -1,0 +1,455 @@
+"""An API-server process: HTTP, parsing, tokens, content and SSE writes, with the engine in the engine core.
+
+The handlers are the single process's: `EngineClient` stands in for `Live` (a submission becomes a message, the
+engine core's events come back per step and reach each `Call` as the engine's own would), for the fault book
+and the rate limiter (asked over the socket), and `RemoteMetrics` / `RemoteRecording` hand `/metrics`'
+observations and the request log's lines to the engine core. Routes whose state is the whole server's (metrics,
+admin, model control, health, stored responses, ...) are handed on to the engine core's private listener
+(`Forward`), so their answers are the single process's, byte for byte.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+import tornado.httpclient
+import tornado.httputil
+import tornado.web
+
+from ...engine.lifecycle import State
+from ...engine.live import Call, Live
+from ...engine.workload import Arrival
+from ...scenario.models import KServe
+from ..errors import ApiError
+from ..kserve_tensors import KServeError
+from ..metrics_feed import MetricsFeed
+from ..recording import Recording
+from ..server import ServerState
+from . import wire
+
+HOP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive"})
+NO_CONTENT_TYPE = "X-Aisim-No-Content-Type"
+"""Marks a forwarded request that came without a `Content-Type` (the engine core's listener removes both)."""
+FORWARDED_AT_ONCE = 4096
+LAZY_S = 0.002
+"""How long an observation for the engine core may wait for a message to go out with (`EngineClient.send`)."""
+LOCAL_HANDLERS = frozenset({"ChatHandler", "CompletionHandler", "EmbeddingHandler", "MessagesHandler"})
+"""The generating routes an API server serves itself (with KServe's `/infer`); every other one is handed on."""
+
+
+@dataclass(eq=False)
+class RemoteCall(Call):
+    """A `Call` whose request runs in the engine core; `cid` names it there."""
+
+    cid: int = -1
+
+
+class ClientGone(Exception):
+    """The client of a forwarded request went away."""
+
+
+class EngineClient(Live):
+    """`Live`'s interface over the engine core's socket (and its fault book's and rate limiter's)."""
+
+    def __init__(self, state: ServerState, path: str, rank: int) -> None:
+        self.state = state
+        self.rank = rank
+        self.path = path
+        self.transport: asyncio.Transport | None = None
+        self._closing = False
+        self.calls: dict[int, RemoteCall] = {}
+        self.rpcs: dict[int, asyncio.Future[Any]] = {}
+        self._ids = itertools.count()
+        self._out: list[Any] = []
+        self._sending = False
+        self._lazy: asyncio.TimerHandle | None = None
+        self.started_wall = time.monotonic()
+        self.speed = 1.0
+        self.gone: str | None = None
+        """Why the engine core is gone (None while it runs)."""
+        self._welcome: asyncio.Future[None] | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    async def connect(self) -> None:
+        """Say hello and wait for the engine core's clock."""
+        self._loop = asyncio.get_running_loop()
+        self._welcome = self._loop.create_future()
+        await self._loop.create_unix_connection(lambda: _Link(self), self.path)
+        self._send(wire.Hello(self.rank))
+        await asyncio.wait_for(self._welcome, 30)
+
+    # -- Live's interface ------------------------------------------------------------------------
+
+    async def run(self) -> None:  # the engine core's clock runs the simulation
+        return None
+
+    def stop(self) -> None:
+        """Send what is queued and close the connection (asyncio writes what the socket had no room for first)."""
+        self._closing = True
+        self._flush()
+        if self.transport is not None:
+            self.transport.close()
+
+    async def closed(self) -> None:
+        """Wait until what `stop` left to write is written (the process may end then)."""
+        for _ in range(200):
+            if self.transport is None or self.transport.get_write_buffer_size() == 0:
+                return
+            await asyncio.sleep(0.01)
+
+    def now(self) -> int:
+        return int((time.monotonic() - self.started_wall) * self.speed * 1e9)
+
+    def submit(self, arrival: Arrival, live_tokens: bool = True) -> Call:
+        cid = next(self._ids)
+        call = RemoteCall(arrival, live_tokens, submitted_wall=time.monotonic(), cid=cid)
+        if self.gone is not None:
+            call.error = self.gone
+            asyncio.get_running_loop().call_soon(call, "failed", None, self.now())  # type: ignore[arg-type]
+            return call
+        self.calls[cid] = call
+        self._send(wire.Submit(cid, arrival.source, arrival.model, arrival.prompt, arrival.output, arrival.priority,
+                               arrival.version, live_tokens))
+        return call
+
+    def abort(self, call: Call) -> None:
+        if isinstance(call, RemoteCall) and call.cid in self.calls:
+            self._send(wire.Abort(call.cid))
+
+    # -- the engine core's decisions ---------------------------------------------------------------
+
+    async def pick_fault(self, models: tuple[str, ...], endpoint: str, api_key: str | None, override: str | None) -> Any:
+        value = await self._rpc(lambda rid: wire.Pick(rid, list(models), endpoint, api_key, override))
+        if value == -1:
+            return None
+        if value == -2:
+            return self.state.faults.pick(None, override)  # type: ignore[arg-type]  # forced: no context read
+        return self.state.faults.states[value].fault
+
+    async def admit(self, api_key: str | None, tokens: int, model: str) -> dict[str, str]:
+        headers: dict[str, str] = await self._rpc(lambda rid: wire.Admit(rid, api_key, tokens, model))
+        return headers
+
+    async def sync(self, everyone: bool = False) -> None:
+        """Mirror the engine core's state now (after a route it served, which may have changed it); `everyone`:
+        once every API server mirrors it."""
+        self.apply(await self._rpc(lambda rid: wire.Sync(rid, everyone)))
+
+    async def _rpc(self, make: Any) -> Any:
+        if self.gone is not None:
+            raise ApiError(503, f"The engine core is not running: {self.gone}", "ServiceUnavailableError")
+        rid = next(self._ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.rpcs[rid] = future
+        self._send(make(rid))
+        return await future
+
+    def send(self, message: Any) -> None:
+        """Send `message` within `LAZY_S`, with the next message that is waited for if one comes first: an
+        observation is not waited for, and going out with the next submission saves a message per request
+        (what a message costs both processes is most of the split's overhead). A route handed on to the engine
+        core syncs first, so `/metrics` always has them."""
+        if self.gone is not None:
+            return
+        self._out.append(message)
+        if not self._sending and self._lazy is None:
+            self._lazy = asyncio.get_running_loop().call_later(LAZY_S, self._flush)
+
+    # -- the socket ------------------------------------------------------------------------------
+
+    def _send(self, message: Any) -> None:
+        self._out.append(message)
+        if not self._sending:
+            self._sending = True
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._sending = False
+        if self._lazy is not None:
+            self._lazy.cancel()
+            self._lazy = None
+        if self._out and self.transport is not None:
+            out, self._out = self._out, []
+            self.transport.write(wire.frame(out))
+
+    def lost(self) -> None:
+        """The engine core's end of the connection closed: it is gone, unless this side is stopping."""
+        self.transport = None
+        if not self._closing:
+            self.engine_gone("it closed its connection")
+
+    def _receive(self, message: Any) -> None:
+        if isinstance(message, wire.Batch):
+            calls = self.calls
+            tokens = message.tokens
+            for index in range(0, len(tokens), 2):
+                call = calls.get(tokens[index])
+                if call is not None:
+                    call("token", None, tokens[index + 1])  # type: ignore[arg-type]  # no Request here
+            for end in message.ends:
+                call = calls.pop(end.cid, None)
+                if call is None:
+                    continue
+                call.error = end.error
+                if end.times:
+                    call.token_times.extend(end.times)
+                    call.token_walls.extend([time.monotonic()] * len(end.times))
+                call(end.event, None, end.time)  # type: ignore[arg-type]
+        elif isinstance(message, wire.Reply):
+            future = self.rpcs.pop(message.rid, None)
+            if future is not None and not future.done():
+                future.set_result(message.value)
+        elif isinstance(message, wire.Failed):
+            future = self.rpcs.pop(message.rid, None)
+            status, text, kind, param, code, headers = message.error
+            if future is not None and not future.done():
+                future.set_exception(ApiError(status, text, kind, param, code, dict(headers)))
+        elif isinstance(message, wire.Digest):
+            self.apply(message.digest)
+            if message.bid:
+                self._send(wire.Ack(message.bid))
+        elif isinstance(message, wire.Welcome):
+            self.started_wall, self.speed = message.started_wall, message.speed
+            self.apply(message.digest)
+            if self._welcome is not None and not self._welcome.done():
+                self._welcome.set_result(None)
+
+    def apply(self, digest: dict[str, Any]) -> None:
+        """Take the engine core's model lifecycle states and LoRA adapters as this process's own."""
+        for model_id, (active, lives) in digest["models"].items():
+            served = self.state.sim.models.get(model_id)
+            if served is None:
+                continue
+            served.lifecycle.active = active
+            for version, (value, reason) in lives.items():
+                life = served.lifecycle.lives.get(version)
+                if life is not None:
+                    life.state, life.reason = State(value), reason
+        self.state.lora_adapters.clear()
+        self.state.lora_adapters.update(digest["lora"])
+        for model_id, config in digest.get("kserve", {}).items():
+            served = self.state.sim.models.get(model_id)
+            if served is not None and (served.model.kserve is None or
+                                       served.model.kserve.model_dump(mode="json", by_alias=True) != config):
+                served.reconfigure(KServe.model_validate(config))
+        self._map_regions(digest.get("shm", []))
+
+    def _map_regions(self, regions: list[dict[str, Any]]) -> None:
+        """Register (map) the engine core's shared-memory regions here too; unmap those it no longer has."""
+        shared = self.state.shared_memory
+        wanted = {r["name"]: r for r in regions}
+        for name, held in list(shared.regions.items()):
+            if wanted.get(name) != held.status():
+                shared.unregister(name)
+        for name, region in wanted.items():
+            if name not in shared.regions:
+                try:
+                    shared.register(name, region["key"], region["offset"], region["byte_size"])
+                except KServeError:  # gone meanwhile: an inference naming it gets the engine's 404 then
+                    pass
+
+    def engine_gone(self, reason: str) -> None:
+        """The engine core died: every request still waiting for it fails now, with the reason (no client hangs)."""
+        if self.gone is not None:
+            return
+        self.gone = reason
+        now = self.now()
+        for call in list(self.calls.values()):
+            call.error = f"The engine core stopped: {reason}"
+            call("failed", None, now)  # type: ignore[arg-type]
+        self.calls.clear()
+        for future in self.rpcs.values():
+            if not future.done():
+                future.set_exception(ApiError(503, f"The engine core stopped: {reason}", "ServiceUnavailableError"))
+        self.rpcs.clear()
+
+
+class _Link(asyncio.Protocol):
+    """An API server's end of its connection to the engine core."""
+
+    def __init__(self, client: EngineClient) -> None:
+        self.client = client
+        self.frames = wire.Frames(wire.to_front)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.client.transport = cast(asyncio.Transport, transport)
+
+    def data_received(self, data: bytes) -> None:
+        receive = self.client._receive
+        for messages in self.frames.feed(data):
+            for message in messages:
+                receive(message)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.client.lost()
+
+
+class RemoteMetrics(MetricsFeed):
+    """`/metrics`' observations, handed to the engine core's `MetricsFeed` (which `/metrics` renders)."""
+
+    def __init__(self, client: EngineClient) -> None:
+        self.client = client
+
+    def finished(self, call: Call, finish_reason: str, max_tokens: int | None, token_times: list[int],
+                 n: int | None) -> None:
+        if isinstance(call, RemoteCall):
+            self.client.send(wire.Observed(call.cid, finish_reason, max_tokens, n))
+
+
+class RemoteRecording(Recording):
+    """The request log's lines, written by the engine core (one file for the whole server)."""
+
+    def __init__(self, client: EngineClient) -> None:
+        self.client = client
+
+    def request(self, call: Call, end: str, endpoint: str, elapsed_s: float) -> None:
+        if isinstance(call, RemoteCall):
+            self.client.send(wire.Logged(call.cid, end, endpoint, elapsed_s))
+
+    def infer(self, call: Call | None, model: str, version: str, batch: int, inputs: list[Any],
+              outputs: list[tuple[Any, list[int], bytes]], elapsed_s: float, error: str = "",
+              end: str = "finished") -> None:
+        cid = call.cid if isinstance(call, RemoteCall) else -1
+        self.client.send(wire.LoggedInfer(cid, model, version, batch,
+                                          [(t.name, t.datatype, list(t.shape)) for t in inputs],
+                                          [(t.name, t.datatype, list(shape)) for t, shape, _ in outputs],
+                                          elapsed_s, error, end))
+
+    def load(self, model: str, version: str, elapsed_s: float, error: str = "") -> None:
+        return None  # loads are served by the engine core, which logs them
+
+    def close(self, sim: Any) -> None:
+        return None
+
+
+def attach(state: ServerState, client: EngineClient, rank: int, recording: bool) -> None:
+    """Make `state` (built without a request log) an API server's: the engine, faults, limits, metrics and
+    request log are the engine core's. Rank 0 draws the single process's sequence of request seeds, the
+    others their own (two API servers must not give two requests the same seed)."""
+    state.live = client
+    state.core = client
+    state.metrics = RemoteMetrics(client)
+    state.recording = RemoteRecording(client) if recording else None
+    # forwarded requests in flight at once (Tornado's client queues beyond 10: ten `/admin/events` watchers
+    # would hold every other forwarded route)
+    tornado.httpclient.AsyncHTTPClient.configure(None, max_clients=FORWARDED_AT_ONCE)
+    if rank:
+        state._seed_rng = np.random.default_rng(np.random.SeedSequence([state.sim.seed, 1, rank]))
+        state._seeds = []
+
+
+class Forward(tornado.web.RequestHandler):
+    """Hand a request on to the engine core's private listener and relay its answer as it comes (a stream
+    too), status, headers and body unchanged."""
+
+    SUPPORTED_METHODS = ("GET", "HEAD", "POST", "DELETE", "PATCH", "PUT", "OPTIONS")
+
+    def initialize(self, target: str, client: EngineClient, **_: Any) -> None:
+        self.target = target
+        self.client = client
+        self.client_gone = False
+
+    def on_connection_close(self) -> None:
+        self.client_gone = True  # a forwarded stream (`/admin/events`) is closed at its next chunk
+
+    def set_default_headers(self) -> None:
+        self._headers = tornado.httputil.HTTPHeaders()
+
+    async def forward(self, *_: Any) -> None:
+        await forward(self, self.target, self.client)
+
+    get = head = post = delete = patch = put = options = forward
+
+    def compute_etag(self) -> None:
+        return None
+
+
+async def forward(handler: tornado.web.RequestHandler, target: str, client: EngineClient) -> None:
+    """`handler`'s request, answered by the engine core at `target` (`http://127.0.0.1:PORT`)."""
+    request = handler.request
+    started: list[bool] = [False]
+    status: list[int] = [200]
+    reason: list[str] = [""]
+    headers = tornado.httputil.HTTPHeaders()
+
+    def on_header(line: str) -> None:
+        if line.startswith("HTTP/"):
+            start = tornado.httputil.parse_response_start_line(line.strip())
+            status[0], reason[0] = start.code, start.reason
+            headers.clear()
+        elif line.strip():
+            headers.parse_line(line)
+
+    def begin() -> None:
+        if started[0]:
+            return
+        started[0] = True
+        handler.set_status(status[0], reason[0] or None)
+        for name, value in headers.get_all():
+            if name.lower() not in HOP_HEADERS:
+                handler.add_header(name, value)
+
+    def on_chunk(chunk: bytes) -> None:
+        if getattr(handler, "client_gone", False):
+            raise ClientGone  # ends the forwarded request: the engine core sees its connection close
+        begin()
+        if not handler.request.connection or handler._finished:
+            return
+        handler.write(chunk)
+        if "Content-Length" not in headers:  # a stream (chunked): each piece goes on as it comes; an answer of
+            handler.flush()  # known length goes out whole, with its Content-Length, as the engine core sent it
+
+    body = request.body if request.method in ("POST", "PUT", "PATCH", "DELETE") else None
+    sent_headers = request.headers
+    if body is not None and "Content-Type" not in sent_headers:  # Tornado's client would add a form's type
+        sent_headers = tornado.httputil.HTTPHeaders(sent_headers)
+        sent_headers[NO_CONTENT_TYPE] = "1"
+    sent = tornado.httpclient.HTTPRequest(
+        target + request.uri, method=request.method, headers=sent_headers, body=body,
+        allow_nonstandard_methods=True, follow_redirects=False, decompress_response=False,
+        request_timeout=24 * 3600, connect_timeout=10, header_callback=on_header, streaming_callback=on_chunk)
+    try:  # first what this API server sent before (a finished request's observations) reaches the engine core
+        await client.sync()
+    except ApiError:
+        pass
+    try:
+        await tornado.httpclient.AsyncHTTPClient().fetch(sent, raise_error=False)
+    except ClientGone:
+        return
+    except OSError as error:
+        if not started[0]:
+            handler.set_status(503)
+            handler.finish(f'{{"error": "the engine core is not reachable: {error}"}}')
+        return
+    begin()
+    if request.method != "GET" or "/ready" in request.uri or "/load" in request.uri:
+        try:  # the engine's state may have changed (a model loaded): every API server mirrors it before the answer
+            await client.sync(everyone=request.method != "GET")
+        except ApiError:
+            pass
+    if not handler._finished:
+        handler.finish()
+
+
+def route_locally(app: tornado.web.Application, target: str, client: EngineClient) -> tornado.web.Application:
+    """`app` (the single process's application of one listener) with every route but the generating ones and
+    KServe's `/infer` handed on to the engine core (`Forward`)."""
+    from ..kserve_api import ModelHandler
+
+    for rule in app.wildcard_router.rules:
+        handler = rule.target
+        if not isinstance(handler, type):
+            continue
+        infer = handler is ModelHandler and rule.target_kwargs.get("methods") == ("POST",)
+        if handler.__name__ in LOCAL_HANDLERS or infer:
+            continue
+        rule.target = Forward
+        rule.target_kwargs = {"target": target, "client": client}
+    app.settings["default_handler_class"] = Forward
+    app.settings["default_handler_args"] = {"target": target, "client": client}
+    return app
