@@ -23,8 +23,9 @@ the same equalities that real token hashes would give.
 
 from __future__ import annotations
 
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Hashable, Sequence
+from itertools import islice
 
 from .request import Request
 
@@ -33,7 +34,11 @@ SAMPLED_TOKEN = 0
 ORPHAN: Hashable = ("orphan",)
 """The hash of a cached block that nobody can hit again (a finished synthetic request's own block):
 it still sits at the back of the free queue like any cached block, but its real hash is dropped, so
-a server that runs for ever keeps no memory per past request."""
+a server that runs for ever keeps no memory per past request. A block a synthetic request holds gets
+it too when cached for its own content: that hash, (request, index), is not in the map (only the
+request itself could hit it, and only after a preemption), so the block's position in the request's
+block list stands for it until a preemption registers it (`free`). One sentinel instead of a tuple
+per block is what a long trace's millions of blocks cost."""
 
 
 class KvCache:
@@ -208,16 +213,25 @@ class KvCache:
         hashes = self._hash
         synthetic = request.token_ids is None
         shared = request.prefix // self.block_size if request.group >= 0 else 0
-        for index in range(start, full):
-            block = blocks[index]
-            if synthetic:
-                key: Hashable = (~request.group, index) if index < shared else (request.id, index)
-            else:
+        if synthetic:
+            group = ~request.group
+            for index in range(start, min(shared, full)):
+                block = blocks[index]
+                if hashes[block] is None:
+                    key: Hashable = (group, index)
+                    hashes[block] = key
+                    self._register(key, block)
+            for index in range(max(start, shared), full):  # its own content: (request, index), unregistered
+                block = blocks[index]
+                if hashes[block] is None:
+                    hashes[block] = ORPHAN
+        else:
+            for index in range(start, full):
+                block = blocks[index]
                 key = self.block_hash(request, index)
-            if hashes[block] is not None:
-                continue
-            hashes[block] = key
-            if not synthetic or index < shared:
+                if hashes[block] is not None:
+                    continue
+                hashes[block] = key
                 self._register(key, block)
         self._num_cached[request.id] = full
 
@@ -241,12 +255,16 @@ class KvCache:
 
     def _take(self, count: int) -> list[int]:
         """Pop `count` blocks off the free queue's front, evicting their hashes (`get_new_blocks`)."""
-        popitem, refs, hashes = self._free.popitem, self._refs, self._hash
-        taken = [popitem(last=False)[0] for _ in range(count)]
+        free, refs, hashes = self._free, self._refs, self._hash
+        taken = list(islice(free, count))
+        deque(map(free.__delitem__, taken), 0)  # the front `count` entries, without a Python call each
         for block in taken:
             key = hashes[block]
             if key is not None:
-                self._evict(block, key)
+                if key is ORPHAN:
+                    hashes[block] = None
+                else:
+                    self._evict(block, key)
             refs[block] = 1
         return taken
 
@@ -281,18 +299,41 @@ class KvCache:
             return
         refs, hashes, free, rid = self._refs, self._hash, self._free, request.id
         first: list[int] = []
-        for block in reversed(blocks):
-            refs[block] -= 1
-            if refs[block] == 0:
+        if not caching:
+            for block in reversed(blocks):
+                left = refs[block] - 1
+                refs[block] = left
+                if not left:
+                    first.append(block)
+        elif finished or not synthetic:
+            for block in reversed(blocks):
+                left = refs[block] - 1
+                refs[block] = left
+                if left:
+                    continue
                 key = hashes[block]
-                if key is None or not caching:
+                if key is None:
                     first.append(block)
                     continue
-                if synthetic and key[0] == rid:  # type: ignore[index]
-                    if finished:
-                        hashes[block] = ORPHAN
-                    else:
-                        self._register(key, block)
+                if synthetic and key is not ORPHAN and key[0] == rid:  # type: ignore[index]
+                    hashes[block] = ORPHAN  # registered after an earlier preemption; `_orphan` dropped it
+                free[block] = None
+        else:  # a synthetic request preempted: its own blocks' hashes enter the map
+            for index in range(len(blocks) - 1, -1, -1):
+                block = blocks[index]
+                left = refs[block] - 1
+                refs[block] = left
+                if left:
+                    continue
+                key = hashes[block]
+                if key is None:
+                    first.append(block)
+                    continue
+                if key is ORPHAN:
+                    key = hashes[block] = (rid, index)
+                    self._register(key, block)
+                elif key[0] == rid:  # type: ignore[index]
+                    self._register(key, block)
                 free[block] = None
         for block in reversed(first):
             free[block] = None
