@@ -25,20 +25,23 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from collections.abc import Hashable, Sequence
-from itertools import islice
+from itertools import islice, repeat
+from operator import is_not
 
 from .request import Request
 
 SAMPLED_TOKEN = 0
 """The token id every decode step samples in a trace replay (the recorder's model output)."""
 ORPHAN: Hashable = ("orphan",)
-"""The hash of a cached block that nobody can hit again (a finished synthetic request's own block):
-it still sits at the back of the free queue like any cached block, but its real hash is dropped, so
-a server that runs for ever keeps no memory per past request. A block a synthetic request holds gets
-it too when cached for its own content: that hash, (request, index), is not in the map (only the
-request itself could hit it, and only after a preemption), so the block's position in the request's
-block list stands for it until a preemption registers it (`free`). One sentinel instead of a tuple
-per block is what a long trace's millions of blocks cost."""
+"""The hash of a cached block that nobody can hit again (a finished synthetic request's own block,
+registered by a preemption): it still sits at the back of the free queue like any cached block, but
+its real hash is dropped, so a server that runs for ever keeps no memory per past request.
+
+A synthetic request's own cached blocks, the hash (request, index) that only the request itself could
+hit after a preemption, are not written at all while it holds them: a block among its first
+`_num_cached` with no hash is one (the position stands for the index), registered when the request is
+preempted and, when it finishes, put at the back of the free queue with no hash, which behaves as
+`ORPHAN` does. A long trace holds millions of such blocks: none costs a write."""
 
 
 class KvCache:
@@ -213,7 +216,7 @@ class KvCache:
         hashes = self._hash
         synthetic = request.token_ids is None
         shared = request.prefix // self.block_size if request.group >= 0 else 0
-        if synthetic:
+        if synthetic:  # its own blocks past the shared prefix keep no hash (see ORPHAN)
             group = ~request.group
             for index in range(start, min(shared, full)):
                 block = blocks[index]
@@ -221,10 +224,6 @@ class KvCache:
                     key: Hashable = (group, index)
                     hashes[block] = key
                     self._register(key, block)
-            for index in range(max(start, shared), full):  # its own content: (request, index), unregistered
-                block = blocks[index]
-                if hashes[block] is None:
-                    hashes[block] = ORPHAN
         else:
             for index in range(start, full):
                 block = blocks[index]
@@ -257,15 +256,14 @@ class KvCache:
         """Pop `count` blocks off the free queue's front, evicting their hashes (`get_new_blocks`)."""
         free, refs, hashes = self._free, self._refs, self._hash
         taken = list(islice(free, count))
-        deque(map(free.__delitem__, taken), 0)  # the front `count` entries, without a Python call each
-        for block in taken:
-            key = hashes[block]
-            if key is not None:
-                if key is ORPHAN:
-                    hashes[block] = None
-                else:
+        # the front `count` entries out of the queue, each referenced once: in C, not a Python step a block
+        deque(map(free.__delitem__, taken), 0)
+        deque(map(refs.__setitem__, taken, repeat(1)), 0)
+        if any(map(is_not, map(hashes.__getitem__, taken), repeat(None))):
+            for block in taken:
+                key = hashes[block]
+                if key is not None:
                     self._evict(block, key)
-            refs[block] = 1
         return taken
 
     def _evict(self, block: int, key: Hashable) -> None:
@@ -290,7 +288,7 @@ class KvCache:
         A synthetic request's own blocks (hashed by its id) can be hit only by itself, so their hashes
         enter the map only when it is preempted; when it finishes (`finished`) they become `ORPHAN`."""
         blocks = self._blocks.pop(request.id, None)
-        self._num_cached.pop(request.id, None)
+        cached = self._num_cached.pop(request.id, 0)
         caching = self.prefix_caching
         synthetic = caching and request.token_ids is None
         if finished and synthetic and request.preemptions:
@@ -298,27 +296,18 @@ class KvCache:
         if not blocks:
             return
         refs, hashes, free, rid = self._refs, self._hash, self._free, request.id
-        first: list[int] = []
-        if not caching:
-            for block in reversed(blocks):
-                left = refs[block] - 1
-                refs[block] = left
-                if not left:
-                    first.append(block)
-        elif finished or not synthetic:
-            for block in reversed(blocks):
-                left = refs[block] - 1
-                refs[block] = left
-                if left:
-                    continue
-                key = hashes[block]
-                if key is None:
-                    first.append(block)
-                    continue
-                if synthetic and key is not ORPHAN and key[0] == rid:  # type: ignore[index]
-                    hashes[block] = ORPHAN  # registered after an earlier preemption; `_orphan` dropped it
-                free[block] = None
-        else:  # a synthetic request preempted: its own blocks' hashes enter the map
+        first: list[int]
+        if not caching or (finished and synthetic and request.group < 0 and not request.preemptions):
+            # Nobody else can hold its blocks (no prefix cache, or none of them ever entered the map): each
+            # has one reference, the first `cached` are its own cached blocks and the rest have no hash.
+            deque(map(refs.__setitem__, blocks, repeat(0)), 0)
+            if not caching:
+                cached = 0
+            if cached:
+                free.update(dict.fromkeys(reversed(blocks[:cached])))
+            first = blocks[:cached - 1 if cached else None:-1]
+        else:
+            first = []
             for index in range(len(blocks) - 1, -1, -1):
                 block = blocks[index]
                 left = refs[block] - 1
@@ -327,13 +316,17 @@ class KvCache:
                     continue
                 key = hashes[block]
                 if key is None:
-                    first.append(block)
-                    continue
-                if key is ORPHAN:
-                    key = hashes[block] = (rid, index)
-                    self._register(key, block)
-                elif key[0] == rid:  # type: ignore[index]
-                    self._register(key, block)
+                    if not synthetic or index >= cached:
+                        first.append(block)
+                        continue
+                    if not finished:  # its own block: the hash enters the map
+                        key = hashes[block] = (rid, index)
+                        self._register(key, block)
+                elif synthetic and key[0] == rid:  # type: ignore[index]
+                    if finished:
+                        hashes[block] = ORPHAN  # registered by a preemption; `_orphan` dropped it
+                    else:
+                        self._register(key, block)
                 free[block] = None
         for block in reversed(first):
             free[block] = None
