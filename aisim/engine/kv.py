@@ -23,11 +23,9 @@ the same equalities that real token hashes would give.
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
 from collections.abc import Hashable, Sequence
-from itertools import islice, repeat
-from operator import is_not
 
+from .free_queue import FreeQueue
 from .request import Request
 
 SAMPLED_TOKEN = 0
@@ -53,7 +51,7 @@ class KvCache:
         self.block_size = block_size
         self.prefix_caching = prefix_caching
         self.max_model_len = max_model_len
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
+        self._free = FreeQueue(range(1, num_blocks))
         self._refs = [0] * num_blocks
         self._hash: list[Hashable | None] = [None] * num_blocks
         self._cached: dict[Hashable, int | dict[int, None]] = {}
@@ -249,21 +247,17 @@ class KvCache:
         refs, free = self._refs, self._free
         for block in hit:
             if refs[block] == 0:
-                del free[block]
+                free.remove(block)
             refs[block] += 1
 
     def _take(self, count: int) -> list[int]:
         """Pop `count` blocks off the free queue's front, evicting their hashes (`get_new_blocks`)."""
-        free, refs, hashes = self._free, self._refs, self._hash
-        taken = list(islice(free, count))
-        # the front `count` entries out of the queue, each referenced once: in C, not a Python step a block
-        deque(map(free.__delitem__, taken), 0)
-        deque(map(refs.__setitem__, taken, repeat(1)), 0)
-        if any(map(is_not, map(hashes.__getitem__, taken), repeat(None))):
-            for block in taken:
-                key = hashes[block]
-                if key is not None:
-                    self._evict(block, key)
+        refs, hashes = self._refs, self._hash
+        taken = self._free.take(count)
+        for block in taken:
+            if hashes[block] is not None:
+                self._evict(block, hashes[block])
+            refs[block] = 1
         return taken
 
     def _evict(self, block: int, key: Hashable) -> None:
@@ -300,14 +294,16 @@ class KvCache:
         if not caching or (finished and synthetic and request.group < 0 and not request.preemptions):
             # Nobody else can hold its blocks (no prefix cache, or none of them ever entered the map): each
             # has one reference, the first `cached` are its own cached blocks and the rest have no hash.
-            deque(map(refs.__setitem__, blocks, repeat(0)), 0)
+            for block in blocks:
+                refs[block] = 0
             if not caching:
                 cached = 0
             if cached:
-                free.update(dict.fromkeys(reversed(blocks[:cached])))
+                free.append(blocks[cached - 1::-1])
             first = blocks[:cached - 1 if cached else None:-1]
         else:
             first = []
+            back: list[int] = []
             for index in range(len(blocks) - 1, -1, -1):
                 block = blocks[index]
                 left = refs[block] - 1
@@ -327,10 +323,10 @@ class KvCache:
                         hashes[block] = ORPHAN  # registered by a preemption; `_orphan` dropped it
                     else:
                         self._register(key, block)
-                free[block] = None
-        for block in reversed(first):
-            free[block] = None
-            free.move_to_end(block, last=False)
+                back.append(block)
+            free.append(back)
+        if first:
+            free.push_front(first)
 
     def _orphan(self, request: Request) -> None:
         """A finished synthetic request that was preempted: its own blocks registered then (held
