@@ -41,6 +41,8 @@ the memory of them must not grow without end)."""
 
 def record_levels(pool: Allocator, gpu: str, timeline: Timeline, now: int) -> None:
     """Put the pool's warning / critical threshold crossings on the timeline."""
+    if not pool.watch.events:  # the common case, once a step
+        return
     for event in pool.drain_events():
         timeline.add(now, "memory", gpu, event.level, event.usage, event.used)
 
