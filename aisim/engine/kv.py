@@ -353,5 +353,9 @@ class KvCache:
             return
         bs, num_cached = self.block_size, self._num_cached
         for request in requests:
-            if request.computed // bs > num_cached[request.id]:
-                self.cache_blocks(request, request.computed)
+            full = request.computed // bs
+            if full > num_cached[request.id]:
+                if request.token_ids is None and request.group < 0:
+                    num_cached[request.id] = full  # all `cache_blocks` does for its own blocks (see ORPHAN)
+                else:
+                    self.cache_blocks(request, request.computed)

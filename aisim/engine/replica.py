@@ -518,9 +518,13 @@ class Replica:
         self.scheduler.decode_run(steps)
         end = int(ends[-1])
         first = int(ends[0])
-        gaps = [first - request.last_token_at for request in requests]
+        gaps = []
+        finished = []
         for request in requests:
+            gaps.append(first - request.last_token_at)
             request.last_token_at = end
+            if request.generated >= request.output:
+                finished.append(request)
         if self.timeline.per_token:
             for request in requests:
                 for k in range(steps):
@@ -534,7 +538,6 @@ class Replica:
                 weights.fill(count)
                 stats.add_itl(ends[1:] - ends[:-1], weights)
         self._log(plan.start, ends, len(requests), 0, len(requests), used_before + plan.blocks[:steps])
-        finished = [r for r in requests if r.generated >= r.output]
         if finished:
             self.scheduler.finish(finished)
             for request in finished:
