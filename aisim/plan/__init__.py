@@ -18,7 +18,7 @@ from typing import Any
 
 from ..scenario import Scenario, check_file
 from ..scenario.source import parse
-from .evaluate import Task
+from .evaluate import CONFIRM, Task
 from .execute import Progress, code_version, run_tasks
 from .ranking import answer, enrich, pareto, score, winner_deployment
 from .space import Config, PlanError, base_rate, configurations, planned_model
@@ -26,8 +26,10 @@ from .space import Config, PlanError, base_rate, configurations, planned_model
 __all__ = ["PlanError", "plan_file", "plan_scenario"]
 
 
-SIBLING_STEP = 1.25
-"""Search step of a configuration started from its smallest sibling's rate (it starts close)."""
+SIBLING_STEP = CONFIRM
+"""Search step of a configuration started from its smallest sibling's rate: it starts close (replicas scale
+nearly linearly), and a bracket one CONFIRM step wide is its own confirmation (`evaluate.search`), so
+a good start costs two evaluations."""
 
 
 def _sibling(config: Config) -> Config:

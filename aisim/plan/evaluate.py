@@ -238,16 +238,17 @@ def _bracket(evaluate: Callable[[float], dict[str, Any]], start: float, step: fl
         used += 1
         if "failure" in point:
             return None, None
+        # from the rate as evaluated (rounded), so that a step of CONFIRM lands on the confirmation's rate
         if point["meets"]:
             passed = point
             if failed is not None:
                 break
-            rate *= step
+            rate = point["rate"] * step
         else:
             failed = point
             if passed is not None:
                 break
-            rate /= step
+            rate = point["rate"] / step
     return passed, failed
 
 
