@@ -9,7 +9,7 @@ baseline, measured in the same run, is the same simulation planned one step at a
 code before it) measures instead this tree's engine against git revision REF's (`git archive` into a
 temporary folder, imported from there), in interleaved rounds of fresh processes pinned to one core,
 CPU time of the simulation alone; it checks that both give the same result (a digest of every request's
-times and every step) and prints the median ratio of the CPU time per request.
+times, every step and every allocator's counters) and prints the median ratio of the CPU time per request.
 
     python bench/run_speed.py [SCENARIO] [--skip-baseline]
     python bench/run_speed.py [SCENARIO] --against main [--rounds 5] [--core 1]
@@ -56,7 +56,8 @@ def measure(scenario: str, macro: bool) -> dict[str, float]:
 
 def cpu_per_request(scenario: str) -> dict[str, object]:
     """Run the scenario headless in this process: CPU seconds of `Simulation.run` alone, and a digest of
-    the result (every request's outcome and times, every step's columns) to compare two trees by."""
+    the result (every request's outcome and times, every step's columns, every allocator's
+    `memory_stats`) to compare two trees by."""
     import aisim
     from aisim.engine.simulation import Simulation
     from aisim.scenario import load_scenario
@@ -73,6 +74,10 @@ def cpu_per_request(scenario: str) -> dict[str, object]:
         for column in (run.starts, run.ends, run.requests, run.prefill_tokens, run.decode_tokens, run.kv_used):
             digest.update(column.astype("int64").tobytes())
     digest.update(repr(sorted(sim.timeline.events, key=repr)).encode())
+    pools = {id(pool): pool for served in sim.served_models for engine in served.engines
+             if getattr(engine, "memory", None) is not None for _, pool in engine.memory.pools}
+    for pool in pools.values():  # every allocator's counters, peaks included
+        digest.update(repr(sorted(pool.memory_stats().items())).encode())
     return {"requests": len(sim.requests), "cpu": cpu, "digest": digest.hexdigest(), "package": aisim.__file__}
 
 
@@ -124,7 +129,8 @@ def against(scenario: str, ref: str, rounds: int, core: int) -> None:
               f"{ref}: {statistics.median(cpu[ref]):.0f}")
         print(f"ratio     this / {ref}: {statistics.median(ratios):.3f} (median of rounds; "
               f"{min(ratios):.3f}-{max(ratios):.3f}); target <= 0.5: {'PASS' if statistics.median(ratios) <= 0.5 else 'FAIL'}")
-        print(f"results   {'identical' if same else 'DIFFERENT'} (digest of every request's times and every step)")
+        print(f"results   {'identical' if same else 'DIFFERENT'} (digest of every request's times, every step "
+              "and every allocator's counters)")
         if not same:
             sys.exit(1)
 

@@ -142,6 +142,7 @@ class CachingAllocator(Allocator):
 
     def record_history(self, enabled: bool = True, max_entries: int = 100_000) -> None:
         """`torch.cuda.memory._record_memory_history`: keep the last `max_entries` trace entries."""
+        self._settle()
         self.history = deque(maxlen=max(1, max_entries)) if enabled else None
 
     def trace(self, action: str, addr: int, size: int, stream: int) -> None:
@@ -150,8 +151,15 @@ class CachingAllocator(Allocator):
 
     # malloc
 
+    def can_defer(self) -> bool:
+        return (self._deferred is None and not self._pending and self.history is None and not self._gc
+                and not self._expandable)
+
     def malloc(self, size: int, stream: int = 0) -> Allocation:
         """`DeviceCachingAllocator::malloc`."""
+        if self._deferred is not None:
+            self._settle()
+        self.version += 1
         if size <= 0:
             if size == 0:
                 return self._null(stream)
@@ -400,6 +408,8 @@ class CachingAllocator(Allocator):
 
     def empty_cache(self) -> None:
         """`torch.cuda.empty_cache()`: `release_cached_blocks`."""
+        self._settle()
+        self.version += 1
         self._release_cached_blocks()
 
     def _release_cached_blocks(self) -> None:
@@ -489,6 +499,7 @@ class CachingAllocator(Allocator):
 
     def state(self) -> PoolState:
         """Segments in address order (each mapped range of an expandable segment is one), and metrics."""
+        self._settle()
         blocks = [*self._active, *self._small.all_free(), *self._large.all_free()]
         heads = sorted((b for b in blocks if b.prev is None or not b.prev.mapped), key=lambda b: b.address)
         bins = BinCounter()
