@@ -171,7 +171,7 @@ class ReplicaMemory:
             return  # the execution context already holds its maximum
         eager = self._sizes(tokens, requests)
         step = self.step
-        shape = (tokens, requests)
+        shape = tuple(eager)  # steps of different shapes often allocate the same (their logits)
         for (_, pool), memo in zip(self.pools, self._memos):
             if memo is not None and memo.begin(shape, eager, self):
                 continue  # a recorded round trip: nothing to allocate unless somebody looks (`materialize`)

@@ -436,10 +436,10 @@ class Replica:
             stats.kv_area += float(used * (end - start))
             if used > stats.kv_peak:  # noqa: PLR1730 (hot path)
                 stats.kv_peak = used
+            columns = np.array((start, requests, prefill, decode), dtype=np.int64)  # one array, four views
             self.timeline.add_steps(StepRun(
-                self.name, self.gpus, stream or self.stream, np.array([start], dtype=np.int64), ends.copy(),
-                np.array([requests], dtype=np.int64), np.array([prefill], dtype=np.int64),
-                np.array([decode], dtype=np.int64), kv_used, self.kv.total,
+                self.name, self.gpus, stream or self.stream, columns[0:1], ends.copy(), columns[1:2], columns[2:3],
+                columns[3:4], kv_used, self.kv.total,
             ))
             return
         starts = np.empty(count, dtype=np.int64)

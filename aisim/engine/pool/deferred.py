@@ -29,7 +29,8 @@ if TYPE_CHECKING:
     from .stats import Stat
 
 SEEN = 1024
-"""Shapes remembered as seen once (a trip is recorded the second time a shape comes)."""
+"""Step shapes (their tensors' tags and sizes) remembered as seen once (a trip is recorded the second
+time a shape comes)."""
 
 
 class Trip:
@@ -63,7 +64,7 @@ def _quiet(pool: CachingAllocator) -> tuple[int, ...]:
 
 @dataclass
 class _Before:
-    shape: tuple[int, int] | None
+    shape: tuple[tuple[str, int], ...] | None
     """The trip's shape when it is to be recorded; None when it is only checked."""
     version: int
     quiet: tuple[int, ...]
@@ -80,8 +81,8 @@ class StepMemo:
     pool: CachingAllocator
     base: int = -1
     """The pool's version when it was last known to be in the base state (-1: unknown)."""
-    trips: dict[tuple[int, int], Trip] = field(default_factory=dict)
-    seen: set[tuple[int, int]] = field(default_factory=set)
+    trips: dict[tuple[tuple[str, int], ...], Trip] = field(default_factory=dict)
+    seen: set[tuple[tuple[str, int], ...]] = field(default_factory=set)
     recording: _Before | None = None
     deferred: bool = False
     stats: list[Stat] = field(default_factory=list)
@@ -89,9 +90,10 @@ class StepMemo:
     def __post_init__(self) -> None:
         self.stats = self.pool.stats._all_stats()
 
-    def begin(self, shape: tuple[int, int], eager: list[tuple[str, int]], owner: Any) -> bool:
-        """A step of `shape` allocates `eager` now: True when the pool deferred it (allocate nothing), False
-        when the caller allocates for real (this memo then watches the round trip, to record it)."""
+    def begin(self, shape: tuple[tuple[str, int], ...], eager: list[tuple[str, int]], owner: Any) -> bool:
+        """A step allocates `eager` now (`shape`: the same as a tuple, the trip's key): True when the pool
+        deferred it (allocate nothing), False when the caller allocates for real (this memo then watches the
+        round trip, to record it)."""
         pool = self.pool
         if not pool.can_defer():
             self.base = -1
