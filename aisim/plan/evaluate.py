@@ -8,8 +8,8 @@ the requests a lost replica held (vLLM's EngineDeadError) are the failure being 
 counted apart (`lost`), not against the SLO.
 
 The search starts at the workload's rate times the replica count (or `search.start`; the planner starts
-a configuration with more replicas from what its smallest sibling carried, scaled, and a smaller step),
-doubles or halves until one rate passes and one fails, then bisects geometrically until they are within
+a configuration with more replicas from what its sibling with the next fewer replicas carried, scaled,
+in steps of 1.1), doubles or halves until one rate passes and one fails, then bisects geometrically until they are within
 `search.precision` of each other; the rate 1.1 times the highest passing one must fail too (a run near
 the limit is noisy: when it passes, the search goes on above it), so the reported rate meets every SLO
 and 1.1 times it misses one, both simulated. With a precision of 10 % or coarser, a bracket within 1.1²
