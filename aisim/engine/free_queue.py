@@ -22,17 +22,18 @@ SLACK = 1024
 class FreeQueue:
     """Free block ids in queue order: front first."""
 
-    __slots__ = ("_count", "_dead", "_head", "_items")
+    __slots__ = ("_dead", "_head", "_items", "size")
 
     def __init__(self, blocks: Sequence[int]) -> None:
         self._items: list[int] = list(blocks)
         self._head = 0
-        self._count = len(self._items)
+        self.size = len(self._items)
+        """Blocks in the queue (read directly: the KV cache asks at every allocation)."""
         self._dead = 0
         """Tombstones at or after the head."""
 
     def __len__(self) -> int:
-        return self._count
+        return self.size
 
     def __iter__(self) -> Iterator[int]:
         return (block for block in self._items[self._head:] if block != TOMBSTONE)
@@ -53,7 +54,7 @@ class FreeQueue:
                 taken += items[end:more]
                 end = more
         self._head = end
-        self._count -= count
+        self.size -= count
         if end > 2 * SLACK:  # compact: drop what lies before the head (a few µs per thousand blocks)
             del items[:end - SLACK]
             self._head = SLACK
@@ -62,7 +63,7 @@ class FreeQueue:
     def append(self, blocks: Sequence[int]) -> None:
         """Put `blocks` at the back, in this order."""
         self._items.extend(blocks)
-        self._count += len(blocks)
+        self.size += len(blocks)
 
     def push_front(self, blocks: list[int]) -> None:
         """Put `blocks` at the front: `blocks[0]` becomes the first."""
@@ -72,10 +73,10 @@ class FreeQueue:
             self._head = head - count
         else:
             self._items[head:head] = blocks
-        self._count += count
+        self.size += count
 
     def remove(self, block: int) -> None:
         """Take `block` out of the queue wherever it is."""
         self._items[self._items.index(block, self._head)] = TOMBSTONE
-        self._count -= 1
+        self.size -= 1
         self._dead += 1

@@ -69,23 +69,23 @@ class KvCache:
     @property
     def free_blocks(self) -> int:
         """Blocks in the free queue, evictable cached ones included (`get_num_free_blocks`)."""
-        return len(self._free)
+        return self._free.size
 
     @property
     def available(self) -> int:
         """Blocks an allocation can get."""
-        return len(self._free)
+        return self._free.size
 
     @property
     def used(self) -> int:
         """Blocks referenced by requests (the null block aside)."""
-        return self.total - 1 - len(self._free)
+        return self.total - 1 - self._free.size
 
     @property
     def usage(self) -> float:
         """`vllm:kv_cache_usage_perc`: 1 - free / (blocks - the null block), as vLLM computes it."""
         usable = self.total - 1
-        return 1.0 - len(self._free) / usable if usable else 0.0
+        return 1.0 - self._free.size / usable if usable else 0.0
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks needed to hold `tokens` tokens."""
@@ -156,10 +156,10 @@ class KvCache:
         """Whether `allocate` would succeed. Changes nothing."""
         computed = min(request.computed + len(hit) * self.block_size, self.max_model_len)
         if whole and self._to_allocate(request, min(request.prompt + request.generated, self.max_model_len),
-                                       hit) > len(self._free):
+                                       hit) > self._free.size:
             return False
         slots = min(computed + new_tokens, self.max_model_len)
-        return self._to_allocate(request, slots, hit) <= len(self._free)
+        return self._to_allocate(request, slots, hit) <= self._free.size
 
     def allocate(self, request: Request, new_tokens: int, hit: Sequence[int] = (), whole: bool = False) -> bool:
         """vLLM's `allocate_slots`: take the hit blocks, allocate slots for `new_tokens` more tokens and
@@ -170,7 +170,7 @@ class KvCache:
             bs = self.block_size
             end = min(request.computed + new_tokens, self.max_model_len)
             missing = -(-end // bs) - len(held)
-            if missing > len(self._free) and not whole:
+            if missing > self._free.size and not whole:
                 return False
             if not whole:
                 if missing > 0:

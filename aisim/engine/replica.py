@@ -90,7 +90,7 @@ class StreamPlacement:
     max_blocks: int
 
 
-@dataclass
+@dataclass(slots=True)
 class _Plan:
     """The step (or run of decode steps) in flight."""
 
