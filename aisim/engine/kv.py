@@ -324,7 +324,7 @@ class KvCache:
                     else:
                         self._register(key, block)
                 back.append(block)
-            free.append(back)
+            free.append(back, tracked=True)
         if first:
             free.push_front(first)
 
