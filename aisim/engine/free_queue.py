@@ -31,7 +31,8 @@ class FreeQueue:
         self._base = 0
         """Position of `_items[0]` in the queue's history (positions stay put when the list is compacted)."""
         self._where: dict[int, int] = {}
-        """Position of each tracked block in the queue."""
+        """Position of each tracked block when it was queued: stale once it is taken (`remove` checks that
+        the block is still there), at most one entry per block."""
         self.size = len(self._items) - SLACK
         """Blocks in the queue (read directly: the KV cache asks at every allocation)."""
         self._dead = 0
@@ -60,10 +61,6 @@ class FreeQueue:
                 end = more
         self._head = end
         self.size -= count
-        where = self._where
-        if where:
-            for block in taken:
-                where.pop(block, None)
         if end > 2 * SLACK:  # compact: drop what lies before the head (a few µs per thousand blocks)
             del items[:end - SLACK]
             self._base += end - SLACK
