@@ -32,6 +32,8 @@ from ..scenario.presets import GIB, ModelFamily
 from .costmodel import GRAPH_MAX_TOKENS
 from .memory import MemoryPlan, activation_tensors
 from .pool import Allocator, Tensor
+from .pool.caching import CachingAllocator
+from .pool.deferred import StepMemo
 from .timeline import Timeline
 
 EAGER_SHAPES = 1024
@@ -41,6 +43,8 @@ the memory of them must not grow without end)."""
 
 def record_levels(pool: Allocator, gpu: str, timeline: Timeline, now: int) -> None:
     """Put the pool's warning / critical threshold crossings on the timeline."""
+    if not pool.watch.events:  # the common case, once a step
+        return
     for event in pool.drain_events():
         timeline.add(now, "memory", gpu, event.level, event.usage, event.used)
 
@@ -109,9 +113,13 @@ class ReplicaMemory:
     """(tokens, requests) -> the step's tensors (`_eager_tensors`)."""
     _arenas: dict[str, OrtArena] = field(default_factory=dict, repr=False)
     """ONNX Runtime: each session's CUDA arena (Triton gives every model instance its own session)."""
+    _memos: list[StepMemo | None] = field(default_factory=list, repr=False)
+    """Per pool: the recorded round trips of this replica's steps (`pool/deferred.py`), for vLLM's steps."""
 
     def __post_init__(self) -> None:
         self._pool_of = dict(self.pools)
+        self._memos = [StepMemo(pool) if self.runtime == "vllm" and isinstance(pool, CachingAllocator) else None
+                       for _, pool in self.pools]
 
     def load(self, plan: MemoryPlan) -> None:
         """What the runtime's start-up puts in each pool; raises `OutOfMemoryError`.
@@ -163,9 +171,17 @@ class ReplicaMemory:
             return  # the execution context already holds its maximum
         eager = self._sizes(tokens, requests)
         step = self.step
-        for _, pool in self.pools:
+        shape = tuple(eager)  # steps of different shapes often allocate the same (their logits)
+        for (_, pool), memo in zip(self.pools, self._memos):
+            if memo is not None and memo.begin(shape, eager, self):
+                continue  # a recorded round trip: nothing to allocate unless somebody looks (`materialize`)
             for tag, size in eager:
                 step.append(Tensor(pool, size, tag))
+
+    def materialize(self, pool: Allocator, eager: list[tuple[str, int]]) -> None:
+        """Allocate a deferred step's tensors in `pool` for real (somebody reads or changes the pool)."""
+        for tag, size in eager:
+            self.step.append(Tensor(pool, size, tag))
 
     def execution(self, device: str, session: str, batch: int) -> list[Tensor]:
         """What one Triton model instance's execution of `batch` items allocates on its GPU, to hand to
@@ -215,6 +231,13 @@ class ReplicaMemory:
 
     def release(self) -> None:
         """The step has ended: its activations are computed and dropped."""
+        memos = self._memos
+        for memo in memos:
+            if memo is not None and memo.deferred:
+                memo.end()
         for tensor in self.step:
             tensor.computed().free()
         self.step.clear()
+        for memo in memos:
+            if memo is not None and memo.recording is not None:
+                memo.end()

@@ -23,18 +23,24 @@ the same equalities that real token hashes would give.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Hashable, Sequence
 from typing import Any
 
+from .free_queue import FreeQueue
 from .request import Request
 
 SAMPLED_TOKEN = 0
 """The token id every decode step samples in a trace replay (the recorder's model output)."""
 ORPHAN: Hashable = ("orphan",)
-"""The hash of a cached block that nobody can hit again (a finished synthetic request's own block):
-it still sits at the back of the free queue like any cached block, but its real hash is dropped, so
-a server that runs for ever keeps no memory per past request."""
+"""The hash of a cached block that nobody can hit again (a finished synthetic request's own block,
+registered by a preemption): it still sits at the back of the free queue like any cached block, but
+its real hash is dropped, so a server that runs for ever keeps no memory per past request.
+
+A synthetic request's own cached blocks, the hash (request, index) that only the request itself could
+hit after a preemption, are not written at all while it holds them: a block among its first
+`_num_cached` with no hash is one (the position stands for the index), registered when the request is
+preempted and, when it finishes, put at the back of the free queue with no hash, which behaves as
+`ORPHAN` does. A long trace holds millions of such blocks: none costs a write."""
 
 
 class KvCache:
@@ -46,7 +52,7 @@ class KvCache:
         self.block_size = block_size
         self.prefix_caching = prefix_caching
         self.max_model_len = max_model_len
-        self._free: OrderedDict[int, None] = OrderedDict.fromkeys(range(1, num_blocks))
+        self._free = FreeQueue(range(1, num_blocks))
         self._refs = [0] * num_blocks
         self._hash: list[Hashable | None] = [None] * num_blocks
         self._cached: dict[Hashable, int | dict[int, None]] = {}
@@ -69,23 +75,23 @@ class KvCache:
     @property
     def free_blocks(self) -> int:
         """Blocks in the free queue, evictable cached ones included (`get_num_free_blocks`)."""
-        return len(self._free)
+        return self._free.size
 
     @property
     def available(self) -> int:
         """Blocks an allocation can get."""
-        return len(self._free)
+        return self._free.size
 
     @property
     def used(self) -> int:
         """Blocks referenced by requests (the null block aside)."""
-        return self.total - 1 - len(self._free)
+        return self.total - 1 - self._free.size
 
     @property
     def usage(self) -> float:
         """`vllm:kv_cache_usage_perc`: 1 - free / (blocks - the null block), as vLLM computes it."""
         usable = self.total - 1
-        return 1.0 - len(self._free) / usable if usable else 0.0
+        return 1.0 - self._free.size / usable if usable else 0.0
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks needed to hold `tokens` tokens."""
@@ -159,10 +165,10 @@ class KvCache:
         """Whether `allocate` would succeed. Changes nothing."""
         computed = min(request.computed + len(hit) * self.block_size, self.max_model_len)
         if whole and self._to_allocate(request, min(request.prompt + request.generated, self.max_model_len),
-                                       hit) > len(self._free):
+                                       hit) > self._free.size:
             return False
         slots = min(computed + new_tokens, self.max_model_len)
-        return self._to_allocate(request, slots, hit) <= len(self._free)
+        return self._to_allocate(request, slots, hit) <= self._free.size
 
     def allocate(self, request: Request, new_tokens: int, hit: Sequence[int] = (), whole: bool = False) -> bool:
         """vLLM's `allocate_slots`: take the hit blocks, allocate slots for `new_tokens` more tokens and
@@ -173,7 +179,7 @@ class KvCache:
             bs = self.block_size
             end = min(request.computed + new_tokens, self.max_model_len)
             missing = -(-end // bs) - len(held)
-            if missing > len(self._free) and not whole:
+            if missing > self._free.size and not whole:
                 return False
             if not whole:
                 if missing > 0:
@@ -218,18 +224,23 @@ class KvCache:
         synthetic = request.token_ids is None
         shared = request.prefix // self.block_size if request.group >= 0 else 0
         first = -1
-        for index in range(start, full):
-            block = blocks[index]
-            if synthetic:
-                key: Hashable = (~request.group, index) if index < shared else (request.id, index)
-            else:
+        if synthetic:  # its own blocks past the shared prefix keep no hash (see ORPHAN)
+            group = ~request.group
+            for index in range(start, min(shared, full)):
+                block = blocks[index]
+                if hashes[block] is None:
+                    key: Hashable = (group, index)
+                    hashes[block] = key
+                    self._register(key, block)
+        else:
+            for index in range(start, full):
+                block = blocks[index]
                 key = self.block_hash(request, index)
-            if hashes[block] is not None:
-                continue
-            hashes[block] = key
-            if first < 0:
-                first = index
-            if not synthetic or index < shared:
+                if hashes[block] is not None:
+                    continue
+                hashes[block] = key
+                if first < 0:
+                    first = index
                 self._register(key, block)
         self._num_cached[request.id] = full
         if self.events is not None and not synthetic and first >= 0:
@@ -250,17 +261,16 @@ class KvCache:
         refs, free = self._refs, self._free
         for block in hit:
             if refs[block] == 0:
-                del free[block]
+                free.remove(block)
             refs[block] += 1
 
     def _take(self, count: int) -> list[int]:
         """Pop `count` blocks off the free queue's front, evicting their hashes (`get_new_blocks`)."""
-        popitem, refs, hashes = self._free.popitem, self._refs, self._hash
-        taken = [popitem(last=False)[0] for _ in range(count)]
+        refs, hashes = self._refs, self._hash
+        taken = self._free.take(count)
         for block in taken:
-            key = hashes[block]
-            if key is not None:
-                self._evict(block, key)
+            if hashes[block] is not None:
+                self._evict(block, hashes[block])
             refs[block] = 1
         return taken
 
@@ -288,7 +298,7 @@ class KvCache:
         A synthetic request's own blocks (hashed by its id) can be hit only by itself, so their hashes
         enter the map only when it is preempted; when it finishes (`finished`) they become `ORPHAN`."""
         blocks = self._blocks.pop(request.id, None)
-        self._num_cached.pop(request.id, None)
+        cached = self._num_cached.pop(request.id, 0)
         caching = self.prefix_caching
         synthetic = caching and request.token_ids is None
         if finished and synthetic and request.preemptions:
@@ -298,23 +308,43 @@ class KvCache:
         if request.kept_blocks is not None:
             request.kept_blocks[:] = blocks
         refs, hashes, free, rid = self._refs, self._hash, self._free, request.id
-        first: list[int] = []
-        for block in reversed(blocks):
-            refs[block] -= 1
-            if refs[block] == 0:
-                key = hashes[block]
-                if key is None or not caching:
-                    first.append(block)
+        first: list[int]
+        if not caching or (finished and synthetic and request.group < 0 and not request.preemptions):
+            # Nobody else can hold its blocks (no prefix cache, or none of them ever entered the map): each
+            # has one reference, the first `cached` are its own cached blocks and the rest have no hash.
+            for block in blocks:
+                refs[block] = 0
+            if not caching:
+                cached = 0
+            if cached:
+                free.append(blocks[cached - 1::-1])
+            first = blocks[:cached - 1 if cached else None:-1]
+        else:
+            first = []
+            back: list[int] = []
+            for index in range(len(blocks) - 1, -1, -1):
+                block = blocks[index]
+                left = refs[block] - 1
+                refs[block] = left
+                if left:
                     continue
-                if synthetic and key[0] == rid:  # type: ignore[index]
+                key = hashes[block]
+                if key is None:
+                    if not synthetic or index >= cached:
+                        first.append(block)
+                        continue
+                    if not finished:  # its own block: the hash enters the map
+                        key = hashes[block] = (rid, index)
+                        self._register(key, block)
+                elif synthetic and key[0] == rid:  # type: ignore[index]
                     if finished:
-                        hashes[block] = ORPHAN
+                        hashes[block] = ORPHAN  # registered by a preemption; `_orphan` dropped it
                     else:
                         self._register(key, block)
-                free[block] = None
-        for block in reversed(first):
-            free[block] = None
-            free.move_to_end(block, last=False)
+                back.append(block)
+            free.append(back, tracked=True)
+        if first:
+            free.push_front(first)
 
     def _orphan(self, request: Request) -> None:
         """A finished synthetic request that was preempted: its own blocks registered then (held
@@ -376,5 +406,9 @@ class KvCache:
             return
         bs, num_cached = self.block_size, self._num_cached
         for request in requests:
-            if request.computed // bs > num_cached[request.id]:
-                self.cache_blocks(request, request.computed)
+            full = request.computed // bs
+            if full > num_cached[request.id]:
+                if request.token_ids is None and request.group < 0:
+                    num_cached[request.id] = full  # all `cache_blocks` does for its own blocks (see ORPHAN)
+                else:
+                    self.cache_blocks(request, request.computed)

@@ -90,7 +90,7 @@ class StreamPlacement:
     max_blocks: int
 
 
-@dataclass
+@dataclass(slots=True)
 class _Plan:
     """The step (or run of decode steps) in flight."""
 
@@ -116,6 +116,8 @@ class _Plan:
 
 class Replica:
     """A vLLM engine replica (one tensor-parallel group of GPUs) serving one model."""
+
+    _ONES = np.ones(0, dtype=np.int64)
 
     def __init__(self, name: str, kernel: Kernel, timeline: Timeline, cost: CostModel, kv: KvCache,
                  max_num_seqs: int, max_num_batched_tokens: int, policy: str = "fcfs",
@@ -148,6 +150,8 @@ class Replica:
         """Its GPUs' engines and streams (None: steps take their cost-model time, nothing shared)."""
         self.meter: ReplicaMeter | None = None
         """Accounts its GPU work for telemetry (None: nobody reads it)."""
+        self._phases = np.arange(MAX_RUN, dtype=np.int64) % kv.block_size
+        """k mod the block size for each step k of the longest decode run, made once."""
 
     # -- queue -----------------------------------------------------------------------------
 
@@ -208,9 +212,11 @@ class Replica:
         placement = self.placement
         return placement is not None and (placement.detail == "layer" or any(d.users > 1 for d in placement.devices))
 
-    def _start(self) -> None:
+    def _start(self, decoding: bool = False) -> None:
+        """Launch the next step or run of decode steps; `decoding`: right after a decode run, when every
+        running request is known to be decoding (nothing else changes the running list's progress)."""
         routed = self.routed
-        if self.macro_steps and not routed and self._decode_run_possible():
+        if self.macro_steps and not routed and self._decode_run_possible(decoding):
             plan = self._plan_decode_run()
             if plan is not None:
                 if self._acquire(len(plan.batch), len(plan.batch)):
@@ -351,7 +357,7 @@ class Replica:
         else:
             self._apply_step(plan)
         self._plan = None
-        self._start()
+        self._start(plan.decode_run)
 
     def _schedule(self) -> Step:
         """Plan one V1 step (`Scheduler.schedule`) and log its preemptions and first admissions."""
@@ -398,7 +404,7 @@ class Replica:
             if state == LAST_TOKEN:
                 self._finish(request, end)
         if itl and self.stats.keep_itl:
-            self.stats.add_itl(np.array(itl, dtype=np.int64), np.ones(len(itl), dtype=np.int64))
+            self.stats.add_itl(np.array(itl, dtype=np.int64), self._ones(len(itl)))
         decode = sum(tokens for _, tokens in plan.batch) - prefill
         self._log(plan.start, plan.ends, len(plan.batch), prefill, decode, np.array([plan.kv_used]), plan.stream)
         if self.on_step is not None:
@@ -421,45 +427,83 @@ class Replica:
     def _log(self, start: int, ends: np.ndarray, requests: int, prefill: int, decode: int, kv_used: np.ndarray,
              stream: str = "") -> None:
         count = len(ends)
+        stats = self.stats
+        stats.steps += count
+        if count == 1:  # a single step: the same figures without the array arithmetic
+            end = int(ends[0])
+            used = int(kv_used[0])
+            stats.busy_ns += end - start
+            stats.kv_area += float(used * (end - start))
+            if used > stats.kv_peak:  # noqa: PLR1730 (hot path)
+                stats.kv_peak = used
+            columns = np.array((start, requests, prefill, decode), dtype=np.int64)  # one array, four views
+            self.timeline.add_steps(StepRun(
+                self.name, self.gpus, stream or self.stream, columns[0:1], ends.copy(), columns[1:2], columns[2:3],
+                columns[3:4], kv_used, self.kv.total,
+            ))
+            return
         starts = np.empty(count, dtype=np.int64)
         starts[0] = start
         starts[1:] = ends[:-1]
-        stats = self.stats
-        stats.steps += count
         stats.busy_ns += int(ends[-1] - start)
         stats.kv_area += float(np.dot(kv_used, ends - starts))
         stats.kv_peak = max(stats.kv_peak, int(kv_used.max()))
+        columns = np.empty((3, count), dtype=np.int64)
+        columns[0] = requests
+        columns[1] = prefill
+        columns[2] = decode
         self.timeline.add_steps(StepRun(
-            self.name, self.gpus, stream or self.stream, starts, ends.copy(), np.full(count, requests),
-            np.full(count, prefill), np.full(count, decode), kv_used, self.kv.total,
+            self.name, self.gpus, stream or self.stream, starts, ends.copy(), columns[0], columns[1], columns[2],
+            kv_used, self.kv.total,
         ))
+
+    def _ones(self, count: int) -> np.ndarray:
+        """`count` weights of 1 (inter-token gaps that stand for one gap each): a read-only view of one
+        shared array, since the report only concatenates them."""
+        ones = Replica._ONES
+        if len(ones) < count:
+            ones = Replica._ONES = np.ones(max(count, 2 * len(ones)), dtype=np.int64)
+            ones.flags.writeable = False
+        return ones[:count]
 
     # -- runs of decode steps --------------------------------------------------------------
 
-    def _decode_run_possible(self) -> bool:
+    def _decode_run_possible(self, decoding: bool = False) -> bool:
         running = self.running
         if not running or len(running) > self.max_tokens:
             return False
-        if any(r.to_compute != 1 or r.generated == 0 or r.watcher is not None for r in running):
-            return False  # a watched request needs an event per token
+        if not decoding:
+            for r in running:
+                if r.prompt + r.generated - r.computed != 1 or r.generated == 0 or r.watcher is not None:
+                    return False  # a watched request needs an event per token
         return not self.scheduler.admissible()
 
     def _plan_decode_run(self) -> _Plan | None:
         running = self.running
         bs = self.kv.block_size
-        computed = np.fromiter((r.computed for r in running), dtype=np.int64, count=len(running))
-        steps = min(MAX_RUN, min(r.output - r.generated for r in running))
-        residues = np.bincount((-computed) % bs, minlength=bs)
-        blocks = np.cumsum(residues[np.arange(steps) % bs])
-        if blocks[-1] > self.kv.available:
-            steps = int(np.searchsorted(blocks, self.kv.available, side="right"))
+        residues = [0] * bs
+        """How many requests need a new block after k steps, k mod block size."""
+        context = 0
+        steps = MAX_RUN
+        for r in running:
+            computed = r.computed
+            context += computed
+            residues[-computed % bs] += 1
+            left = r.output - r.generated
+            if left < steps:  # noqa: PLR1730 (hot path)
+                steps = left
+        blocks = np.array(residues, dtype=np.int64)[self._phases[:steps]].cumsum()
+        available = self.kv.available
+        if blocks[-1] > available:
+            steps = int(blocks.searchsorted(available, side="right"))
             if steps == 0:
                 return None
             blocks = blocks[:steps]
-        durations = self.cost.decode_series(len(running), int(computed.sum()), steps)
+        durations = self.cost.decode_series(len(running), context, steps)
         if self.slowdown != 1.0:
             durations = (durations * self.slowdown).astype(np.int64)
-        ends = self.kernel.now + np.cumsum(durations)
+        ends = durations.cumsum()
+        ends += self.kernel.now
         handle = self.kernel.at(int(ends[-1]), self._finish_step)
         batch = [(r, 1) for r in running]
         return _Plan(self.kernel.now, ends, batch, True, handle, blocks)
@@ -472,21 +516,28 @@ class Replica:
         used_before = self.kv.used
         requests = [r for r, _ in plan.batch if not r.done]  # an abort cut the run short
         self.scheduler.decode_run(steps)
-        last = np.fromiter((r.last_token_at for r in requests), dtype=np.int64, count=len(requests))
         end = int(ends[-1])
-        per_token = self.timeline.per_token
+        first = int(ends[0])
+        gaps = []
+        finished = []
         for request in requests:
+            gaps.append(first - request.last_token_at)
             request.last_token_at = end
-            if per_token:
+            if request.generated >= request.output:
+                finished.append(request)
+        if self.timeline.per_token:
+            for request in requests:
                 for k in range(steps):
                     self.timeline.add(int(ends[k]), "token", request.id, request.generated - steps + k)
         stats = self.stats
         if stats.keep_itl:
-            stats.add_itl(ends[0] - last, np.ones(len(requests), dtype=np.int64))
+            count = len(requests)
+            stats.add_itl(np.array(gaps, dtype=np.int64), self._ones(count))
             if steps > 1:
-                stats.add_itl(np.diff(ends), np.full(steps - 1, len(requests), dtype=np.int64))
+                weights = np.empty(steps - 1, dtype=np.int64)
+                weights.fill(count)
+                stats.add_itl(ends[1:] - ends[:-1], weights)
         self._log(plan.start, ends, len(requests), 0, len(requests), used_before + plan.blocks[:steps])
-        finished = [r for r in requests if r.generated >= r.output]
         if finished:
             self.scheduler.finish(finished)
             for request in finished:

@@ -301,10 +301,15 @@ class Scheduler:
         allocate and cache their blocks (the caller made sure they fit and nobody finishes early)."""
         kv, bs = self.kv, self.kv.block_size
         running = self.running
-        order = sorted((k, position) for position, request in enumerate(running)
-                       for k in range((-request.computed) % bs, steps, bs))
-        kv.extend([running[position] for _, position in order])
-        for request in running:
+        order: list[tuple[int, int]] = []
+        """(step, position) of each new block: request `position` fills a block at step `step`."""
+        for position, request in enumerate(running):
+            k = -request.computed % bs
+            while k < steps:
+                order.append((k, position))
+                k += bs
             request.computed += steps
             request.generated += steps
+        order.sort()
+        kv.extend([running[position] for _, position in order])
         kv.cache_computed(running)

@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Iterator
-from dataclasses import dataclass
 from itertools import islice
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import numpy as np
 
@@ -42,9 +41,9 @@ RECORD_FIELDS: dict[str, tuple[str, ...]] = {
 STEP_FIELDS = ("end_ns", "replica", "gpus", "stream", "requests", "prefill_tokens", "decode_tokens", "kv_used_blocks", "kv_total_blocks")
 
 
-@dataclass(frozen=True)
-class StepRun:
-    """Consecutive steps of one engine replica, in columns."""
+class StepRun(NamedTuple):
+    """Consecutive steps of one engine replica, in columns (a named tuple: a long run makes one per step
+    run, and a frozen dataclass costs several times as much to build)."""
 
     replica: str
     gpus: tuple[str, ...]

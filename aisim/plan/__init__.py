@@ -18,7 +18,7 @@ from typing import Any
 
 from ..scenario import Scenario, check_file
 from ..scenario.source import parse
-from .evaluate import Task
+from .evaluate import CONFIRM, Task
 from .execute import Progress, code_version, run_tasks
 from .ranking import answer, enrich, pareto, score, winner_deployment
 from .space import Config, PlanError, base_rate, configurations, planned_model
@@ -26,8 +26,10 @@ from .space import Config, PlanError, base_rate, configurations, planned_model
 __all__ = ["PlanError", "plan_file", "plan_scenario"]
 
 
-SIBLING_STEP = 1.25
-"""Search step of a configuration started from its smallest sibling's rate (it starts close)."""
+SIBLING_STEP = CONFIRM
+"""Search step of a configuration started from a sibling's rate: it starts close (replicas scale nearly
+linearly), and a bracket one CONFIRM step wide is its own confirmation (`evaluate.search`), so a good
+start costs two evaluations."""
 
 
 def _sibling(config: Config) -> Config:
@@ -35,12 +37,14 @@ def _sibling(config: Config) -> Config:
     return dataclasses.replace(config, replicas=0)
 
 
-def _start(smallest: dict[str, Any], config: Config, fewest: int) -> tuple[float | None, float]:
-    """Where a configuration's search starts: its smallest sibling's rate scaled by the replicas, when that
-    one met the SLO (the search is the same whichever runs it, so results stay identical serial or not)."""
-    if smallest.get("status") != "meets":
+def _start(sibling: tuple[dict[str, Any], int] | None, config: Config) -> tuple[float | None, float]:
+    """Where a configuration's search starts: the rate of its sibling with the most replicas below its own
+    that met the SLO, scaled by the replicas (the search is the same whichever runs it, so results stay
+    identical serial or not); the workload's rate, doubling, without one."""
+    if sibling is None:
         return None, 2.0
-    return smallest["max_rate"] * config.replicas / fewest, SIBLING_STEP
+    result, replicas = sibling
+    return result["max_rate"] * config.replicas / replicas, SIBLING_STEP
 
 
 def raw_document(path: str | Path) -> dict[str, Any]:
@@ -70,18 +74,22 @@ def plan_scenario(document: dict[str, Any], scenario: Scenario, base_dir: Path, 
     rate = base_rate(scenario, model, base_dir)
     configs = configurations(plan)
     code = code_version()
-    fewest = min(plan.space.replicas)
 
     def run(chosen: list[Task], done: int) -> list[dict[str, Any]]:
         told = (lambda n, _, result: progress(done + n, len(configs), result)) if progress else None
         return run_tasks(chosen, jobs, ray_address, told)
 
-    first = [Task(document, str(base_dir), c, cache_dir, code) for c in configs if c.replicas == fewest]
-    smallest = {_sibling(task.config): result for task, result in zip(first, run(first, 0))}
-    rest = [Task(document, str(base_dir), c, cache_dir, code, *_start(smallest[_sibling(c)], c, fewest))
-            for c in configs if c.replicas != fewest]
-    found = {task.config: result for task, result in zip(rest, run(rest, len(first)))}
-    results = [enrich(smallest[_sibling(c)] if c.replicas == fewest else found[c], plan) for c in configs]
+    # One round per replica count, fewest first: each configuration starts from its sibling of the round before.
+    found: dict[Config, dict[str, Any]] = {}
+    siblings: dict[Config, tuple[dict[str, Any], int]] = {}
+    for count in sorted({c.replicas for c in configs}):
+        chosen = [Task(document, str(base_dir), c, cache_dir, code, *_start(siblings.get(_sibling(c)), c))
+                  for c in configs if c.replicas == count]
+        for task, result in zip(chosen, run(chosen, len(found))):
+            found[task.config] = result
+            if result.get("status") == "meets":
+                siblings[_sibling(task.config)] = (result, count)
+    results = [enrich(found[c], plan) for c in configs]
     order = sorted(range(len(results)), key=lambda i: score(results[i], plan), reverse=True)
     ranked = [results[i] for i in order]
     for rank, result in enumerate(ranked, 1):

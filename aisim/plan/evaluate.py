@@ -8,11 +8,13 @@ the requests a lost replica held (vLLM's EngineDeadError) are the failure being 
 counted apart (`lost`), not against the SLO.
 
 The search starts at the workload's rate times the replica count (or `search.start`; the planner starts
-a configuration with more replicas from what its smallest sibling carried, scaled, and a smaller step),
-doubles or halves until one rate passes and one fails, then bisects geometrically until they are within
+a configuration with more replicas from what its sibling with the next fewer replicas carried, scaled,
+in steps of 1.1), doubles or halves until one rate passes and one fails, then bisects geometrically until they are within
 `search.precision` of each other; the rate 1.1 times the highest passing one must fail too (a run near
 the limit is noisy: when it passes, the search goes on above it), so the reported rate meets every SLO
-and 1.1 times it misses one, both simulated. Every rate is evaluated with the same seed (the configuration's), so a
+and 1.1 times it misses one, both simulated. With a precision of 10 % or coarser, a bracket within 1.1²
+tries 1.1 times the passing rate next instead of the geometric middle: when that fails, it is the
+confirmation as well, and the search ends an evaluation earlier. Every rate is evaluated with the same seed (the configuration's), so a
 higher rate is the same sample of requests arriving faster.
 """
 
@@ -194,9 +196,18 @@ def search(task: Task) -> dict[str, Any]:
         return {**result, "status": "infeasible", "reason": curve[0]["failure"], "simulations": result["simulations"],
                 "cached": result["cached"]}
     budget = plan.search.max_evaluations
+    coarse = plan.search.precision >= CONFIRM - 1 - 1e-9
+    """Whether a failure at CONFIRM times the highest passing rate is close enough to stop."""
     while passed and failed and len(curve) < budget:
-        if failed["rate"] / passed["rate"] - 1 > plan.search.precision:
-            middle = evaluate(math.sqrt(passed["rate"] * failed["rate"]))
+        ratio = failed["rate"] / passed["rate"]
+        confirm = visited.get(float(rate_text(passed["rate"] * CONFIRM)[:-2]))
+        if coarse and confirm is not None and not confirm["meets"]:
+            break  # converged and confirmed at once
+        if ratio - 1 > plan.search.precision:
+            if coarse and ratio <= CONFIRM * CONFIRM:
+                middle = evaluate(passed["rate"] * CONFIRM)  # when it fails, it is the confirmation too
+            else:
+                middle = evaluate(math.sqrt(passed["rate"] * failed["rate"]))
         else:  # converged: the rate CONFIRM times higher must fail too (a noisy run may pass above a failure)
             middle = visited.get(float(rate_text(passed["rate"] * CONFIRM)[:-2])) or evaluate(passed["rate"] * CONFIRM)
             if not middle["meets"]:
@@ -227,16 +238,17 @@ def _bracket(evaluate: Callable[[float], dict[str, Any]], start: float, step: fl
         used += 1
         if "failure" in point:
             return None, None
+        # from the rate as evaluated (rounded), so that a step of CONFIRM lands on the confirmation's rate
         if point["meets"]:
             passed = point
             if failed is not None:
                 break
-            rate *= step
+            rate = point["rate"] * step
         else:
             failed = point
             if passed is not None:
                 break
-            rate /= step
+            rate = point["rate"] / step
     return passed, failed
 
 

@@ -27,13 +27,16 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable, Iterable
-from typing import ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from .device import SimulatedDevice
 from .oom import OutOfMemoryError, oom_message
 from .state import BinCounter, PoolState, SegmentView, external_fragmentation, ratio
 from .stats import DeviceStats
 from .thresholds import LEVELS, ThresholdEvent, ThresholdWatch
+
+if TYPE_CHECKING:
+    from .deferred import Trip
 
 
 class Allocation:
@@ -84,6 +87,37 @@ class Allocator(ABC):
         self._pending: dict[int, deque[tuple[int, Allocation]]] = {}
         self._recorded: dict[int, int] = {}
         self._completed: dict[int, int] = {}
+        self.version = 0
+        """Bumped by every change of the pool (what a recorded round trip's base is checked by, `deferred.py`)."""
+        self._deferred: tuple[Any, list[tuple[str, int]], Trip] | None = None
+        """A step's round trip not allocated yet: (its owner, its tensors' tags and sizes, the trip)."""
+
+    # deferred round trips (`deferred.py`)
+
+    def can_defer(self) -> bool:
+        """Whether a step's round trip may be deferred now (the caching allocator's plain case only)."""
+        return False
+
+    def defer(self, owner: Any, eager: list[tuple[str, int]], trip: Trip) -> None:
+        """Allocate nothing for the step now: `owner.materialize(self, eager)` does it if anyone looks."""
+        self._deferred = (owner, eager, trip)
+
+    def deferred_pending(self) -> bool:
+        return self._deferred is not None
+
+    def complete_deferred(self) -> None:
+        """The deferred step ended unseen: its round trip's counter changes, as if it had run."""
+        assert self._deferred is not None
+        trip = self._deferred[2]
+        self._deferred = None
+        trip.apply(self)  # type: ignore[arg-type]
+
+    def _settle(self) -> None:
+        """Somebody reads or changes the pool: allocate the deferred step's tensors for real first."""
+        if self._deferred is not None:
+            owner, eager, _ = self._deferred
+            self._deferred = None
+            owner.materialize(self, eager)
 
     # the allocator proper
 
@@ -109,6 +143,9 @@ class Allocator(ABC):
 
     def free(self, block: Allocation, uses: Iterable[int] = ()) -> None:
         """Give a block back; `uses` names other streams still using it (`record_stream`)."""
+        if self._deferred is not None:
+            self._settle()
+        self.version += 1
         if not block.allocated:
             raise ValueError(f"free of a block that is not allocated: {block!r}")
         block.allocated = False
@@ -131,6 +168,8 @@ class Allocator(ABC):
 
     def record_stream(self, block: Allocation, stream: int) -> None:
         """`Tensor.record_stream`: `stream` uses the block; a use on its own stream is ignored."""
+        if self._deferred is not None:
+            self._settle()
         if stream != block.stream:
             if block.stream_uses is None:
                 block.stream_uses = {stream}
@@ -141,6 +180,9 @@ class Allocator(ABC):
 
     def stream_done(self, stream: int) -> None:
         """The work queued on `stream` so far has finished: its recorded events are complete."""
+        if self._deferred is not None:
+            self._settle()
+        self.version += 1
         self._completed[stream] = self._recorded.get(stream, 0)
 
     def process_events(self) -> None:
@@ -158,6 +200,9 @@ class Allocator(ABC):
 
     def synchronize(self) -> None:
         """Wait for every stream and return every block awaiting free (`synchronize_and_free_events`)."""
+        if self._deferred is not None:
+            self._settle()
+        self.version += 1
         self.stats.num_sync_all_streams += 1
         for stream, count in self._recorded.items():
             self._completed[stream] = count
@@ -165,6 +210,8 @@ class Allocator(ABC):
 
     def pending_frees(self) -> int:
         """Blocks freed but still awaiting other streams."""
+        if self._deferred is not None:
+            self._settle()
         return len({id(block) for queue in self._pending.values() for _, block in queue})
 
     def _insert_events(self, block: Allocation) -> None:
@@ -180,22 +227,36 @@ class Allocator(ABC):
 
     def memory_stats(self) -> dict[str, int]:
         """`torch.cuda.memory_stats()`: flattened keys, sorted."""
+        if self._deferred is not None:
+            self._settle()
         return self.stats.as_dict()
 
     def memory_allocated(self) -> int:
+        if self._deferred is not None:
+            self._settle()
         return self.stats.allocated_bytes[0].current
 
     def memory_reserved(self) -> int:
+        if self._deferred is not None:
+            self._settle()
         return self.stats.reserved_bytes[0].current
 
     def reset_peak_memory_stats(self) -> None:
+        if self._deferred is not None:
+            self._settle()
+        self.version += 1
         self.stats.reset_peak()
 
     def reset_accumulated_memory_stats(self) -> None:
+        if self._deferred is not None:
+            self._settle()
+        self.version += 1
         self.stats.reset_accumulated()
 
     def mem_get_info(self) -> tuple[int, int]:
         """`torch.cuda.mem_get_info()`: (free, total) of the device."""
+        if self._deferred is not None:
+            self._settle()
         return self.device.mem_get_info()
 
     @property
@@ -204,6 +265,8 @@ class Allocator(ABC):
 
     def set_other_process(self, pid: int, used: int) -> None:
         """Another process on this GPU now holds `used` bytes (0 removes it)."""
+        if self._deferred is not None:
+            self._settle()
         if used:
             self.device.other_processes[pid] = used
         else:
@@ -212,10 +275,13 @@ class Allocator(ABC):
 
     def set_non_pytorch(self, used: int) -> None:
         """This process's memory outside the pool (CUDA context, NCCL, cuBLAS workspaces)."""
+        if self._deferred is not None:
+            self._settle()
         self.device.non_pytorch = used
         self._outside_changed()
 
     def _outside_changed(self) -> None:
+        self.version += 1
         outside = self.device.outside
         self._warn_at, self._crit_at = self.watch.limits(outside)
         self.watch.update(self.stats.allocated_bytes[0].current, outside, self.ops)
@@ -225,10 +291,14 @@ class Allocator(ABC):
     @property
     def events(self) -> list[ThresholdEvent]:
         """Threshold events recorded and not yet drained."""
+        if self._deferred is not None:
+            self._settle()
         return self.watch.events
 
     def drain_events(self) -> list[ThresholdEvent]:
         """The threshold events since the last call, oldest first."""
+        if self._deferred is not None:
+            self._settle()
         events, self.watch.events = self.watch.events, []
         return events
 

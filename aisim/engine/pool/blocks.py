@@ -26,7 +26,15 @@ class Block(Allocation):
     __slots__ = ("gc_base", "mapped", "next", "pool", "prev", "segment")
 
     def __init__(self, address: int, size: int, stream: int, pool: BlockPool) -> None:
-        super().__init__(address, size, 0, stream)
+        # Allocation.__init__(address, size, 0, stream), inlined: the caching allocator makes one per split
+        self.address = address
+        self.size = size
+        self.requested_size = 0
+        self.stream = stream
+        self.allocated = False
+        self.event_count = 0
+        self.stream_uses: set[int] | None = None
+        self.tag = ""
         self.pool = pool
         self.prev: Block | None = None
         self.next: Block | None = None

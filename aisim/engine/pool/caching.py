@@ -142,6 +142,7 @@ class CachingAllocator(Allocator):
 
     def record_history(self, enabled: bool = True, max_entries: int = 100_000) -> None:
         """`torch.cuda.memory._record_memory_history`: keep the last `max_entries` trace entries."""
+        self._settle()
         self.history = deque(maxlen=max(1, max_entries)) if enabled else None
 
     def trace(self, action: str, addr: int, size: int, stream: int) -> None:
@@ -150,8 +151,15 @@ class CachingAllocator(Allocator):
 
     # malloc
 
+    def can_defer(self) -> bool:
+        return (self._deferred is None and not self._pending and self.history is None and not self._gc
+                and not self._expandable)
+
     def malloc(self, size: int, stream: int = 0) -> Allocation:
         """`DeviceCachingAllocator::malloc`."""
+        if self._deferred is not None:
+            self._settle()
+        self.version += 1
         if size <= 0:
             if size == 0:
                 return self._null(stream)
@@ -271,11 +279,52 @@ class CachingAllocator(Allocator):
         block.requested_size = requested
         self._active.add(block)
         size = block.size
-        increase(stats.allocation, pi, 1)
-        increase(stats.allocated_bytes, pi, size)
-        increase(stats.active, pi, 1)
-        increase(stats.active_bytes, pi, size)
-        increase(stats.requested_bytes, pi, requested)
+        # increase(stats.<array>, pi, amount) of five arrays, written out: this runs for every tensor of every step
+        stat, pooled = stats.allocation[0], stats.allocation[pi]
+        stat.current += 1
+        stat.allocated += 1
+        if stat.current > stat.peak:  # noqa: PLR1730
+            stat.peak = stat.current
+        pooled.current += 1
+        pooled.allocated += 1
+        if pooled.current > pooled.peak:  # noqa: PLR1730
+            pooled.peak = pooled.current
+        stat, pooled = stats.allocated_bytes[0], stats.allocated_bytes[pi]
+        stat.current += size
+        stat.allocated += size
+        if stat.current > stat.peak:  # noqa: PLR1730
+            stat.peak = stat.current
+        pooled.current += size
+        pooled.allocated += size
+        if pooled.current > pooled.peak:  # noqa: PLR1730
+            pooled.peak = pooled.current
+        stat, pooled = stats.active[0], stats.active[pi]
+        stat.current += 1
+        stat.allocated += 1
+        if stat.current > stat.peak:  # noqa: PLR1730
+            stat.peak = stat.current
+        pooled.current += 1
+        pooled.allocated += 1
+        if pooled.current > pooled.peak:  # noqa: PLR1730
+            pooled.peak = pooled.current
+        stat, pooled = stats.active_bytes[0], stats.active_bytes[pi]
+        stat.current += size
+        stat.allocated += size
+        if stat.current > stat.peak:  # noqa: PLR1730
+            stat.peak = stat.current
+        pooled.current += size
+        pooled.allocated += size
+        if pooled.current > pooled.peak:  # noqa: PLR1730
+            pooled.peak = pooled.current
+        stat, pooled = stats.requested_bytes[0], stats.requested_bytes[pi]
+        stat.current += requested
+        stat.allocated += requested
+        if stat.current > stat.peak:  # noqa: PLR1730
+            stat.peak = stat.current
+        pooled.current += requested
+        pooled.allocated += requested
+        if pooled.current > pooled.peak:  # noqa: PLR1730
+            pooled.peak = pooled.current
         if size >= self._max_split:
             stats.oversize_allocations.increase(1)
         if self.history is not None:
@@ -287,8 +336,19 @@ class CachingAllocator(Allocator):
     def _free_requested(self, block: Block) -> None:  # type: ignore[override]
         """The synchronous half of `free`: allocation counts drop at once."""
         pi = block.pool.index
-        decrease(self.stats.allocation, pi, 1)
-        decrease(self.stats.allocated_bytes, pi, block.size)
+        stats = self.stats
+        size = block.size
+        # decrease(stats.<array>, pi, amount), written out (hot path)
+        stat, pooled = stats.allocation[0], stats.allocation[pi]
+        stat.current -= 1
+        stat.freed += 1
+        pooled.current -= 1
+        pooled.freed += 1
+        stat, pooled = stats.allocated_bytes[0], stats.allocated_bytes[pi]
+        stat.current -= size
+        stat.freed += size
+        pooled.current -= size
+        pooled.freed += size
         if self.history is not None:
             self.trace("free_requested", block.address, block.requested_size, block.stream)
         if block.size >= self._max_split:
@@ -327,14 +387,29 @@ class CachingAllocator(Allocator):
                 increase(stats.inactive_split_bytes, pi, nbytes)
             elif nbytes < 0:
                 decrease(stats.inactive_split_bytes, pi, -nbytes)
-        decrease(stats.active, pi, 1)
-        decrease(stats.active_bytes, pi, size)
-        decrease(stats.requested_bytes, pi, requested)
+        # decrease(stats.<array>, pi, amount), written out (hot path)
+        stat, pooled = stats.active[0], stats.active[pi]
+        stat.current -= 1
+        stat.freed += 1
+        pooled.current -= 1
+        pooled.freed += 1
+        stat, pooled = stats.active_bytes[0], stats.active_bytes[pi]
+        stat.current -= size
+        stat.freed += size
+        pooled.current -= size
+        pooled.freed += size
+        stat, pooled = stats.requested_bytes[0], stats.requested_bytes[pi]
+        stat.current -= requested
+        stat.freed += requested
+        pooled.current -= requested
+        pooled.freed += requested
 
     # releasing cached memory
 
     def empty_cache(self) -> None:
         """`torch.cuda.empty_cache()`: `release_cached_blocks`."""
+        self._settle()
+        self.version += 1
         self._release_cached_blocks()
 
     def _release_cached_blocks(self) -> None:
@@ -424,6 +499,7 @@ class CachingAllocator(Allocator):
 
     def state(self) -> PoolState:
         """Segments in address order (each mapped range of an expandable segment is one), and metrics."""
+        self._settle()
         blocks = [*self._active, *self._small.all_free(), *self._large.all_free()]
         heads = sorted((b for b in blocks if b.prev is None or not b.prev.mapped), key=lambda b: b.address)
         bins = BinCounter()
