@@ -14,13 +14,20 @@ inference-perf (`bench/data/vllm-online-h100.csv`) and stores them in `online.js
   so it adds to TTFT and E2E. A later chunk's detokenisation and framing overlap the engine's next
   steps, so they add nothing to the time per token.
 
-- `mfu`: the server's achieved share of datasheet FLOP/s, which prices the prefill chunks that online
-  steps mix into their decodes (0: the offline calibration's). The offline value was measured on
-  whole-batch prefills of an older engine; the online runs price a mixed step of a few hundred
-  prefill tokens and the running decodes.
+- `mfu`, `bandwidth`, `gemm_padding`: the server's GEMM curve where it differs from the operator
+  profiles. The curve (`costmodel/operators.py`) was fitted on Vidur's 2024 profiles (PyTorch and
+  cuBLAS of that time) and the offline engine constants on 2024 vLLM rows; the online runs are a vLLM
+  of February 2026, whose kernels are faster. `mfu` is the server's achieved share of datasheet FLOP/s
+  (prices the prefill chunks that online steps mix into their decodes), `bandwidth` its GEMM
+  weight-streaming share of datasheet HBM bandwidth (prices the decode steps), `gemm_padding` the
+  curve's token padding `m0` (the profiles' 154 tokens on H100, the smoothed tile quantisation of
+  2024 cuBLAS, or 0: a roofline). 0 / 0 / -1 keep the offline values. The fit's grid stops at
+  measured bounds (`bench/online_calibrate.py`): 0.93 of the BF16 peak, and a bandwidth at which a
+  decode layer's weights, with the per-kernel floor `t0`, stream no faster than the H100's measured
+  HBM copy bandwidth (2.9 TB/s).
 
-The rest of a step's price (weights and KV traffic, all-reduce, launches) stays the cost model's
-(`costmodel.py`, offline-calibrated).
+The rest of a step's price (KV traffic, all-reduce, element-wise kernels, launches) stays the cost
+model's (`costmodel/`, offline-calibrated).
 """
 
 from __future__ import annotations
@@ -31,6 +38,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from ..scenario.models import CostModel as CostModelSpec
+from . import calibration
 from .costmodel import Efficiency
 
 
@@ -43,11 +51,16 @@ class OnlineCost:
     frontend_ns: int
     mfu: float = 0.0
     """The server's achieved share of datasheet FLOP/s on its prefill chunks; 0 keeps the offline value."""
+    bandwidth: float = 0.0
+    """The server's GEMM weight-streaming bandwidth as a share of datasheet HBM bandwidth; 0 keeps the offline value."""
+    gemm_padding: float = -1.0
+    """The server's GEMM token padding (the curve's `m0`); negative keeps the Vidur profiles' value."""
 
 
 def _load() -> dict[str, OnlineCost]:
     document = json.loads(resources.files(__package__).joinpath("online.json").read_text(encoding="utf-8"))
-    return {gpu: OnlineCost(v["engine_step_ns"], v["engine_request_ns"], v["frontend_ns"], v.get("mfu", 0.0))
+    return {gpu: OnlineCost(v["engine_step_ns"], v["engine_request_ns"], v["frontend_ns"], v.get("mfu", 0.0),
+                            v.get("bandwidth", 0.0), v.get("gemm_padding", -1.0))
             for gpu, v in document["gpus"].items()}
 
 
@@ -59,15 +72,35 @@ def _mean() -> OnlineCost:
     values = list(FITTED.values())
     count = len(values)
     return OnlineCost(sum(v.engine_step_ns for v in values) // count, sum(v.engine_request_ns for v in values) // count,
-                      sum(v.frontend_ns for v in values) // count, sum(v.mfu for v in values) / count)
+                      sum(v.frontend_ns for v in values) // count, sum(v.mfu for v in values) / count,
+                      sum(v.bandwidth for v in values) / count, sum(v.gemm_padding for v in values) / count)
 
 
 DEFAULT = _mean()
 
 
+def _speedup(field: str) -> float:
+    """How much faster than its offline calibration the fitted GPUs' servers run: the mean ratio of the
+    online share to the offline one (1 where the fit kept the offline value)."""
+    ratios = []
+    for gpu, cost in FITTED.items():
+        share = getattr(cost, field)
+        ratios.append(share / getattr(calibration.constants(gpu).default, field) if share else 1.0)
+    return sum(ratios) / len(ratios)
+
+
 def online_cost(gpu_name: str) -> OnlineCost:
-    """The online constants of a GPU type (the mean of the fitted ones for a type without data)."""
-    return FITTED.get(gpu_name, DEFAULT)
+    """The online constants of a GPU type. A type without online data takes the fitted GPUs' CPU and
+    frontend terms and GEMM padding, and their servers' speed-up over the offline calibration applied to
+    its own offline shares (shares of different datasheets do not carry over: MI300X's measured 45 % of
+    its BF16 peak is not an H100's 93 %)."""
+    found = FITTED.get(gpu_name)
+    if found is not None:
+        return found
+    own = calibration.constants(gpu_name).default
+    mfu = min(own.mfu * _speedup("mfu"), 1.0) if DEFAULT.mfu else 0.0
+    bandwidth = own.bandwidth * _speedup("bandwidth") if DEFAULT.bandwidth else 0.0
+    return dataclasses.replace(DEFAULT, mfu=mfu, bandwidth=bandwidth)
 
 
 def server_efficiency(efficiency: Efficiency, online: OnlineCost, overrides: CostModelSpec | None) -> Efficiency:
@@ -77,7 +110,11 @@ def server_efficiency(efficiency: Efficiency, online: OnlineCost, overrides: Cos
     request = (overrides.per_request_overhead if overrides and overrides.per_request_overhead is not None
                else online.engine_request_ns)
     mfu = overrides.mfu if overrides and overrides.mfu is not None else (online.mfu or efficiency.mfu)
-    return dataclasses.replace(efficiency, step_overhead_ns=step, per_request_ns=request, mfu=mfu)
+    bandwidth = (overrides.bandwidth_efficiency if overrides and overrides.bandwidth_efficiency is not None
+                 else (online.bandwidth or efficiency.bandwidth))
+    padding = efficiency.gemm_padding if online.gemm_padding < 0 else online.gemm_padding
+    return dataclasses.replace(efficiency, step_overhead_ns=step, per_request_ns=request, mfu=mfu, bandwidth=bandwidth,
+                               gemm_padding=padding)
 
 
 def frontend_ns(online: OnlineCost, overrides: CostModelSpec | None) -> int:
