@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import gzip
 import statistics
+
 import pytest
 
 from aisim.engine import calibration
@@ -109,7 +110,7 @@ def test_an_eager_step_hides_its_launches_behind_its_kernels_unless_it_is_launch
     kernels) costs its CPU work plus its kernels and their gaps, not its ~1,000 launches and NCCL
     dispatches on top (they were added before, 5.9 ms on a 533-token step)."""
     big = _cost("llama-2-70b", "H100-SXM", 4)
-    host, gpu = big.step_parts(1, 2048, 0, 2048 * 2049 / 2)
+    host, _ = big.step_parts(1, 2048, 0, 2048 * 2049 / 2)
     cpu = big.efficiency.step_overhead_ns + big.efficiency.per_request_ns
     assert host == pytest.approx(cpu + big._gaps_s * 1e9, abs=1000)
     assert big._eager_launch_s_for(2048) * 1e9 > 1_000_000  # the launches alone: over a millisecond
