@@ -18,17 +18,19 @@ inference-perf (`bench/data/vllm-online-h100.csv`) and stores them in `online.js
   profiles. The curve (`costmodel/operators.py`) was fitted on Vidur's 2024 profiles (PyTorch and
   cuBLAS of that time) and the offline engine constants on 2024 vLLM rows; the online runs are a vLLM
   of February 2026, whose kernels are faster. `mfu` is the server's achieved share of datasheet FLOP/s
-  (prices the prefill chunks that online steps mix into their decodes), `bandwidth` its GEMM
-  weight-streaming share of datasheet HBM bandwidth (prices the decode steps; KV reads and element-wise
-  kernels keep the offline calibration's share, already near the achieved copy bandwidth), `gemm_padding` the
-  curve's token padding `m0` (the profiles' 154 tokens on H100, the smoothed tile quantisation of
-  2024 cuBLAS, or 0: a roofline). 0 / 0 / -1 keep the offline values. The fit's grid stops at
-  measured bounds (`bench/online_calibrate.py`): 0.93 of the BF16 peak, and a bandwidth at which a
-  decode layer's weights, with the per-kernel floor `t0`, stream no faster than the H100's measured
-  HBM copy bandwidth (2.9 TB/s).
+  (prices the prefill chunks that online steps mix into their decodes), `bandwidth` its memory-bound
+  kernels' share of datasheet HBM bandwidth (GEMM weight streaming, decode-attention KV reads and
+  element-wise kernels, as `costModel.bandwidthEfficiency` scales them: prices the decode steps),
+  `gemm_padding` the curve's token padding `m0` (the profiles' 154 tokens on H100, the smoothed tile
+  quantisation of 2024 cuBLAS, or 0: a roofline). 0 / 0 / -1 keep the offline values. The fit's grid
+  stops at measured bounds (`bench/online_calibrate.py`): 0.93 of the BF16 peak, and a bandwidth at
+  which a decode layer's weights, with the per-kernel floor `t0`, stream no faster than the H100's
+  measured HBM copy bandwidth (2.9 TB/s); KV reads then run at 94 % of the datasheet 3.35 TB/s (the
+  offline share 0.848 x 1.07 / 0.967), which the 7B run at 20 req/s needs (30 GB of KV and 13.5 GB of
+  weights a step in the ~14 ms its time per token leaves).
 
-The rest of a step's price (KV traffic, all-reduce, element-wise kernels, launches) stays the cost
-model's (`costmodel/`, offline-calibrated).
+The rest of a step's price (all-reduce, launches, floors) stays the cost model's (`costmodel/`,
+offline-calibrated).
 """
 
 from __future__ import annotations
@@ -53,8 +55,8 @@ class OnlineCost:
     mfu: float = 0.0
     """The server's achieved share of datasheet FLOP/s on its prefill chunks; 0 keeps the offline value."""
     bandwidth: float = 0.0
-    """The server's GEMM weight-streaming bandwidth as a share of datasheet HBM bandwidth (KV reads and
-    element-wise kernels keep the offline share); 0 keeps the offline value."""
+    """The server's memory-bound kernels' bandwidth (GEMM weight streaming, KV reads, element-wise) as a
+    share of datasheet HBM bandwidth, like `costModel.bandwidthEfficiency`; 0 keeps the offline value."""
     gemm_padding: float = -1.0
     """The server's GEMM token padding (the curve's `m0`); negative keeps the Vidur profiles' value."""
 
@@ -112,11 +114,11 @@ def server_efficiency(efficiency: Efficiency, online: OnlineCost, overrides: Cos
     request = (overrides.per_request_overhead if overrides and overrides.per_request_overhead is not None
                else online.engine_request_ns)
     mfu = overrides.mfu if overrides and overrides.mfu is not None else (online.mfu or efficiency.mfu)
-    given = overrides is not None and overrides.bandwidth_efficiency is not None
-    gemm_bandwidth = None if given or not online.bandwidth else online.bandwidth
+    bandwidth = (overrides.bandwidth_efficiency if overrides and overrides.bandwidth_efficiency is not None
+                 else (online.bandwidth or efficiency.bandwidth))
     padding = efficiency.gemm_padding if online.gemm_padding < 0 else online.gemm_padding
-    return dataclasses.replace(efficiency, step_overhead_ns=step, per_request_ns=request, mfu=mfu,
-                               gemm_bandwidth=gemm_bandwidth, gemm_padding=padding)
+    return dataclasses.replace(efficiency, step_overhead_ns=step, per_request_ns=request, mfu=mfu, bandwidth=bandwidth,
+                               gemm_padding=padding)
 
 
 def frontend_ns(online: OnlineCost, overrides: CostModelSpec | None) -> int:

@@ -85,10 +85,6 @@ class Efficiency:
     """CPU time per step."""
     per_request_ns: int
     """CPU time per scheduled request per step."""
-    gemm_bandwidth: float | None = None
-    """Share of datasheet bandwidth of the GEMMs' weight streaming alone, when it differs from `bandwidth`
-    (a `vllm serve` engine's newer GEMM kernels, `online.py`); KV reads and element-wise kernels keep
-    `bandwidth`. None: `bandwidth`."""
     gemm_padding: float | None = None
     """Token padding of the GEMM curve (`operators.GemmCurve.m0`); None keeps the fitted profiles' value
     (a `vllm serve` engine takes the online calibration's, `online.py`)."""
@@ -157,8 +153,7 @@ class CostModel:
         weight_bytes = DTYPE_BYTES[arch.dtype]
         peak = gpu.fp8_flops if arch.dtype in ("fp8", "int8", "int4") and gpu.fp8_flops else gpu.fp16_flops
         dtype_speed = peak / gpu.fp16_flops / (2 if arch.dtype == "fp32" else 1)
-        gemm_memory = constants.default.bandwidth / (efficiency.gemm_bandwidth or efficiency.bandwidth)
-        self._gemm = constants.gemm.scaled(gemm_memory * weight_bytes / 2, compute / dtype_speed)
+        self._gemm = constants.gemm.scaled(memory * weight_bytes / 2, compute / dtype_speed)
         if efficiency.gemm_padding is not None:
             self._gemm = dataclasses.replace(self._gemm, m0=efficiency.gemm_padding)
         self._memory_bandwidth = constants.gemm.bandwidth / memory
