@@ -188,3 +188,21 @@ def test_every_gpu_preset_has_constants_with_their_provenance() -> None:
         assert 0 < found.default.bandwidth <= 1 and 0 < found.default.mfu <= 1, name
         assert found.source and 0 < found.uncertainty <= 0.3, name
     assert {n for n in GPU_PROFILES if calibration.constants(n).measured} == {"H100-SXM", "A100-80GB", "A100-40GB"}
+
+
+def test_cuda_graphs_cover_the_steps_vllm_captures_and_no_larger() -> None:
+    """vLLM's `max_cudagraph_capture_size` is min(2 x max_num_seqs, 512, max_num_batched_tokens): a server
+    with 128 sequences replays graphs up to 256 tokens; a 300-token step runs eagerly (its launches, not a
+    graph replay, on the host), which the default 512 would have graphed."""
+    from aisim.engine.costmodel import graph_capture_limit
+
+    assert graph_capture_limit(128, 2048) == 256
+    assert graph_capture_limit(1024, 16384) == 512
+    assert graph_capture_limit(256, 200) == 200
+    arch = MODEL_FAMILIES["llama-3-8b"]
+    efficiency = calibration.efficiency("H100-SXM")[0]
+    server = CostModel(arch, GPU_PROFILES["H100-SXM"], efficiency, 1, kv_bytes_per_token(arch, 1), graph_max_tokens=256)
+    default = CostModel(arch, GPU_PROFILES["H100-SXM"], efficiency, 1, kv_bytes_per_token(arch, 1))
+    assert server._in_graph(256) and not server._in_graph(300) and default._in_graph(300)
+    # the kernels are the same; only the host part differs (graph launch against the hidden eager launches)
+    assert server.step_parts(1, 300, 0, 300 * 301 / 2)[1] == default.step_parts(1, 300, 0, 300 * 301 / 2)[1]
