@@ -23,7 +23,7 @@ runs, one fit per model leaves that model's runs out (leave-one-model-out), for
 `bench/online_fidelity.py`. `--write` stores all of them in `aisim/engine/online.json`. Deterministic:
 the replays are seeded and the grid is fixed.
 
-    python bench/online_calibrate.py [--write] [--jobs 2] [--stage-seconds 40]
+    python bench/online_calibrate.py [--write] [--jobs 2] [--stage-seconds 40] [--replays FILE]
 """
 
 from __future__ import annotations
@@ -50,6 +50,11 @@ BANDWIDTH_GRID = (0.0, 1.07)
 """0.0: the offline calibration's bandwidth share (0.967 on H100-SXM)."""
 PADDING_GRID = (-1.0, 0.0)
 """-1: the Vidur profiles' token padding (154 on H100-SXM); 0: none."""
+FLOOR_GRID = (0, 3_000, 1_500)
+"""Cap on a kernel's fixed part, ns (`online.OnlineCost.kernel_floor_ns`): 0 keeps the profiles' floors (GEMM
+`t0` 6.7 us, attention 6.7 us, element-wise 1.1-2.6 us on H100-SXM); 1.5 us, the lower bound, is above the
+cheapest kernels the same profiles timed (CUPTI kernel durations: residual add 1.1 us, activation 1.8 us)
+and above PyTorch's measured ~1.1-1.3 us per tiny op inside a CUDA graph (pytorch/pytorch#161104)."""
 LOG_CAP = 1.0
 """A stage's log error counts at most this much (a factor e): a stage the grid point saturates must not
 outweigh every other."""
@@ -61,9 +66,9 @@ Key = tuple[str, int]
 Replay = dict[Key, dict[str, float]]
 
 
-Point = tuple[int, int, float, float, float]
-"""(engine step ns, engine request ns, mfu, bandwidth, gemm padding)."""
-FIELDS = ("engine_step_ns", "engine_request_ns", "mfu", "bandwidth", "gemm_padding")
+Point = tuple[int, int, float, float, float, int]
+"""(engine step ns, engine request ns, mfu, bandwidth, gemm padding, kernel floor cap ns)."""
+FIELDS = ("engine_step_ns", "engine_request_ns", "mfu", "bandwidth", "gemm_padding", "kernel_floor_ns")
 
 
 def install(constants: dict[str, float]) -> None:
@@ -71,7 +76,8 @@ def install(constants: dict[str, float]) -> None:
     online.FITTED[GPU] = online.OnlineCost(int(constants["engine_step_ns"]), int(constants["engine_request_ns"]),
                                            int(constants.get("frontend_ns", 0)), float(constants.get("mfu", 0.0)),
                                            float(constants.get("bandwidth", 0.0)),
-                                           float(constants.get("gemm_padding", -1.0)))
+                                           float(constants.get("gemm_padding", -1.0)),
+                                           int(constants.get("kernel_floor_ns", 0)))
 
 
 def replay(args: tuple[Run, Point, int]) -> tuple[str, Point, dict[int, dict[str, float]]]:
@@ -106,17 +112,25 @@ def main() -> None:
     parser.add_argument("--write", action="store_true", help="store the fits in aisim/engine/online.json")
     parser.add_argument("--jobs", type=int, default=2, help="replays run in parallel (default 2)")
     parser.add_argument("--stage-seconds", type=int, default=40, help="shorten each stage to this (default 40)")
+    parser.add_argument("--replays", type=Path, help="a JSON file of the grid's replays: read if it exists (no replay "
+                        "runs), else written after the replays (to refit without replaying)")
     args = parser.parse_args()
     started = time.perf_counter()
     kept = [run for run in runs() if not run.overloaded]
     work = [(run, point, args.stage_seconds) for run, point in itertools.product(kept, itertools.product(
-        STEP_GRID, REQUEST_GRID, MFU_GRID, BANDWIDTH_GRID, PADDING_GRID))]
+        STEP_GRID, REQUEST_GRID, MFU_GRID, BANDWIDTH_GRID, PADDING_GRID, FLOOR_GRID))]
     grid: dict[Point, Replay] = {}
-    with ProcessPoolExecutor(args.jobs) as pool:
-        for experiment, point, stages in pool.map(replay, work, chunksize=4):
-            for stage, metrics in stages.items():
-                grid.setdefault(point, {})[(experiment, stage)] = metrics
-    print(f"{len(work)} replays of {len(kept)} runs in {time.perf_counter() - started:.0f} s")
+    if args.replays is not None and args.replays.exists():
+        for point, experiment, stage, metrics in json.loads(args.replays.read_text()):
+            grid.setdefault(tuple(point), {})[(experiment, stage)] = metrics  # type: ignore[index]
+    else:
+        with ProcessPoolExecutor(args.jobs) as pool:
+            for experiment, point, stages in pool.map(replay, work, chunksize=4):
+                for stage, metrics in stages.items():
+                    grid.setdefault(point, {})[(experiment, stage)] = metrics
+        print(f"{len(work)} replays of {len(kept)} runs in {time.perf_counter() - started:.0f} s")
+        if args.replays is not None:
+            args.replays.write_text(json.dumps([[list(p), e, i, m] for p, sims in grid.items() for (e, i), m in sims.items()]))
     families = sorted({run.family for run in kept})
     fits = {"all": fit(kept, grid)}
     for family in families:
@@ -125,10 +139,11 @@ def main() -> None:
         print(f"{name:24} engine step {found['engine_step_ns'] / 1e3:7.0f} us, per request "
               f"{found['engine_request_ns'] / 1e3:5.0f} us, mfu {found['mfu'] or 'offline'}, "
               f"bandwidth {found['bandwidth'] or 'offline'}, padding {'profiles' if found['gemm_padding'] < 0 else found['gemm_padding']}, "
+              f"kernel floor {found['kernel_floor_ns'] / 1e3 if found['kernel_floor_ns'] else 'profiles'}, "
               f"frontend {found['frontend_ns'] / 1e6:6.2f} ms (loss {found['loss']:.4f})")
     if args.write:
         def constants(found: dict[str, float]) -> dict[str, float]:
-            return {**{k: int(found[k]) for k in ("engine_step_ns", "engine_request_ns", "frontend_ns")},
+            return {**{k: int(found[k]) for k in ("engine_step_ns", "engine_request_ns", "frontend_ns", "kernel_floor_ns")},
                     **{k: found[k] for k in ("mfu", "bandwidth", "gemm_padding")}}
 
         document = {

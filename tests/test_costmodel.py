@@ -4,6 +4,7 @@ GPUs without profiles, and the scenario paths that reach it."""
 from __future__ import annotations
 
 import csv
+import dataclasses
 import gzip
 import statistics
 
@@ -206,3 +207,45 @@ def test_cuda_graphs_cover_the_steps_vllm_captures_and_no_larger() -> None:
     assert server._in_graph(256) and not server._in_graph(300) and default._in_graph(300)
     # the kernels are the same; only the host part differs (graph launch against the hidden eager launches)
     assert server.step_parts(1, 300, 0, 300 * 301 / 2)[1] == default.step_parts(1, 300, 0, 300 * 301 / 2)[1]
+
+
+def test_a_kernel_floor_cap_takes_each_capped_kernels_excess_off_a_step_and_nothing_else() -> None:
+    """The server's kernel floor cap (`Efficiency.kernel_floor`, fitted online) lowers every kernel's fixed
+    part above it to it: per layer four GEMM floors, the attention floor and the element-wise floors over
+    it, then the embedding, the LM head's GEMM and sampling. A cap above every floor changes nothing, and
+    the offline calibration has none."""
+    arch, gpu = MODEL_FAMILIES["llama-2-7b"], GPU_PROFILES["H100-SXM"]
+    offline = calibration.efficiency("H100-SXM")[0]
+    assert offline.kernel_floor is None
+    c = calibration.constants("H100-SXM")
+    cap = 1.5e-6
+
+    def gpu_ns(floor: float | None) -> int:
+        model = CostModel(arch, gpu, dataclasses.replace(offline, kernel_floor=floor), 1, kv_bytes_per_token(arch, 1))
+        return model.step_parts(1, 1, 512, 513)[1]
+
+    def excess(kind: str) -> float:
+        return max(c.elementwise[kind][0] - cap, 0.0)
+
+    per_layer = 4 * (c.gemm.t0 - cap) + (c.attention_floor - cap) + sum(
+        excess(k) for k in ("norm", "norm", "rope", "act", "add"))
+    expected = arch.layers * per_layer + excess("emb") + (c.gemm.t0 - cap) + excess("act")
+    assert gpu_ns(None) - gpu_ns(cap) == pytest.approx(expected * 1e9, abs=2)
+    assert gpu_ns(1e-3) == gpu_ns(None)
+
+
+def test_a_gpu_without_online_data_shrinks_its_own_kernel_floors_as_the_fitted_gpu_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A floor in seconds belongs to one GPU: an A100 server takes its own profiled GEMM floor times the
+    H100 cap's share of the H100's, not the H100's cap."""
+    from aisim.engine import online
+
+    fitted = dataclasses.replace(online.FITTED["H100-SXM"], kernel_floor_ns=3000)
+    monkeypatch.setitem(online.FITTED, "H100-SXM", fitted)
+    share = 3000e-9 / calibration.constants("H100-SXM").gemm.t0
+    a100 = online.online_cost("A100-80GB")
+    assert a100.kernel_floor_ns == round(calibration.constants("A100-80GB").gemm.t0 * share * 1e9)
+    efficiency = online.server_efficiency(calibration.efficiency("A100-80GB")[0], a100, None)
+    assert efficiency.kernel_floor == pytest.approx(a100.kernel_floor_ns / 1e9)
+    none = dataclasses.replace(fitted, kernel_floor_ns=0)
+    assert online.server_efficiency(calibration.efficiency("H100-SXM")[0], none, None).kernel_floor is None

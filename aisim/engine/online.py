@@ -29,7 +29,17 @@ inference-perf (`bench/data/vllm-online-h100.csv`) and stores them in `online.js
   offline share 0.848 x 1.07 / 0.967), which the 7B run at 20 req/s needs (30 GB of KV and 13.5 GB of
   weights a step in the ~14 ms its time per token leaves).
 
-The rest of a step's price (all-reduce, launches, floors) stays the cost model's (`costmodel/`,
+- `kernel_floor_ns`: the most a kernel's fixed part costs on the server, a cap on the profiles' GEMM
+  floor `t0` (6.7 us on H100-SXM), attention floor (the same) and element-wise floors (1.1-2.6 us); 0
+  keeps them. These floors are GPU time, not a measuring artefact: Vidur's operator profiles time each
+  operator as the sum of its kernels' CUPTI durations (`record_function`, the profilers' default,
+  `vidur/profiling/common/cuda_timer.py` and `utils/record_function_tracer.py`), which holds no launch
+  or synchronisation, so a graph replay does not remove them by itself. What can shrink them is the 2026
+  server's kernels (newer cuBLAS/CUTLASS GEMMs, fused add-and-norm kernels), which is why it is fitted
+  like `mfu`, with a lower bound (`bench/online_calibrate.py`, `FLOOR_GRID`). A GPU without online data
+  takes its own GEMM floor shrunk by the fitted GPUs' cap over their floor.
+
+The rest of a step's price (all-reduce, launches, graph node gaps) stays the cost model's (`costmodel/`,
 offline-calibrated).
 """
 
@@ -59,12 +69,16 @@ class OnlineCost:
     share of datasheet HBM bandwidth, like `costModel.bandwidthEfficiency`; 0 keeps the offline value."""
     gemm_padding: float = -1.0
     """The server's GEMM token padding (the curve's `m0`); negative keeps the Vidur profiles' value."""
+    kernel_floor_ns: int = 0
+    """The most a kernel's fixed part costs on the server (caps the profiles' GEMM `t0`, element-wise and
+    attention floors); 0 keeps the profiles' floors."""
 
 
 def _load() -> dict[str, OnlineCost]:
     document = json.loads(resources.files(__package__).joinpath("online.json").read_text(encoding="utf-8"))
     return {gpu: OnlineCost(v["engine_step_ns"], v["engine_request_ns"], v["frontend_ns"], v.get("mfu", 0.0),
-                            v.get("bandwidth", 0.0), v.get("gemm_padding", -1.0))
+                            v.get("bandwidth", 0.0), v.get("gemm_padding", -1.0),
+                            int(v.get("kernel_floor_ns", 0)))
             for gpu, v in document["gpus"].items()}
 
 
@@ -77,7 +91,8 @@ def _mean() -> OnlineCost:
     count = len(values)
     return OnlineCost(sum(v.engine_step_ns for v in values) // count, sum(v.engine_request_ns for v in values) // count,
                       sum(v.frontend_ns for v in values) // count, sum(v.mfu for v in values) / count,
-                      sum(v.bandwidth for v in values) / count, sum(v.gemm_padding for v in values) / count)
+                      sum(v.bandwidth for v in values) / count, sum(v.gemm_padding for v in values) / count,
+                      sum(v.kernel_floor_ns for v in values) // count)
 
 
 DEFAULT = _mean()
@@ -104,7 +119,17 @@ def online_cost(gpu_name: str) -> OnlineCost:
     own = calibration.constants(gpu_name).default
     mfu = min(own.mfu * _speedup("mfu"), 1.0) if DEFAULT.mfu else 0.0
     bandwidth = own.bandwidth * _speedup("bandwidth") if DEFAULT.bandwidth else 0.0
-    return dataclasses.replace(DEFAULT, mfu=mfu, bandwidth=bandwidth)
+    return dataclasses.replace(DEFAULT, mfu=mfu, bandwidth=bandwidth, kernel_floor_ns=_floor(gpu_name))
+
+
+def _floor(gpu_name: str) -> int:
+    """A kernel floor cap for a GPU without online data: its own profiled GEMM floor shrunk as much as the
+    fitted GPUs' caps shrink theirs (a floor in seconds is one GPU's, like a share of its datasheet)."""
+    ratios = [cost.kernel_floor_ns / 1e9 / calibration.constants(gpu).gemm.t0 for gpu, cost in FITTED.items()
+              if cost.kernel_floor_ns]
+    if not ratios:
+        return 0
+    return max(1, round(calibration.constants(gpu_name).gemm.t0 * min(sum(ratios) / len(ratios), 1.0) * 1e9))
 
 
 def server_efficiency(efficiency: Efficiency, online: OnlineCost, overrides: CostModelSpec | None) -> Efficiency:
@@ -117,8 +142,9 @@ def server_efficiency(efficiency: Efficiency, online: OnlineCost, overrides: Cos
     bandwidth = (overrides.bandwidth_efficiency if overrides and overrides.bandwidth_efficiency is not None
                  else (online.bandwidth or efficiency.bandwidth))
     padding = efficiency.gemm_padding if online.gemm_padding < 0 else online.gemm_padding
+    floor = online.kernel_floor_ns / 1e9 if online.kernel_floor_ns else efficiency.kernel_floor
     return dataclasses.replace(efficiency, step_overhead_ns=step, per_request_ns=request, mfu=mfu, bandwidth=bandwidth,
-                               gemm_padding=padding)
+                               gemm_padding=padding, kernel_floor=floor)
 
 
 def frontend_ns(online: OnlineCost, overrides: CostModelSpec | None) -> int:

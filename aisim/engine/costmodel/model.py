@@ -88,6 +88,10 @@ class Efficiency:
     gemm_padding: float | None = None
     """Token padding of the GEMM curve (`operators.GemmCurve.m0`); None keeps the fitted profiles' value
     (a `vllm serve` engine takes the online calibration's, `online.py`)."""
+    kernel_floor: float | None = None
+    """Seconds: the most any kernel's fixed part (the GEMM curve's `t0`, the element-wise floors, the
+    attention floor) costs; None keeps the profiles' floors (a `vllm serve` engine takes the online
+    calibration's, `online.py`)."""
 
 
 @dataclass(frozen=True)
@@ -156,8 +160,10 @@ class CostModel:
         self._gemm = constants.gemm.scaled(memory * weight_bytes / 2, compute / dtype_speed)
         if efficiency.gemm_padding is not None:
             self._gemm = dataclasses.replace(self._gemm, m0=efficiency.gemm_padding)
+        cap = efficiency.kernel_floor if efficiency.kernel_floor is not None else float("inf")
+        self._gemm = dataclasses.replace(self._gemm, t0=min(self._gemm.t0, cap))
         self._memory_bandwidth = constants.gemm.bandwidth / memory
-        self._elementwise = {k: (f, per * memory) for k, (f, per) in constants.elementwise.items()}
+        self._elementwise = {k: (min(f, cap), per * memory) for k, (f, per) in constants.elementwise.items()}
         self._peak_flops = peak / (2 if arch.dtype == "fp32" else 1)
         self._peak_bandwidth = gpu.memory_bandwidth
         layers = self.layers = max(arch.layers, 1)
@@ -167,7 +173,7 @@ class CostModel:
         head_dim = arch.head_dim or (arch.hidden // arch.heads if arch.heads else 0)
         self._pair_s = 4 * layers * arch.heads * head_dim / tp / (constants.attention_flops / compute)
         self._pair_flops = 4 * layers * arch.heads * head_dim / tp
-        self._attention_fixed_s = layers * constants.attention_floor if not self._token_model else 0.0
+        self._attention_fixed_s = layers * min(constants.attention_floor, cap) if not self._token_model else 0.0
         self._allreduce: TensorParallelAllReduce | None = None
         if tp > 1:
             tables = constants.allreduce.get(constants.topology) or next(iter(constants.allreduce.values()))
