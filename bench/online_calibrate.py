@@ -50,7 +50,7 @@ BANDWIDTH_GRID = (0.0, 1.07)
 """0.0: the offline calibration's bandwidth share (0.967 on H100-SXM)."""
 PADDING_GRID = (-1.0, 0.0)
 """-1: the Vidur profiles' token padding (154 on H100-SXM); 0: none."""
-FLOOR_GRID = (0, 3_000, 1_500)
+FLOOR_GRID = (0, 1_500)
 """Cap on a kernel's fixed part, ns (`online.OnlineCost.kernel_floor_ns`): 0 keeps the profiles' floors (GEMM
 `t0` 6.7 us, attention 6.7 us, element-wise 1.1-2.6 us on H100-SXM); 1.5 us, the lower bound, is above the
 cheapest kernels the same profiles timed (CUPTI kernel durations: residual add 1.1 us, activation 1.8 us)
