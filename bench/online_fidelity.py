@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 
 from online import Run, measured, runs, simulate
-from online_calibrate import STORE, cost_model
+from online_calibrate import STORE, install
 
 from aisim.engine.client_report import StageMetrics
 
@@ -31,10 +31,11 @@ TARGETS = {"e2e_mean": 10.0, "decode_per_token": 10.0, "ttft_mean": 15.0, "ttft_
 
 
 def predict(args: tuple[Run, dict[str, float]]) -> tuple[str, dict[int, StageMetrics], float]:
+    """One run with `c` installed as the GPU's online calibration (the path a `vllm serve` scenario takes)."""
     run, c = args
     started = time.perf_counter()
-    got = simulate(run, cost_model(int(c["engine_step_ns"]), int(c["engine_request_ns"]), c.get("mfu", 0.0),
-                                   int(c["frontend_ns"])))
+    install(c)
+    got = simulate(run)
     return run.experiment, got, time.perf_counter() - started
 
 

@@ -8,6 +8,8 @@ import dataclasses
 import gzip
 import statistics
 
+import pytest
+
 from aisim.engine import calibration
 from aisim.engine.costmodel import CostModel
 from aisim.engine.costmodel.collectives import (
@@ -15,7 +17,7 @@ from aisim.engine.costmodel.collectives import (
     custom_capable,
     one_shot,
 )
-from aisim.engine.costmodel.model import _intermediate
+from aisim.engine.costmodel.model import GRAPH_LAUNCH_NS, _intermediate
 from aisim.engine.costmodel.operators import gemm_s
 from aisim.engine.memory import kv_bytes_per_token
 from aisim.engine.report import build_report
@@ -86,23 +88,40 @@ def test_tp4_decode_at_batch_one_is_faster_than_tp2_on_an_nvswitch_node() -> Non
 
 
 def test_a_step_inside_a_cuda_graph_spends_less_gpu_time_all_reducing_than_an_eager_one() -> None:
-    """Same TP2 decode step with and without CUDA graphs: only the all-reduces differ on the GPU
-    (custom kernel without its eager buffer copy on NVSwitch; NCCL without its host-dispatch floor
-    on PCIe), so the graphed step's GPU part is shorter; at TP1 the two are equal."""
+    """Same TP2 decode step with and without CUDA graphs. On NVSwitch the custom kernel's eager copy
+    into its registered buffer lengthens the eager step's GPU part. On PCIe (NCCL) the GPU part is the
+    same: NCCL's host dispatch is host time, which an eager step pays with its launches (a small
+    decode step is launch-bound, so the eager step is longer in all). At TP1 the GPU parts are equal."""
     arch = MODEL_FAMILIES["llama-3-8b"]
-    for gpu in ("H100-SXM", "L40S"):
-        graphed, eager = (CostModel(arch, GPU_PROFILES[gpu], calibration.efficiency(gpu)[0], tp, kv_bytes_per_token(arch, tp),
-                                    cuda_graphs=graphs) for tp, graphs in ((2, True), (2, False)))
-        assert graphed.step_parts(8, 8, 8000, 8008)[1] < eager.step_parts(8, 8, 8000, 8008)[1], gpu
+    step = (8, 8, 8000, 8008)
+    costs = {gpu: [CostModel(arch, GPU_PROFILES[gpu], calibration.efficiency(gpu)[0], 2, kv_bytes_per_token(arch, 2),
+                             cuda_graphs=graphs) for graphs in (True, False)] for gpu in ("H100-SXM", "L40S")}
+    graphed, eager = costs["H100-SXM"]
+    assert graphed.step_parts(*step)[1] < eager.step_parts(*step)[1]
+    graphed, eager = costs["L40S"]
+    assert graphed.step_parts(*step)[1] == eager.step_parts(*step)[1]
+    assert eager.step_ns(*step) >= graphed.step_ns(*step) - GRAPH_LAUNCH_NS
     single = [CostModel(arch, GPU_PROFILES["H100-SXM"], calibration.efficiency("H100-SXM")[0], 1, kv_bytes_per_token(arch, 1),
                         cuda_graphs=graphs).step_parts(8, 8, 8000, 8008)[1] for graphs in (True, False)]
     assert single[0] == single[1]
 
 
+def test_an_eager_step_hides_its_launches_behind_its_kernels_unless_it_is_launch_bound() -> None:
+    """Kernel launches are asynchronous: a 2,048-token prefill of Llama-2-70B at TP4 (tens of ms of
+    kernels) costs its CPU work plus its kernels and their gaps, not its ~1,000 launches and NCCL
+    dispatches on top (they were added before, 5.9 ms on a 533-token step)."""
+    big = _cost("llama-2-70b", "H100-SXM", 4)
+    host, _ = big.step_parts(1, 2048, 0, 2048 * 2049 / 2)
+    cpu = big.efficiency.step_overhead_ns + big.efficiency.per_request_ns
+    assert host == pytest.approx(cpu + big._gaps_s * 1e9, abs=1000)
+    assert big._eager_launch_s_for(2048) * 1e9 > 1_000_000  # the launches alone: over a millisecond
+
+
 def test_vllms_custom_all_reduce_is_chosen_only_when_fully_connected_and_under_its_max_size() -> None:
     """vLLM's rules: 2/4/6/8 fully NVLink-connected GPUs, or a pair; messages under 8 MiB; one-shot
     for 2 GPUs, <= 4 under 512 KiB, <= 8 under 256 KiB. The custom price is its device latency plus
-    the bytes each GPU reads over NVLink; above the limit NCCL's table takes over."""
+    the bytes each GPU reads over NVLink; above the limit NCCL's table takes over, on the GPU less the
+    table's host-dispatch floor."""
     assert [custom_capable("nvswitch", n) for n in (2, 3, 4, 5, 6, 8, 16)] == [True, False, True, False, True, True, False]
     assert custom_capable("pairwise", 2) and not custom_capable("pairwise", 4) and not custom_capable("pcie", 2)
     assert one_shot(2, 6 << 20) and one_shot(4, 500 << 10) and not one_shot(4, 512 << 10)
@@ -116,7 +135,10 @@ def test_vllms_custom_all_reduce_is_chosen_only_when_fully_connected_and_under_i
     assert reduce(small, graph=True) == reduce.latency + 3 * small / reduce.bandwidth
     big = 4 << 20
     assert reduce(big, graph=True) == 2 * reduce.latency + 2 * 3 / 4 * big / reduce.bandwidth
-    assert reduce(CUSTOM_MAX_BYTES, graph=False) == reduce.nccl(CUSTOM_MAX_BYTES)
+    # above the limit: NCCL's table less its host dispatch (the step counts that with its launches)
+    assert reduce(CUSTOM_MAX_BYTES, graph=False) == reduce(CUSTOM_MAX_BYTES, graph=True)
+    ring = reduce.latency + 2 * 3 / 4 * CUSTOM_MAX_BYTES / reduce.bandwidth  # never below the ring's bytes on NVLink
+    assert reduce(CUSTOM_MAX_BYTES, graph=False) == pytest.approx(max(reduce.nccl(CUSTOM_MAX_BYTES) - reduce.host_floor, ring))
     assert 300e9 < reduce.bandwidth < 450e9  # H100 NVLink: 450 GB/s a direction
     pcie = _cost("llama-3-8b", "L40S", 2)._allreduce
     assert pcie is not None and not pcie.uses_custom(small)
@@ -189,3 +211,63 @@ def test_splitting_over_an_nvswitch_node_speeds_up_a_prefill_step() -> None:
         steps = [CostModel(arch, profile, efficiency, tp, kv_bytes_per_token(arch, tp)).step_ns(1, 2048, 0, 0)
                  for tp in (1, 2, 4)]
         assert steps[0] > steps[1] > steps[2], (name, steps)
+
+
+def test_cuda_graphs_cover_the_steps_vllm_captures_and_no_larger() -> None:
+    """vLLM's `max_cudagraph_capture_size` is min(2 x max_num_seqs, 512, max_num_batched_tokens): a server
+    with 128 sequences replays graphs up to 256 tokens; a 300-token step runs eagerly (its launches, not a
+    graph replay, on the host), which the default 512 would have graphed."""
+    from aisim.engine.costmodel import graph_capture_limit
+
+    assert graph_capture_limit(128, 2048) == 256
+    assert graph_capture_limit(1024, 16384) == 512
+    assert graph_capture_limit(256, 200) == 200
+    arch = MODEL_FAMILIES["llama-3-8b"]
+    efficiency = calibration.efficiency("H100-SXM")[0]
+    server = CostModel(arch, GPU_PROFILES["H100-SXM"], efficiency, 1, kv_bytes_per_token(arch, 1), graph_max_tokens=256)
+    default = CostModel(arch, GPU_PROFILES["H100-SXM"], efficiency, 1, kv_bytes_per_token(arch, 1))
+    assert server._in_graph(256) and not server._in_graph(300) and default._in_graph(300)
+    # the kernels are the same; only the host part differs (graph launch against the hidden eager launches)
+    assert server.step_parts(1, 300, 0, 300 * 301 / 2)[1] == default.step_parts(1, 300, 0, 300 * 301 / 2)[1]
+
+
+def test_a_kernel_floor_cap_takes_each_capped_kernels_excess_off_a_step_and_nothing_else() -> None:
+    """The server's kernel floor cap (`Efficiency.kernel_floor`, fitted online) lowers every kernel's fixed
+    part above it to it: per layer four GEMM floors, the attention floor and the element-wise floors over
+    it, then the embedding, the LM head's GEMM and sampling. A cap above every floor changes nothing, and
+    the offline calibration has none."""
+    arch, gpu = MODEL_FAMILIES["llama-2-7b"], GPU_PROFILES["H100-SXM"]
+    offline = calibration.efficiency("H100-SXM")[0]
+    assert offline.kernel_floor is None
+    c = calibration.constants("H100-SXM")
+    cap = 1.5e-6
+
+    def gpu_ns(floor: float | None) -> int:
+        model = CostModel(arch, gpu, dataclasses.replace(offline, kernel_floor=floor), 1, kv_bytes_per_token(arch, 1))
+        return model.step_parts(1, 1, 512, 513)[1]
+
+    def excess(kind: str) -> float:
+        return max(c.elementwise[kind][0] - cap, 0.0)
+
+    per_layer = 4 * (c.gemm.t0 - cap) + (c.attention_floor - cap) + sum(
+        excess(k) for k in ("norm", "norm", "rope", "act", "add"))
+    expected = arch.layers * per_layer + excess("emb") + (c.gemm.t0 - cap) + excess("act")
+    assert gpu_ns(None) - gpu_ns(cap) == pytest.approx(expected * 1e9, abs=2)
+    assert gpu_ns(1e-3) == gpu_ns(None)
+
+
+def test_a_gpu_without_online_data_shrinks_its_own_kernel_floors_as_the_fitted_gpu_does(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A floor in seconds belongs to one GPU: an A100 server takes its own profiled GEMM floor times the
+    H100 cap's share of the H100's, not the H100's cap."""
+    from aisim.engine import online
+
+    fitted = dataclasses.replace(online.FITTED["H100-SXM"], kernel_floor_ns=3000)
+    monkeypatch.setitem(online.FITTED, "H100-SXM", fitted)
+    share = 3000e-9 / calibration.constants("H100-SXM").gemm.t0
+    a100 = online.online_cost("A100-80GB")
+    assert a100.kernel_floor_ns == round(calibration.constants("A100-80GB").gemm.t0 * share * 1e9)
+    efficiency = online.server_efficiency(calibration.efficiency("A100-80GB")[0], a100, None)
+    assert efficiency.kernel_floor == pytest.approx(a100.kernel_floor_ns / 1e9)
+    none = dataclasses.replace(fitted, kernel_floor_ns=0)
+    assert online.server_efficiency(calibration.efficiency("H100-SXM")[0], none, None).kernel_floor is None

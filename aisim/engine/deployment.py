@@ -20,7 +20,7 @@ from ..scenario.models import KServe, Model, Version
 from ..scenario.presets import GIB
 from . import calibration, online, runtimes
 from .batcher import TritonEngine
-from .costmodel import CostModel
+from .costmodel import CostModel, graph_capture_limit
 from .gpu import GpuDevice
 from .gpu_memory import ReplicaMemory, record_levels, startup_problem
 from .kernel import NORMAL, URGENT, Kernel
@@ -192,7 +192,8 @@ class ServedModel:
                 return failure
             placed.append(tensors)
             cost = CostModel(arch, profile, efficiency, tp, memory.kv_bytes_per_token, cuda_graphs=model.engine.cuda_graphs,
-                             factor=version.latency_factor * runtimes.step_factor(model, version))
+                             factor=version.latency_factor * runtimes.step_factor(model, version),
+                             graph_max_tokens=graph_capture_limit(memory.max_num_seqs, memory.max_num_batched_tokens))
             kv = KvCache(memory.num_blocks, memory.block_size, model.engine.enable_prefix_caching, memory.max_model_len)
             suffix = "" if version.version == model.versions[0].version else f"@v{version.version}"
             replica = Replica(

@@ -174,7 +174,6 @@ class SourceFeed:
         self.weights = weights / weights.sum()
         self._cycle = np.zeros(0, dtype=np.int64)
         """A prompt set's position in its cycle for each request of the chunk being drawn."""
-        self._users: np.ndarray | None = None
         """A multi-turn prompt set's system-prompt group per user, drawn once."""
 
     def __iter__(self) -> Iterator[Arrival]:
@@ -251,23 +250,13 @@ class SourceFeed:
     def _prompt_set_prefixes(self, size: int) -> tuple[np.ndarray, np.ndarray]:
         """Cache chains of a prompt set's requests (the prompts of `_lengths`' last call, `_cycle`).
 
-        Single turn: prompt k of the cycle is the same text every time it comes back, so the whole
-        prompt is one chain per distinct prompt. Multi-turn: only the user's system prompt is shared
-        (one chain per group of `usersPerSystemPrompt` users, the users in a seeded order, as the
-        generator shuffles its sessions); the turns do not repeat a cached prompt.
+        Prompt k of the cycle is the same text every time it comes back, single turn and multi-turn alike
+        (see `PromptSet.multiTurn`), so the whole prompt is one chain per distinct prompt.
         """
         prompts_set = self.source.prompt_set
         assert prompts_set is not None
-        if not prompts_set.multi_turn:
-            tokens = prompts_set.system_prompt_tokens + prompts_set.question_tokens
-            return self.index * 1_000_000 + self._cycle, np.full(size, tokens - 1, dtype=np.int64)
-        if self._users is None:
-            count = prompts_set.system_prompts * prompts_set.users_per_system_prompt
-            self._users = self.rng.permutation(count) // prompts_set.users_per_system_prompt
-        if prompts_set.system_prompt_tokens == 0:
-            return np.full(size, -1), np.zeros(size, dtype=np.int64)
-        groups = self.index * 1_000_000 + self._users[self._cycle]
-        return groups, np.full(size, prompts_set.system_prompt_tokens, dtype=np.int64)
+        tokens = prompts_set.system_prompt_tokens + prompts_set.question_tokens
+        return self.index * 1_000_000 + self._cycle, np.full(size, tokens - 1, dtype=np.int64)
 
     def _prefixes(self, size: int) -> tuple[np.ndarray, np.ndarray]:
         prompts_set = self.source.prompt_set

@@ -1,7 +1,8 @@
 """How long one engine step takes: the sum of its operators on one GPU of the replica.
 
-    step = host + GPU
-    host = step overhead + per-request overhead x requests + kernel launches
+    step = CPU + launch + GPU                  (a CUDA-graph replay: one launch, then the GPU)
+    step = CPU + max(launches, GPU)            (eager: the host enqueues kernels while the GPU runs)
+    CPU  = step overhead + per-request overhead x requests
     GPU  = embedding + layers x (norm, QKV, rope, attention, output projection, all-reduce,
                                  norm, gate/up, activation, down, all-reduce, add)
            + LM head and sampling over the requests that sample
@@ -17,13 +18,20 @@
 - all-reduce: two per layer plus the embedding's (`tokens x hidden x 2` bytes) under TP, by the
   kernel vLLM picks (`collectives.py`): its custom one-/two-shot kernel on fully NVLink-connected
   groups below 8 MiB (device latency plus NVLink bytes), NCCL from the measured tables otherwise,
-  without their host-dispatch part inside CUDA graphs; the logits' gather runs after the graph
-  (vLLM computes logits outside it), by NCCL as measured;
+  on the GPU without their host-dispatch part (in a graph there is none; in an eager step the host
+  dispatch is a launch, overlapped with the kernels before it); the logits' gather runs after the
+  graph (vLLM computes logits outside it), by NCCL as measured;
 - LM head: a GEMM of one row per request that samples (vLLM computes logits only at each
   request's last scheduled position) by the vocabulary shard; sampling an element-wise pass over
   the logits;
-- launches: one host launch per kernel in eager steps; a CUDA-graph replay (15 us + 0.5 us per
-  kernel, `gpu-memory-and-streams.md` §5.4) for steps of at most 512 tokens, which vLLM captures;
+- launches: a CUDA-graph replay (15 us + 0.5 us per kernel, `gpu-memory-and-streams.md` §5.4) for
+  steps vLLM captured, of at most `graph_max_tokens` tokens: vLLM's `max_cudagraph_capture_size`,
+  `min(2 x max_num_seqs, 512, max_num_batched_tokens)` (`vllm/config/vllm.py`,
+  `_set_cudagraph_sizes`); a larger step runs eagerly: one host launch per kernel plus NCCL's host
+  dispatch per all-reduce (the measured tables' host floor, `collectives.py`). Kernel launches are
+  asynchronous, so an eager step costs the longer of its launches and its kernels, not their sum:
+  a step whose kernels outlast its launches (any prefill chunk of a large model) hides them, a tiny
+  eager step is launch-bound;
 - the step and per-request overheads are the engine's CPU time (scheduling, input preparation,
   sampling bookkeeping), fitted on the Argonne rows.
 
@@ -34,6 +42,7 @@ lookups and multiplications.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -52,6 +61,14 @@ KERNELS_PER_LAYER = 10
 GRAPH_LAUNCH_NS = 15_000
 GRAPH_NODE_NS = 500
 GRAPH_MAX_TOKENS = 512
+
+
+def graph_capture_limit(max_num_seqs: int, max_num_batched_tokens: int) -> int:
+    """vLLM's default `max_cudagraph_capture_size`: `min(2 x max_num_seqs, 512)`, no more than the
+    step's token budget (`vllm/config/vllm.py`, `_set_cudagraph_sizes`, vLLM 0.11 and later)."""
+    return max(1, min(2 * max_num_seqs, GRAPH_MAX_TOKENS, max_num_batched_tokens))
+
+
 CACHE_LIMIT = 4096
 """Token and request counts whose operator sums are remembered per cost model."""
 
@@ -68,6 +85,13 @@ class Efficiency:
     """CPU time per step."""
     per_request_ns: int
     """CPU time per scheduled request per step."""
+    gemm_padding: float | None = None
+    """Token padding of the GEMM curve (`operators.GemmCurve.m0`); None keeps the fitted profiles' value
+    (a `vllm serve` engine takes the online calibration's, `online.py`)."""
+    kernel_floor: float | None = None
+    """Seconds: the most any kernel's fixed part (the GEMM curve's `t0`, the element-wise floors, the
+    attention floor) costs; None keeps the profiles' floors (a `vllm serve` engine takes the online
+    calibration's, `online.py`)."""
 
 
 @dataclass(frozen=True)
@@ -119,7 +143,7 @@ class CostModel:
 
     def __init__(self, arch: ModelFamily, gpu: GpuProfile, efficiency: Efficiency, tensor_parallel: int = 1,
                  kv_bytes_per_token: int = 0, cuda_graphs: bool = True, factor: float = 1.0,
-                 constants: GpuConstants | None = None) -> None:
+                 constants: GpuConstants | None = None, graph_max_tokens: int = GRAPH_MAX_TOKENS) -> None:
         if constants is None:
             from ..calibration import constants as lookup
             constants = lookup(gpu)
@@ -134,8 +158,12 @@ class CostModel:
         peak = gpu.fp8_flops if arch.dtype in ("fp8", "int8", "int4") and gpu.fp8_flops else gpu.fp16_flops
         dtype_speed = peak / gpu.fp16_flops / (2 if arch.dtype == "fp32" else 1)
         self._gemm = constants.gemm.scaled(memory * weight_bytes / 2, compute / dtype_speed)
+        if efficiency.gemm_padding is not None:
+            self._gemm = dataclasses.replace(self._gemm, m0=efficiency.gemm_padding)
+        cap = efficiency.kernel_floor if efficiency.kernel_floor is not None else float("inf")
+        self._gemm = dataclasses.replace(self._gemm, t0=min(self._gemm.t0, cap))
         self._memory_bandwidth = constants.gemm.bandwidth / memory
-        self._elementwise = {k: (f, per * memory) for k, (f, per) in constants.elementwise.items()}
+        self._elementwise = {k: (min(f, cap), per * memory) for k, (f, per) in constants.elementwise.items()}
         self._peak_flops = peak / (2 if arch.dtype == "fp32" else 1)
         self._peak_bandwidth = gpu.memory_bandwidth
         layers = self.layers = max(arch.layers, 1)
@@ -145,7 +173,7 @@ class CostModel:
         head_dim = arch.head_dim or (arch.hidden // arch.heads if arch.heads else 0)
         self._pair_s = 4 * layers * arch.heads * head_dim / tp / (constants.attention_flops / compute)
         self._pair_flops = 4 * layers * arch.heads * head_dim / tp
-        self._attention_fixed_s = layers * constants.attention_floor if not self._token_model else 0.0
+        self._attention_fixed_s = layers * min(constants.attention_floor, cap) if not self._token_model else 0.0
         self._allreduce: TensorParallelAllReduce | None = None
         if tp > 1:
             tables = constants.allreduce.get(constants.topology) or next(iter(constants.allreduce.values()))
@@ -154,10 +182,13 @@ class CostModel:
                 constants.allreduce_latency, achieved_bandwidth(constants.allreduce) / constants.link_scale,
                 self._memory_bandwidth)
         self._graphs = cuda_graphs
+        self._graph_max = min(graph_max_tokens, GRAPH_MAX_TOKENS)
         self._shapes(arch, head_dim)
         kernels = layers * KERNELS_PER_LAYER
         self._eager_launch_s = kernels * gpu.launch_latency_ns / 1e9
-        self._graph_launch_s = (GRAPH_LAUNCH_NS + GRAPH_NODE_NS * kernels) / 1e9 if cuda_graphs else self._eager_launch_s
+        self._gaps_s = GRAPH_NODE_NS * kernels / 1e9
+        """The GPU's idle gaps between back-to-back kernels, in a graph replay or a full eager queue alike."""
+        self._graph_launch_s = GRAPH_LAUNCH_NS / 1e9 + self._gaps_s if cuda_graphs else self._eager_launch_s
         self._fixed_s = efficiency.step_overhead_ns / 1e9
         self._request_s = efficiency.per_request_ns / 1e9
         self._tokens_cache: dict[int, float] = {}
@@ -204,7 +235,23 @@ class CostModel:
 
     def _in_graph(self, tokens: int) -> bool:
         """Whether vLLM replays a step of `tokens` tokens from a captured CUDA graph."""
-        return self._graphs and tokens <= GRAPH_MAX_TOKENS
+        return self._graphs and tokens <= self._graph_max
+
+    def _host_s(self, requests: int, tokens: int, gpu: float | np.ndarray) -> float | np.ndarray:
+        """The step's time outside its kernels: the engine's CPU work, then the graph replay's launch,
+        or in an eager step whatever of its launches the kernels do not hide."""
+        cpu = self._fixed_s + requests * self._request_s
+        if self._in_graph(tokens):
+            return cpu + self._graph_launch_s
+        return cpu + np.maximum(self._eager_launch_s_for(tokens) - gpu, self._gaps_s)
+
+    def _eager_launch_s_for(self, tokens: int) -> float:
+        """Host seconds to launch an eager step: every kernel, plus NCCL's dispatch of each all-reduce
+        that goes to NCCL (the custom kernel is an ordinary launch)."""
+        reduce = self._allreduce
+        if reduce is None or reduce.uses_custom(tokens * self._hidden * 2):
+            return self._eager_launch_s
+        return self._eager_launch_s + (2 * self.layers + 1) * reduce.host_floor
 
     def _tokens_s(self, tokens: int) -> float:
         """GPU seconds of the parts that depend on the step's token count only (cached)."""
@@ -252,11 +299,9 @@ class CostModel:
     # -- steps -------------------------------------------------------------------------------
 
     def _parts_s(self, requests: int, new_tokens: int, context_tokens: float, pairs: float) -> tuple[float, float]:
-        launch = self._graph_launch_s if new_tokens <= GRAPH_MAX_TOKENS else self._eager_launch_s
-        host = self._fixed_s + requests * self._request_s + launch
         gpu = (self._tokens_s(new_tokens) + self._requests_s(requests) + self._attention_fixed_s
                + pairs * self._pair_s + (context_tokens + new_tokens) * self._kv_s)
-        return host, gpu
+        return float(self._host_s(requests, new_tokens, gpu)), gpu
 
     def step_ns(self, requests: int, new_tokens: int, context_tokens: int, pairs: float) -> int:
         """Duration of a step scheduling `requests` requests with `new_tokens` tokens in all.
@@ -283,8 +328,8 @@ class CostModel:
     def execution_parts(self, batch: int) -> tuple[int, int]:
         """(launch ns, GPU ns) of one Triton model execution over `batch` samples: the kernel launches
         and the forward pass, without an LLM engine's per-step scheduling and sampling."""
-        launch = self._graph_launch_s if batch <= GRAPH_MAX_TOKENS else self._eager_launch_s
         _, gpu = self._parts_s(1, batch, 0, 0.0)
+        launch = self._graph_launch_s if self._in_graph(batch) else max(self._eager_launch_s_for(batch) - gpu, self._gaps_s)
         return round(launch * self.factor * 1e9), round(gpu * self.factor * 1e9)
 
     def decode_series(self, requests: int, context_tokens: int, steps: int) -> np.ndarray:
@@ -296,13 +341,11 @@ class CostModel:
         host, gpu = self._decode_parts(requests, context_tokens, steps)
         return np.rint((host + gpu) * self.factor * 1e9).astype(np.int64)
 
-    def _decode_parts(self, requests: int, context_tokens: int, steps: int) -> tuple[float, np.ndarray]:
+    def _decode_parts(self, requests: int, context_tokens: int, steps: int) -> tuple[float | np.ndarray, np.ndarray]:
         context = context_tokens + np.arange(steps, dtype=np.float64) * requests
-        launch = self._graph_launch_s if requests <= GRAPH_MAX_TOKENS else self._eager_launch_s
-        host = self._fixed_s + requests * self._request_s + launch
         gpu = (self._tokens_s(requests) + self._requests_s(requests) + self._attention_fixed_s
                + (context + requests) * self._pair_s + (context + requests) * self._kv_s)
-        return host, gpu
+        return self._host_s(requests, requests, gpu), gpu
 
     # -- telemetry ---------------------------------------------------------------------------
 
