@@ -4,7 +4,8 @@ branch a change starts from) against this one, beside the bare Tornado handler, 
 For each of `bench/serve_scale.py`'s throughput parts (non-streaming chat, KServe infer): the bare handler,
 base and this tree's single process, base and this tree's `--api-server-count N`; `wrk` on the load core;
 printed: per-round CPU us per request (all processes together) and the medians as a ratio to the bare
-handler's, so that a change's gain is read off one run on a noisy machine.
+handler's, so that a change's gain is read off one run on a noisy machine (the order of the aisim servers
+flips every round, so that neither tree always runs after the other).
 
     git archive integ | tar -x -C /tmp/base
     python bench/serve_ab.py --base /tmp/base [--rounds 3] [--seconds 3] [--api-servers 2]
@@ -57,8 +58,8 @@ def main() -> None:
             time.sleep(0.3)
             for server in servers:
                 wrk(server, path, body, 1, args.connections, args.load_core)
-            for round_ in range(args.rounds):
-                for server in servers:
+            for round_ in range(args.rounds):  # base first in odd rounds, this tree first in even ones
+                for server in servers[:1] + (servers[1:] if round_ % 2 == 0 else servers[:0:-1]):
                     rate, cpu, _ = wrk(server, path, body, args.seconds, args.connections, args.load_core)
                     totals[server.name].append(sum(cpu.values()))
                     print(f"{label:<6} round {round_ + 1} {server.name:<14} {rate:8,.0f} requests/s; "
