@@ -236,7 +236,7 @@ class CountTokensHandler(AnthropicHandler):
             _, chat = self.parse_anthropic(CountTokensRequest)
             self.find_model(chat.model)
             tools = [t.function.model_dump() for t in chat.tools or []]
-            count = self.state.tokenizer.chat_prompt_tokens([m.model_dump(exclude_none=True) for m in chat.messages], tools)
+            count = self.state.tokenizer.chat_prompt_tokens([m.dump() for m in chat.messages], tools)
             self.finish(json.dumps({"input_tokens": count}))
 
         await self.guarded(work)

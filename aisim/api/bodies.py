@@ -19,6 +19,8 @@ import re
 import zlib
 from typing import Any
 
+import msgspec
+
 MAX_DEPTH = 64
 """Deepest nesting of arrays and objects accepted (a chat request with a JSON schema needs about 10)."""
 
@@ -27,6 +29,15 @@ INT_DIGITS = 40
 
 _LONG_DIGITS = re.compile(rb"[0-9]{%d}" % (INT_DIGITS + 1))
 """Digits in a row past the limit: where the body may hold a long integer (or only a long string)."""
+
+_FAST = msgspec.json.Decoder()
+"""The first try at a body (4-8 times faster than `json.loads` on a request's small document). Where it
+succeeds its value is `json.loads`'s (same types, exact integers, the same float for every number text,
+the last of duplicate keys in the first one's place: checked by `tests/test_bodies.py` on mutated bodies);
+what it refuses (`NaN` and `Infinity`, numbers out of a float's range, lone surrogates, UTF-16 or a BOM,
+invalid JSON, deep nesting) goes to `json.loads`, whose value or error stays the answer."""
+
+_REFUSED = object()
 
 
 class BodyError(ValueError):
@@ -60,11 +71,27 @@ def decode(body: bytes, limit: int, empty: Any = None) -> Any:
         raise BodyError("too_large", f"the body is {len(body)} bytes, the limit is {limit}")
     if not body:
         return empty
+    long_digits = _LONG_DIGITS.search(body) is not None
+    value: Any = _REFUSED
+    if not long_digits:
+        try:
+            value = _FAST.decode(body)
+        except (msgspec.DecodeError, RecursionError):
+            pass
+    if value is _REFUSED:
+        value = _slow(body, long_digits)
+    if body.count(b"[") + body.count(b"{") > MAX_DEPTH and _depth(value) > MAX_DEPTH:
+        raise BodyError("too_deep", f"the body nests deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def _slow(body: bytes, long_digits: bool) -> Any:
+    """`json.loads` of a body the fast decoder refused, with the bounds' hooks and errors."""
     hooks: dict[str, Any] = {"parse_constant": _no_constant}
-    if _LONG_DIGITS.search(body):  # only then is each integer checked (a hook per integer costs)
+    if long_digits:  # only then is each integer checked (a hook per integer costs)
         hooks["parse_int"] = _bounded_int
     try:
-        value = json.loads(body, **hooks)
+        return json.loads(body, **hooks)
     except json.JSONDecodeError as error:
         raise BodyError("not_json", error.msg, error.pos) from None
     except UnicodeDecodeError as error:
@@ -75,9 +102,6 @@ def decode(body: bytes, limit: int, empty: Any = None) -> Any:
         raise
     except ValueError as error:  # the interpreter's own limit on integer digits
         raise BodyError("number", str(error)) from None
-    if body.count(b"[") + body.count(b"{") > MAX_DEPTH and _depth(value) > MAX_DEPTH:
-        raise BodyError("too_deep", f"the body nests deeper than {MAX_DEPTH} levels")
-    return value
 
 
 def _no_constant(name: str) -> Any:

@@ -76,7 +76,7 @@ class ChatHandler(GenerationHandler):
         vLLM's extensions given beside the body (`ignore_eos`)."""
         state = self.state
         tools = [t.function.model_dump() for t in body.tools or []]
-        messages = [m.model_dump(exclude_none=True) for m in body.messages]
+        messages = [m.dump() for m in body.messages]
         prompt_tokens = state.tokenizer.chat_prompt_tokens(messages, tools)
         if state.fleet.wants_token_ids:  # the fleet's prefix cache hashes the prompt's real tokens
             self.prompt_ids = tuple(chat_prompt_ids(messages, state.tokenizer, tools))
@@ -206,10 +206,13 @@ def _plain_template() -> str:
 
 _PLAIN = _plain_template()
 
+_string = json.encoder.encode_basestring_ascii
+"""A string as JSON: what `json.dumps` of a string runs, without its call and checks."""
+
 
 def _plain_completion(completion_id: str, created: int, model: str, content: str, finish_reason: str,
                       prompt_tokens: int, completion_tokens: int) -> str:
     """`json.dumps` of the `_completion` of one choice with plain content (no tool calls, no log-probabilities)."""
-    return _PLAIN % {"id": json.dumps(completion_id), "created": created, "model": json.dumps(model),
-                     "content": json.dumps(content), "finish": json.dumps(finish_reason), "prompt": prompt_tokens,
+    return _PLAIN % {"id": _string(completion_id), "created": created, "model": _string(model),
+                     "content": _string(content), "finish": _string(finish_reason), "prompt": prompt_tokens,
                      "completion": completion_tokens, "total": prompt_tokens + completion_tokens}

@@ -161,7 +161,7 @@ class ResponsesHandler(GenerationHandler):
             raise invalid(f"Invalid 'input': {error.errors()[0]['msg']}.", "input") from None
         instructions = [Message(role="system", content=body.instructions)] if body.instructions else []
         messages = (instructions + conversation) or [Message(role="user", content="")]
-        prompt_tokens = state.tokenizer.chat_prompt_tokens([m.model_dump(exclude_none=True) for m in messages])
+        prompt_tokens = state.tokenizer.chat_prompt_tokens([m.dump() for m in messages])
         budget = await self.admit(model, prompt_tokens, body.max_output_tokens)
         prompt = chat_prompt(messages)
         tools = [{"name": t.get("name"), "description": t.get("description"), "parameters": t.get("parameters")}

@@ -40,7 +40,7 @@ class TokenizeHandler(BaseHandler):
             model = self.find_model(body.model or self.state.scenario.models[0].id)
             tokenizer = self.state.tokenizer
             if body.messages is not None:
-                ids = chat_prompt_ids([m.model_dump(exclude_none=True) for m in body.messages], tokenizer,
+                ids = chat_prompt_ids([m.dump() for m in body.messages], tokenizer,
                                       [t.function.model_dump() for t in body.tools or []], body.add_generation_prompt)
             else:
                 ids = tokenizer.encode(body.prompt or "")
