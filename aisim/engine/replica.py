@@ -406,7 +406,7 @@ class Replica:
         if itl and self.stats.keep_itl:
             self.stats.add_itl(np.array(itl, dtype=np.int64), self._ones(len(itl)))
         decode = sum(tokens for _, tokens in plan.batch) - prefill
-        self._log(plan.start, plan.ends, len(plan.batch), prefill, decode, np.array([plan.kv_used]), plan.stream)
+        self._log_step(plan.start, end, len(plan.batch), prefill, decode, plan.kv_used, plan.stream)
         if self.on_step is not None:
             self.on_step(self, StepReport(first_prompts, sampled, plan.preemptions, plan.queries, plan.hits))
 
@@ -424,34 +424,39 @@ class Replica:
         request.conclude("aborted", self.kernel.now, self.timeline)
         self.interrupt()
 
+    def _log_step(self, start: int, end: int, requests: int, prefill: int, decode: int, used: int,
+                  stream: str = "") -> None:
+        """Account and log one step: its six columns are views of one fresh array (one allocation)."""
+        stats = self.stats
+        stats.steps += 1
+        stats.busy_ns += end - start
+        stats.kv_area += float(used * (end - start))
+        if used > stats.kv_peak:  # noqa: PLR1730 (hot path)
+            stats.kv_peak = used
+        columns = np.array((start, end, requests, prefill, decode, used), dtype=np.int64)
+        self.timeline.add_steps(StepRun(
+            self.name, self.gpus, stream or self.stream, columns[0:1], columns[1:2], columns[2:3], columns[3:4],
+            columns[4:5], columns[5:6], self.kv.total,
+        ))
+
     def _log(self, start: int, ends: np.ndarray, requests: int, prefill: int, decode: int, kv_used: np.ndarray,
-             stream: str = "") -> None:
+             peak: int, stream: str = "") -> None:
+        """Account and log a run of steps; `peak`: the most blocks `kv_used` holds."""
         count = len(ends)
+        if count == 1:
+            self._log_step(start, int(ends[0]), requests, prefill, decode, peak, stream)
+            return
         stats = self.stats
         stats.steps += count
-        if count == 1:  # a single step: the same figures without the array arithmetic
-            end = int(ends[0])
-            used = int(kv_used[0])
-            stats.busy_ns += end - start
-            stats.kv_area += float(used * (end - start))
-            if used > stats.kv_peak:  # noqa: PLR1730 (hot path)
-                stats.kv_peak = used
-            columns = np.array((start, requests, prefill, decode), dtype=np.int64)  # one array, four views
-            self.timeline.add_steps(StepRun(
-                self.name, self.gpus, stream or self.stream, columns[0:1], ends.copy(), columns[1:2], columns[2:3],
-                columns[3:4], kv_used, self.kv.total,
-            ))
-            return
         starts = np.empty(count, dtype=np.int64)
         starts[0] = start
         starts[1:] = ends[:-1]
-        stats.busy_ns += int(ends[-1] - start)
+        stats.busy_ns += int(ends[-1]) - start
         stats.kv_area += float(np.dot(kv_used, ends - starts))
-        stats.kv_peak = max(stats.kv_peak, int(kv_used.max()))
+        if peak > stats.kv_peak:  # noqa: PLR1730 (hot path)
+            stats.kv_peak = peak
         columns = np.empty((3, count), dtype=np.int64)
-        columns[0] = requests
-        columns[1] = prefill
-        columns[2] = decode
+        columns[:] = ((requests,), (prefill,), (decode,))
         self.timeline.add_steps(StepRun(
             self.name, self.gpus, stream or self.stream, starts, ends.copy(), columns[0], columns[1], columns[2],
             kv_used, self.kv.total,
@@ -512,15 +517,19 @@ class Replica:
         ends = plan.ends
         steps = len(ends)
         assert plan.blocks is not None
-        assert int(plan.blocks[steps - 1]) <= self.kv.available, "a decode run took blocks that were not available"
+        grown = int(plan.blocks[steps - 1])
+        assert grown <= self.kv.available, "a decode run took blocks that were not available"
         used_before = self.kv.used
-        requests = [r for r, _ in plan.batch if not r.done]  # an abort cut the run short
         self.scheduler.decode_run(steps)
         end = int(ends[-1])
         first = int(ends[0])
+        requests = []  # those still running: an abort cut the run short
         gaps = []
         finished = []
-        for request in requests:
+        for request, _ in plan.batch:
+            if request.done:
+                continue
+            requests.append(request)
             gaps.append(first - request.last_token_at)
             request.last_token_at = end
             if request.generated >= request.output:
@@ -537,7 +546,8 @@ class Replica:
                 weights = np.empty(steps - 1, dtype=np.int64)
                 weights.fill(count)
                 stats.add_itl(ends[1:] - ends[:-1], weights)
-        self._log(plan.start, ends, len(requests), 0, len(requests), used_before + plan.blocks[:steps])
+        self._log(plan.start, ends, len(requests), 0, len(requests), used_before + plan.blocks[:steps],
+                  used_before + grown)
         if finished:
             self.scheduler.finish(finished)
             for request in finished:
