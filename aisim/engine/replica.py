@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import numpy as np
 
@@ -151,6 +152,7 @@ class Replica:
         self.meter: ReplicaMeter | None = None
         """Accounts its GPU work for telemetry (None: nobody reads it)."""
         self._phases = np.arange(MAX_RUN, dtype=np.int64) % kv.block_size
+        self._phase_list: list[int] = self._phases.tolist()
         """k mod the block size for each step k of the longest decode run, made once."""
 
     # -- queue -----------------------------------------------------------------------------
@@ -196,7 +198,7 @@ class Replica:
         plan = self._plan
         if plan is None or not plan.decode_run or len(plan.ends) == 1:
             return
-        index = int(np.searchsorted(plan.ends, self.kernel.now, side="left"))
+        index = int(plan.ends.searchsorted(self.kernel.now, side="left"))
         if index + 1 >= len(plan.ends):
             return
         plan.handle.cancel()
@@ -210,7 +212,14 @@ class Replica:
         """Whether its steps go through the GPUs' stream scheduler: when it shares a GPU with another
         replica (their kernels contend) or when kernels are simulated per layer."""
         placement = self.placement
-        return placement is not None and (placement.detail == "layer" or any(d.users > 1 for d in placement.devices))
+        if placement is None:
+            return False
+        if placement.detail == "layer":
+            return True
+        for device in placement.devices:  # a loop, not any(): asked before every step
+            if device.users > 1:
+                return True
+        return False
 
     def _start(self, decoding: bool = False) -> None:
         """Launch the next step or run of decode steps; `decoding`: right after a decode run, when every
@@ -230,8 +239,10 @@ class Replica:
         if not batch:
             self._plan = None
             return
-        context = sum(r.computed for r, _ in batch)
-        new_tokens = sum(q for _, q in batch)
+        context = new_tokens = 0  # integers: one pass
+        for r, q in batch:
+            context += r.computed
+            new_tokens += q
         if not self._acquire(new_tokens, len(batch)):
             return
         pairs = sum(q * r.computed + q * (q + 1) / 2 for r, q in batch)
@@ -497,7 +508,10 @@ class Replica:
             left = r.output - r.generated
             if left < steps:  # noqa: PLR1730 (hot path)
                 steps = left
-        blocks = np.array(residues, dtype=np.int64)[self._phases[:steps]].cumsum()
+        if steps <= bs:  # short: the running sum in Python costs less than three array operations
+            blocks = np.fromiter(accumulate(map(residues.__getitem__, self._phase_list[:steps])), np.int64, steps)
+        else:
+            blocks = np.array(residues, dtype=np.int64)[self._phases[:steps]].cumsum()
         available = self.kv.available
         if blocks[-1] > available:
             steps = int(blocks.searchsorted(available, side="right"))
