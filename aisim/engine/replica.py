@@ -113,6 +113,8 @@ class _Plan:
     """What the scheduler decided (a single step)."""
     activity: object | None = None
     """Its per-step GPU activity, once a metered replica computed it (`meter.py`)."""
+    durations: np.ndarray | None = None
+    """A decode run's step durations (`ends` are their running sum from `start`)."""
 
 
 class Replica:
@@ -451,19 +453,25 @@ class Replica:
         ))
 
     def _log(self, start: int, ends: np.ndarray, requests: int, prefill: int, decode: int, kv_used: np.ndarray,
-             peak: int, stream: str = "") -> None:
-        """Account and log a run of steps; `peak`: the most blocks `kv_used` holds."""
+             peak: int, durations: np.ndarray | None = None, stream: str = "") -> None:
+        """Account and log a run of steps; `peak`: the most blocks `kv_used` holds; `durations`: the steps'
+        (or more, a cut run's), when known."""
         count = len(ends)
         if count == 1:
             self._log_step(start, int(ends[0]), requests, prefill, decode, peak, stream)
             return
         stats = self.stats
         stats.steps += count
-        starts = np.empty(count, dtype=np.int64)
-        starts[0] = start
-        starts[1:] = ends[:-1]
+        if durations is None:
+            starts = np.empty(count, dtype=np.int64)
+            starts[0] = start
+            starts[1:] = ends[:-1]
+            durations = ends - starts
+        else:
+            durations = durations[:count]
+            starts = ends - durations
         stats.busy_ns += int(ends[-1]) - start
-        stats.kv_area += float(np.dot(kv_used, ends - starts))
+        stats.kv_area += float(np.dot(kv_used, durations))
         if peak > stats.kv_peak:  # noqa: PLR1730 (hot path)
             stats.kv_peak = peak
         columns = np.empty((3, count), dtype=np.int64)
@@ -525,7 +533,7 @@ class Replica:
         ends += self.kernel.now
         handle = self.kernel.at(int(ends[-1]), self._finish_step)
         batch = [(r, 1) for r in running]
-        return _Plan(self.kernel.now, ends, batch, True, handle, blocks)
+        return _Plan(self.kernel.now, ends, batch, True, handle, blocks, durations=durations)
 
     def _apply_decode_run(self, plan: _Plan) -> None:
         ends = plan.ends
@@ -561,7 +569,7 @@ class Replica:
                 weights.fill(count)
                 stats.add_itl(ends[1:] - ends[:-1], weights)
         self._log(plan.start, ends, len(requests), 0, len(requests), used_before + plan.blocks[:steps],
-                  used_before + grown)
+                  used_before + grown, plan.durations)
         if finished:
             self.scheduler.finish(finished)
             for request in finished:
