@@ -391,9 +391,13 @@ class Replica:
         prefill = 0
         first_prompts = 0
         sampled = 0
+        total = 0
         for request, tokens in plan.batch:
-            if not request.done and (request.to_compute > 1 or request.generated == 0):
+            total += tokens
+            if request.finished_at < 0 and (request.prompt + request.generated - request.computed > 1
+                                            or request.generated == 0):  # not done; prefilling
                 prefill += tokens
+        per_token = self.timeline.per_token
         step = plan.step
         assert step is not None
         self.scheduler.advance(step)
@@ -411,14 +415,15 @@ class Replica:
             else:
                 itl.append(end - request.last_token_at)
             request.last_token_at = end
-            if self.timeline.per_token:
+            if per_token:
                 self.timeline.add(end, "token", request.id, request.generated - 1)
-            request.notify("token", end)
+            if request.watcher is not None:
+                request.watcher("token", request, end)
             if state == LAST_TOKEN:
                 self._finish(request, end)
         if itl and self.stats.keep_itl:
             self.stats.add_itl(np.array(itl, dtype=np.int64), self._ones(len(itl)))
-        decode = sum(tokens for _, tokens in plan.batch) - prefill
+        decode = total - prefill
         self._log_step(plan.start, end, len(plan.batch), prefill, decode, plan.kv_used, plan.stream)
         if self.on_step is not None:
             self.on_step(self, StepReport(first_prompts, sampled, plan.preemptions, plan.queries, plan.hits))
