@@ -311,7 +311,8 @@ class Replica:
             return False
         finally:
             for gpu, pool in self.memory.pools:
-                record_levels(pool, gpu, self.timeline, self.kernel.now)
+                if pool.watch.events:  # rare: `record_levels` only when a threshold was crossed
+                    record_levels(pool, gpu, self.timeline, self.kernel.now)
         return True
 
     def _crash(self, message: str) -> None:
