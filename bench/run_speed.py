@@ -102,6 +102,7 @@ def pinned_run(scenario: str, package_root: Path, core: int) -> dict[str, object
 
 def extract(ref: str, folder: Path) -> Path:
     """Revision `ref`'s `aisim` package, unpacked under `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
     archive = folder / "ref.tar"
     subprocess.run(["git", "archive", "-o", str(archive), ref, "aisim"], check=True, cwd=ROOT)
     with tarfile.open(archive) as tar:
