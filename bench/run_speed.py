@@ -12,7 +12,7 @@ CPU time of the simulation alone; it checks that both give the same result (a di
 times, every step and every allocator's counters) and prints the median ratio of the CPU time per request.
 
     python bench/run_speed.py [SCENARIO] [--skip-baseline]
-    python bench/run_speed.py [SCENARIO] --against main [--rounds 5] [--core 1]
+    python bench/run_speed.py [SCENARIO] --against main [--rounds 5] [--core 1] [--same-as REF2]
 """
 
 from __future__ import annotations
@@ -100,14 +100,23 @@ def pinned_run(scenario: str, package_root: Path, core: int) -> dict[str, object
     return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def against(scenario: str, ref: str, rounds: int, core: int) -> None:
-    """This tree against revision `ref`: interleaved rounds, the median ratio of CPU per request."""
+def extract(ref: str, folder: Path) -> Path:
+    """Revision `ref`'s `aisim` package, unpacked under `folder`."""
+    folder.mkdir(parents=True, exist_ok=True)
+    archive = folder / "ref.tar"
+    subprocess.run(["git", "archive", "-o", str(archive), ref, "aisim"], check=True, cwd=ROOT)
+    with tarfile.open(archive) as tar:
+        tar.extractall(folder / "ref", filter="data")
+    archive.unlink()
+    return folder / "ref"
+
+
+def against(scenario: str, ref: str, rounds: int, core: int, same_as: str | None = None) -> None:
+    """This tree against revision `ref`: interleaved rounds, the median ratio of CPU per request. The
+    results must equal `ref`'s, or `same_as`'s when given (a revision after `ref` whose results changed
+    on purpose, e.g. a new cost model: `ref` then only sets the speed baseline)."""
     with tempfile.TemporaryDirectory() as folder:
-        archive = Path(folder) / "ref.tar"
-        subprocess.run(["git", "archive", "-o", str(archive), ref, "aisim"], check=True, cwd=ROOT)
-        with tarfile.open(archive) as tar:
-            tar.extractall(Path(folder) / "ref", filter="data")
-        trees = {"this": ROOT, ref: Path(folder) / "ref"}
+        trees = {"this": ROOT, ref: extract(ref, Path(folder) / "speed")}
         cpu: dict[str, list[float]] = {name: [] for name in trees}
         digests: dict[str, set[str]] = {name: set() for name in trees}
         load = os.getloadavg()[0]
@@ -121,7 +130,10 @@ def against(scenario: str, ref: str, rounds: int, core: int) -> None:
                 digests[name].add(str(run["digest"]))
                 print(f"round {round_ + 1}  {name:>8}: {per_request:6.0f} CPU us per request", flush=True)
         load = max(load, os.getloadavg()[0])
-        same = digests["this"] == digests[ref] and len(digests["this"]) == 1
+        expected = digests[ref]
+        if same_as is not None:
+            expected = {str(pinned_run(scenario, extract(same_as, Path(folder) / "same"), core)["digest"])}
+        same = digests["this"] == expected and len(digests["this"]) == 1
         ratios = [a / b for a, b in zip(cpu["this"], cpu[ref])]
         print(f"scenario  {scenario}: {run['requests']:,} requests, {rounds} interleaved rounds on core {core}, "
               f"load average up to {load:.2f}")
@@ -129,8 +141,8 @@ def against(scenario: str, ref: str, rounds: int, core: int) -> None:
               f"{ref}: {statistics.median(cpu[ref]):.0f}")
         print(f"ratio     this / {ref}: {statistics.median(ratios):.3f} (median of rounds; "
               f"{min(ratios):.3f}-{max(ratios):.3f}); target <= 0.5: {'PASS' if statistics.median(ratios) <= 0.5 else 'FAIL'}")
-        print(f"results   {'identical' if same else 'DIFFERENT'} (digest of every request's times, every step "
-              "and every allocator's counters)")
+        print(f"results   {'identical' if same else 'DIFFERENT'} to {same_as or ref}'s (digest of every request's "
+              "times, every step and every allocator's counters)")
         if not same:
             sys.exit(1)
 
@@ -142,9 +154,11 @@ def main() -> None:
     parser.add_argument("--against", metavar="REF", help="compare CPU per request with git revision REF's engine")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds with --against")
     parser.add_argument("--core", type=int, default=1, help="core the --against runs are pinned to (-1: none)")
+    parser.add_argument("--same-as", metavar="REF2", help="with --against: the revision whose results this tree "
+                        "must reproduce, when not REF (one whose results changed on purpose after REF)")
     args = parser.parse_args()
     if args.against:
-        against(args.scenario, args.against, args.rounds, args.core)
+        against(args.scenario, args.against, args.rounds, args.core, args.same_as)
         return
     fast = in_subprocess(args.scenario, True)
     print(f"scenario  {args.scenario}: {fast['requests']:,.0f} requests, {fast['simulated_s']:,.1f} simulated s")

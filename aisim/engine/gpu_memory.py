@@ -235,9 +235,11 @@ class ReplicaMemory:
         for memo in memos:
             if memo is not None and memo.deferred:
                 memo.end()
-        for tensor in self.step:
-            tensor.computed().free()
-        self.step.clear()
+        step = self.step
+        if step:
+            for tensor in step:
+                tensor.computed().free()
+            step.clear()
         for memo in memos:
             if memo is not None and memo.recording is not None:
                 memo.end()

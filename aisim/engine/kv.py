@@ -157,6 +157,8 @@ class KvCache:
         held = self._blocks.get(request.id)
         if held is not None:
             return max(required - len(held), 0)
+        if not hit:
+            return max(required, 0)
         refs = self._refs
         return max(required - len(hit), 0) + sum(1 for b in hit if refs[b] == 0)
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from itertools import accumulate
 
 import numpy as np
 
@@ -112,6 +113,8 @@ class _Plan:
     """What the scheduler decided (a single step)."""
     activity: object | None = None
     """Its per-step GPU activity, once a metered replica computed it (`meter.py`)."""
+    durations: np.ndarray | None = None
+    """A decode run's step durations (`ends` are their running sum from `start`)."""
 
 
 class Replica:
@@ -151,6 +154,7 @@ class Replica:
         self.meter: ReplicaMeter | None = None
         """Accounts its GPU work for telemetry (None: nobody reads it)."""
         self._phases = np.arange(MAX_RUN, dtype=np.int64) % kv.block_size
+        self._phase_list: list[int] = self._phases.tolist()
         """k mod the block size for each step k of the longest decode run, made once."""
 
     # -- queue -----------------------------------------------------------------------------
@@ -196,7 +200,7 @@ class Replica:
         plan = self._plan
         if plan is None or not plan.decode_run or len(plan.ends) == 1:
             return
-        index = int(np.searchsorted(plan.ends, self.kernel.now, side="left"))
+        index = int(plan.ends.searchsorted(self.kernel.now, side="left"))
         if index + 1 >= len(plan.ends):
             return
         plan.handle.cancel()
@@ -210,7 +214,14 @@ class Replica:
         """Whether its steps go through the GPUs' stream scheduler: when it shares a GPU with another
         replica (their kernels contend) or when kernels are simulated per layer."""
         placement = self.placement
-        return placement is not None and (placement.detail == "layer" or any(d.users > 1 for d in placement.devices))
+        if placement is None:
+            return False
+        if placement.detail == "layer":
+            return True
+        for device in placement.devices:  # a loop, not any(): asked before every step
+            if device.users > 1:
+                return True
+        return False
 
     def _start(self, decoding: bool = False) -> None:
         """Launch the next step or run of decode steps; `decoding`: right after a decode run, when every
@@ -230,8 +241,10 @@ class Replica:
         if not batch:
             self._plan = None
             return
-        context = sum(r.computed for r, _ in batch)
-        new_tokens = sum(q for _, q in batch)
+        context = new_tokens = 0  # integers: one pass
+        for r, q in batch:
+            context += r.computed
+            new_tokens += q
         if not self._acquire(new_tokens, len(batch)):
             return
         pairs = sum(q * r.computed + q * (q + 1) / 2 for r, q in batch)
@@ -298,7 +311,8 @@ class Replica:
             return False
         finally:
             for gpu, pool in self.memory.pools:
-                record_levels(pool, gpu, self.timeline, self.kernel.now)
+                if pool.watch.events:  # rare: `record_levels` only when a threshold was crossed
+                    record_levels(pool, gpu, self.timeline, self.kernel.now)
         return True
 
     def _crash(self, message: str) -> None:
@@ -378,9 +392,13 @@ class Replica:
         prefill = 0
         first_prompts = 0
         sampled = 0
+        total = 0
         for request, tokens in plan.batch:
-            if not request.done and (request.to_compute > 1 or request.generated == 0):
+            total += tokens
+            if request.finished_at < 0 and (request.prompt + request.generated - request.computed > 1
+                                            or request.generated == 0):  # not done; prefilling
                 prefill += tokens
+        per_token = self.timeline.per_token
         step = plan.step
         assert step is not None
         self.scheduler.advance(step)
@@ -398,15 +416,16 @@ class Replica:
             else:
                 itl.append(end - request.last_token_at)
             request.last_token_at = end
-            if self.timeline.per_token:
+            if per_token:
                 self.timeline.add(end, "token", request.id, request.generated - 1)
-            request.notify("token", end)
+            if request.watcher is not None:
+                request.watcher("token", request, end)
             if state == LAST_TOKEN:
                 self._finish(request, end)
         if itl and self.stats.keep_itl:
             self.stats.add_itl(np.array(itl, dtype=np.int64), self._ones(len(itl)))
-        decode = sum(tokens for _, tokens in plan.batch) - prefill
-        self._log(plan.start, plan.ends, len(plan.batch), prefill, decode, np.array([plan.kv_used]), plan.stream)
+        decode = total - prefill
+        self._log_step(plan.start, end, len(plan.batch), prefill, decode, plan.kv_used, plan.stream)
         if self.on_step is not None:
             self.on_step(self, StepReport(first_prompts, sampled, plan.preemptions, plan.queries, plan.hits))
 
@@ -424,34 +443,45 @@ class Replica:
         request.conclude("aborted", self.kernel.now, self.timeline)
         self.interrupt()
 
+    def _log_step(self, start: int, end: int, requests: int, prefill: int, decode: int, used: int,
+                  stream: str = "") -> None:
+        """Account and log one step: its six columns are views of one fresh array (one allocation)."""
+        stats = self.stats
+        stats.steps += 1
+        stats.busy_ns += end - start
+        stats.kv_area += float(used * (end - start))
+        if used > stats.kv_peak:  # noqa: PLR1730 (hot path)
+            stats.kv_peak = used
+        columns = np.array((start, end, requests, prefill, decode, used), dtype=np.int64)
+        self.timeline.add_steps(StepRun(
+            self.name, self.gpus, stream or self.stream, columns[0:1], columns[1:2], columns[2:3], columns[3:4],
+            columns[4:5], columns[5:6], self.kv.total,
+        ))
+
     def _log(self, start: int, ends: np.ndarray, requests: int, prefill: int, decode: int, kv_used: np.ndarray,
-             stream: str = "") -> None:
+             peak: int, durations: np.ndarray | None = None, stream: str = "") -> None:
+        """Account and log a run of steps; `peak`: the most blocks `kv_used` holds; `durations`: the steps'
+        (or more, a cut run's), when known."""
         count = len(ends)
+        if count == 1:
+            self._log_step(start, int(ends[0]), requests, prefill, decode, peak, stream)
+            return
         stats = self.stats
         stats.steps += count
-        if count == 1:  # a single step: the same figures without the array arithmetic
-            end = int(ends[0])
-            used = int(kv_used[0])
-            stats.busy_ns += end - start
-            stats.kv_area += float(used * (end - start))
-            if used > stats.kv_peak:  # noqa: PLR1730 (hot path)
-                stats.kv_peak = used
-            columns = np.array((start, requests, prefill, decode), dtype=np.int64)  # one array, four views
-            self.timeline.add_steps(StepRun(
-                self.name, self.gpus, stream or self.stream, columns[0:1], ends.copy(), columns[1:2], columns[2:3],
-                columns[3:4], kv_used, self.kv.total,
-            ))
-            return
-        starts = np.empty(count, dtype=np.int64)
-        starts[0] = start
-        starts[1:] = ends[:-1]
-        stats.busy_ns += int(ends[-1] - start)
-        stats.kv_area += float(np.dot(kv_used, ends - starts))
-        stats.kv_peak = max(stats.kv_peak, int(kv_used.max()))
+        if durations is None:
+            starts = np.empty(count, dtype=np.int64)
+            starts[0] = start
+            starts[1:] = ends[:-1]
+            durations = ends - starts
+        else:
+            durations = durations[:count]
+            starts = ends - durations
+        stats.busy_ns += int(ends[-1]) - start
+        stats.kv_area += float(np.dot(kv_used, durations))
+        if peak > stats.kv_peak:  # noqa: PLR1730 (hot path)
+            stats.kv_peak = peak
         columns = np.empty((3, count), dtype=np.int64)
-        columns[0] = requests
-        columns[1] = prefill
-        columns[2] = decode
+        columns[:] = ((requests,), (prefill,), (decode,))
         self.timeline.add_steps(StepRun(
             self.name, self.gpus, stream or self.stream, starts, ends.copy(), columns[0], columns[1], columns[2],
             kv_used, self.kv.total,
@@ -492,7 +522,10 @@ class Replica:
             left = r.output - r.generated
             if left < steps:  # noqa: PLR1730 (hot path)
                 steps = left
-        blocks = np.array(residues, dtype=np.int64)[self._phases[:steps]].cumsum()
+        if steps <= bs:  # short: the running sum in Python costs less than three array operations
+            blocks = np.fromiter(accumulate(map(residues.__getitem__, self._phase_list[:steps])), np.int64, steps)
+        else:
+            blocks = np.array(residues, dtype=np.int64)[self._phases[:steps]].cumsum()
         available = self.kv.available
         if blocks[-1] > available:
             steps = int(blocks.searchsorted(available, side="right"))
@@ -506,21 +539,25 @@ class Replica:
         ends += self.kernel.now
         handle = self.kernel.at(int(ends[-1]), self._finish_step)
         batch = [(r, 1) for r in running]
-        return _Plan(self.kernel.now, ends, batch, True, handle, blocks)
+        return _Plan(self.kernel.now, ends, batch, True, handle, blocks, durations=durations)
 
     def _apply_decode_run(self, plan: _Plan) -> None:
         ends = plan.ends
         steps = len(ends)
         assert plan.blocks is not None
-        assert int(plan.blocks[steps - 1]) <= self.kv.available, "a decode run took blocks that were not available"
+        grown = int(plan.blocks[steps - 1])
+        assert grown <= self.kv.available, "a decode run took blocks that were not available"
         used_before = self.kv.used
-        requests = [r for r, _ in plan.batch if not r.done]  # an abort cut the run short
         self.scheduler.decode_run(steps)
         end = int(ends[-1])
         first = int(ends[0])
+        requests = []  # those still running: an abort cut the run short
         gaps = []
         finished = []
-        for request in requests:
+        for request, _ in plan.batch:
+            if request.done:
+                continue
+            requests.append(request)
             gaps.append(first - request.last_token_at)
             request.last_token_at = end
             if request.generated >= request.output:
@@ -537,7 +574,8 @@ class Replica:
                 weights = np.empty(steps - 1, dtype=np.int64)
                 weights.fill(count)
                 stats.add_itl(ends[1:] - ends[:-1], weights)
-        self._log(plan.start, ends, len(requests), 0, len(requests), used_before + plan.blocks[:steps])
+        self._log(plan.start, ends, len(requests), 0, len(requests), used_before + plan.blocks[:steps],
+                  used_before + grown, plan.durations)
         if finished:
             self.scheduler.finish(finished)
             for request in finished:

@@ -301,6 +301,17 @@ class Scheduler:
         allocate and cache their blocks (the caller made sure they fit and nobody finishes early)."""
         kv, bs = self.kv, self.kv.block_size
         running = self.running
+        if steps <= bs:  # at most one new block each: bucket them by the step that needs it (running order within)
+            buckets: list[list[Request]] = [[] for _ in range(steps)]
+            for request in running:
+                k = -request.computed % bs
+                if k < steps:
+                    buckets[k].append(request)
+                request.computed += steps
+                request.generated += steps
+            kv.extend([request for bucket in buckets for request in bucket])
+            kv.cache_computed(running)
+            return
         order: list[tuple[int, int]] = []
         """(step, position) of each new block: request `position` fills a block at step `step`."""
         for position, request in enumerate(running):
