@@ -105,6 +105,8 @@ def test_runs_of_decode_steps_give_exactly_the_step_by_step_result() -> None:
         scenario([llama(kvCacheMemory=300 * 2 * 2**20, maxNumSeqs=32, maxModelLen=4096)], [poisson("20/s", 60, "100-800", "50-300")]),
         scenario([llama(schedulingPolicy="priority")],
                  [poisson("8/s", 80, 300, "20-200", sharedPrefix={"groups": 3, "tokens": 256})]),
+        scenario([llama(asyncScheduling=False)], [poisson("20/s", 60, "100-800", "50-300")]),
+        scenario([llama(entrypoint="offline", asyncScheduling=True)], [poisson("20/s", 60, "100-800", "50-300")]),
     ]
     for s in cases:
         fast, slow = run(s, macro_steps=True), run(s, macro_steps=False)
@@ -138,3 +140,40 @@ def test_a_serving_simulation_holds_no_memory_for_past_requests(monkeypatch: pyt
     held(100)  # one-off allocations (caches, imports) land here
     few, many = held(500), held(2000)
     assert many - few < 1500 * 20, f"{(many - few) / 1500:.0f} bytes per extra request"
+
+
+def _first_step_after_arrival(sim) -> list[tuple[int, int]]:  # type: ignore[no-untyped-def]
+    """(index of the step running when a request reached the engine, index of its first step) for each
+    request that arrived during a step."""
+    steps = _steps(sim)
+    starts = [s["t_ns"] for s in steps]
+    arrived = {r["request"]: r["t_ns"] for r in sim.timeline.records() if r["type"] == "request_arrived"}
+    pairs = []
+    for r in sim.timeline.records():
+        if r["type"] == "request_scheduled":
+            at = arrived[r["request"]]
+            during = [k for k, s in enumerate(steps) if s["t_ns"] < at < s["end_ns"]]
+            if during:
+                pairs.append((during[0], starts.index(r["t_ns"])))
+    return pairs
+
+
+@pytest.mark.parametrize("overlapped", [False, True], ids=["sync", "async"])
+def test_async_scheduling_runs_a_request_arriving_mid_step_in_the_step_after_next(overlapped: bool) -> None:
+    # offline entrypoint: no API-server time, so a request reaches the engine when it arrives
+    model = llama(entrypoint="offline", asyncScheduling=overlapped)
+    sim = run(scenario([model], [poisson("30/s", 60, 40, 60)]))
+    pairs = _first_step_after_arrival(sim)
+    assert len(pairs) > 30  # light load: every request is admitted at the first schedule that sees it
+    assert all(first == during + (2 if overlapped else 1) for during, first in pairs)
+    _assert_nothing_lost(sim)
+
+
+def test_async_scheduling_is_the_server_default_and_a_switch() -> None:
+    s = scenario([llama()], [poisson("30/s", 40, 40, 60)])
+    assert s.models[0].engine.overlapped()
+    off = scenario([llama(asyncScheduling=False)], [poisson("30/s", 40, 40, 60)])
+    assert not off.models[0].engine.overlapped()
+    assert not scenario([llama(entrypoint="offline")], [batch(1, 10, 1)]).models[0].engine.overlapped()
+    ttft = [build_report(run(x))["models"]["m"]["ttft"]["mean"] for x in (s, off)]  # type: ignore[index]
+    assert ttft[0] > ttft[1]

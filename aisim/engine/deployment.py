@@ -200,7 +200,7 @@ class ServedModel:
                 f"{model.id}{suffix}/{len(engines)}", host.kernel, host.timeline, cost, kv, memory.max_num_seqs,
                 memory.max_num_batched_tokens, model.engine.scheduling_policy,
                 model.engine.long_prefill_token_threshold, group, model.placement.stream,
-                macro_steps=host.macro_steps,
+                macro_steps=host.macro_steps, async_scheduling=model.engine.overlapped(),
             )
             replica.memory = tensors
             replica.on_crash = lambda replica, message, v=version.version: self._crashed(v, message)

@@ -6,7 +6,11 @@ requests (one token each while decoding, up to the rest of the prompt while pref
 prefill), then to waiting requests in FCFS or priority order while the budget, `max_num_seqs` and
 free KV blocks allow; a running request that cannot get a block preempts the lowest-priority one.
 The engine runs one step at a time (vLLM's synchronous loop): a step's tokens count as computed,
-and its sampled tokens come back, when it ends.
+and its sampled tokens come back, when it ends. Under async scheduling (`vllm serve`'s default since
+v0.14.0) the step that starts when one ends was scheduled when that one started, so a request that
+arrives during a step first runs in the step after next: it waits in `_deferred` for one boundary
+(or, in a decode run, the run goes on one step past its arrival). That is its timing; the
+scheduler's placeholder bookkeeping (`aisim schedule --async`) is not replayed here.
 
 Speed without approximation: while every running request is decoding and nothing can join,
 consecutive steps differ only by one token of context per request, so a run of them is planned
@@ -125,7 +129,7 @@ class Replica:
     def __init__(self, name: str, kernel: Kernel, timeline: Timeline, cost: CostModel, kv: KvCache,
                  max_num_seqs: int, max_num_batched_tokens: int, policy: str = "fcfs",
                  long_prefill_threshold: int | None = None, gpus: tuple[str, ...] = (), stream: str = "default",
-                 macro_steps: bool = True) -> None:
+                 macro_steps: bool = True, async_scheduling: bool = False) -> None:
         self.name = name
         self.kernel = kernel
         self.timeline = timeline
@@ -136,6 +140,9 @@ class Replica:
         self.gpus = gpus
         self.stream = stream
         self.macro_steps = macro_steps
+        self.async_scheduling = async_scheduling
+        self._deferred: list[Request] = []
+        """Async scheduling: requests that arrived during the step in flight, queued after the next schedule."""
         self._plan: _Plan | None = None
         self._kicked = False
         self.stats = ReplicaStats(keep_itl=not timeline.rolling)
@@ -165,7 +172,7 @@ class Replica:
 
     @property
     def waiting(self) -> int:
-        return self.scheduler.waiting
+        return self.scheduler.waiting + len(self._deferred)
 
     @property
     def outstanding(self) -> int:
@@ -183,6 +190,9 @@ class Replica:
         if self.dead:
             request.conclude("failed", self.kernel.now, self.timeline, ENGINE_DEAD)
             return
+        if self._plan is not None and self.async_scheduling:
+            self._arrive_in_flight(request)
+            return
         self.scheduler.add(request)
         if self._plan is not None:
             self.interrupt()
@@ -195,12 +205,39 @@ class Replica:
         if self._plan is None:
             self._start()
 
-    def interrupt(self) -> None:
-        """Something changed now: a decode run in flight ends at the next step boundary."""
+    def _arrive_in_flight(self, request: Request) -> None:
+        """Async scheduling: the next step is already scheduled. In a decode run that goes on past the
+        current step, the request queues now and the run ends one step later; otherwise it queues after
+        the next schedule (`_release`)."""
+        plan = self._plan
+        assert plan is not None
+        if plan.decode_run:
+            index = int(np.searchsorted(plan.ends, self.kernel.now, side="left"))
+            if index + 1 < len(plan.ends):
+                self.scheduler.add(request)
+                self.interrupt(1)
+                return
+        self._deferred.append(request)
+
+    def _release(self) -> None:
+        """Async scheduling, at a step boundary once the next step is scheduled: the requests that arrived
+        during the step that ended join the queue (a decode run just planned stops after its first step)."""
+        deferred, self._deferred = self._deferred, []
+        for request in deferred:
+            self.scheduler.add(request)
+        if self._plan is not None:
+            self.interrupt()
+        elif not self._kicked:
+            self._kicked = True
+            self.kernel.at(self.kernel.now, self._kick, LATE)
+
+    def interrupt(self, later: int = 0) -> None:
+        """Something changed now: a decode run in flight ends at the next step boundary (`later` steps
+        after it)."""
         plan = self._plan
         if plan is None or not plan.decode_run or len(plan.ends) == 1:
             return
-        index = int(plan.ends.searchsorted(self.kernel.now, side="left"))
+        index = int(plan.ends.searchsorted(self.kernel.now, side="left")) + later
         if index + 1 >= len(plan.ends):
             return
         plan.handle.cancel()
@@ -333,7 +370,8 @@ class Replica:
             if self.meter is not None:
                 self.meter.cut(plan, now)
         self._plan = None
-        doomed = self.scheduler.clear()
+        doomed = self.scheduler.clear() + self._deferred
+        self._deferred = []
         for request in doomed:
             request.conclude("failed", now, self.timeline, ENGINE_DEAD)
         self.leave_gpus()
@@ -372,6 +410,8 @@ class Replica:
             self._apply_step(plan)
         self._plan = None
         self._start(plan.decode_run)
+        if self._deferred:
+            self._release()
 
     def _schedule(self) -> Step:
         """Plan one V1 step (`Scheduler.schedule`) and log its preemptions and first admissions."""
@@ -439,7 +479,10 @@ class Replica:
         """The client went away: drop the request now and free its blocks (vLLM's abort)."""
         if request.done:
             return
-        self.scheduler.abort(request)
+        if request in self._deferred:
+            self._deferred.remove(request)
+        else:
+            self.scheduler.abort(request)
         request.conclude("aborted", self.kernel.now, self.timeline)
         self.interrupt()
 

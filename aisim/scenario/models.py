@@ -100,6 +100,15 @@ class EngineLimits(Spec):
     """How vLLM runs: `server` (`vllm serve`: an API-server process in front of the V1 engine core, with the
     online calibration's engine-core and API-server costs) or `offline` (the `LLM` class in one process:
     the offline calibration's per-step costs and its larger default limits)."""
+    async_scheduling: bool | None = None
+    """vLLM's `--async-scheduling`: two batches in flight, the next step scheduled while the current one
+    runs, so a request arriving during a step first runs in the step after next. Default: on for `server`
+    (vLLM's default since v0.14.0, PR #27614, on GPU without pipeline parallelism), off for `offline` (the
+    offline calibration's 2024 engine was synchronous)."""
+
+    def overlapped(self) -> bool:
+        """Whether the engine schedules a step ahead (async scheduling), after the entrypoint's default."""
+        return self.entrypoint == "server" if self.async_scheduling is None else self.async_scheduling
 
 
 class CostModel(Spec):
