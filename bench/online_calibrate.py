@@ -51,12 +51,13 @@ BANDWIDTH_GRID = (0.0, 1.07)
 PADDING_GRID = (-1.0, 0.0)
 """-1: the Vidur profiles' token padding (154 on H100-SXM); 0: none."""
 FLOOR_GRID = (0,)
-"""Cap on a kernel's fixed part, ns (the grid holds only the profiles' floors: no fold chose the 1.5 us cap in the
-synchronous-scheduling fit of 1,152 replays, and dropping it halves the calibration; `online.json` was fitted
-with this grid under async scheduling, where the cap was not retried: put 1_500 back to test it) (`online.OnlineCost.kernel_floor_ns`): 0 keeps the profiles' floors (GEMM
-`t0` 6.7 us, attention 6.7 us, element-wise 1.1-2.6 us on H100-SXM); 1.5 us, the lower bound, is above the
-cheapest kernels the same profiles timed (CUPTI kernel durations: residual add 1.1 us, activation 1.8 us)
-and above PyTorch's measured ~1.1-1.3 us per tiny op inside a CUDA graph (pytorch/pytorch#161104)."""
+"""Cap on a kernel's fixed part, ns (`online.OnlineCost.kernel_floor_ns`): 0 keeps the profiles' floors (GEMM
+`t0` 6.7 us, attention 6.7 us, element-wise 1.1-2.6 us on H100-SXM). Its physical lower bound, 1.5 us, is above
+the cheapest kernels the same profiles timed (CUPTI kernel durations: residual add 1.1 us, activation 1.8 us)
+and above PyTorch's measured ~1.1-1.3 us per tiny op inside a CUDA graph (pytorch/pytorch#161104). The grid
+holds only 0: no fold chose 1.5 us in the synchronous-scheduling fit (1,152 replays), leaving it out halves the
+calibration, and `online.json` was fitted with this grid (under async scheduling, where the cap was not
+retried): add 1_500 to test it again."""
 LOG_CAP = 1.0
 """A stage's log error counts at most this much (a factor e): a stage the grid point saturates must not
 outweigh every other."""
