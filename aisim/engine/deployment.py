@@ -173,7 +173,7 @@ class ServedModel:
             memory = plan(model, profile)
             efficiency, fitted = calibration.efficiency(profile, model.cost_model)
             if model.engine.entrypoint == "server":
-                served_cost = online.online_cost(profile.name)
+                served_cost = online.online_cost(profile)
                 efficiency = online.server_efficiency(efficiency, served_cost, model.cost_model)
                 self.frontend_ns = online.frontend_ns(served_cost, model.cost_model)
             self.fitted = self.fitted and fitted

@@ -51,6 +51,7 @@ from dataclasses import dataclass
 from importlib import resources
 
 from ..scenario.models import CostModel as CostModelSpec
+from ..scenario.presets import GPU_PROFILES, GpuProfile
 from . import calibration
 from .costmodel import Efficiency
 
@@ -108,28 +109,29 @@ def _speedup(field: str) -> float:
     return sum(ratios) / len(ratios)
 
 
-def online_cost(gpu_name: str) -> OnlineCost:
+def online_cost(gpu: GpuProfile | str) -> OnlineCost:
     """The online constants of a GPU type. A type without online data takes the fitted GPUs' CPU and
     frontend terms and GEMM padding, and their servers' speed-up over the offline calibration applied to
     its own offline shares (shares of different datasheets do not carry over: MI300X's measured 45 % of
     its BF16 peak is not an H100's 93 %)."""
-    found = FITTED.get(gpu_name)
+    profile = GPU_PROFILES[gpu] if isinstance(gpu, str) else gpu  # a scenario's own hardware has no preset name
+    found = FITTED.get(profile.name)
     if found is not None:
         return found
-    own = calibration.constants(gpu_name).default
+    own = calibration.constants(profile).default
     mfu = min(own.mfu * _speedup("mfu"), 1.0) if DEFAULT.mfu else 0.0
     bandwidth = own.bandwidth * _speedup("bandwidth") if DEFAULT.bandwidth else 0.0
-    return dataclasses.replace(DEFAULT, mfu=mfu, bandwidth=bandwidth, kernel_floor_ns=_floor(gpu_name))
+    return dataclasses.replace(DEFAULT, mfu=mfu, bandwidth=bandwidth, kernel_floor_ns=_floor(profile))
 
 
-def _floor(gpu_name: str) -> int:
+def _floor(gpu: GpuProfile) -> int:
     """A kernel floor cap for a GPU without online data: its own profiled GEMM floor shrunk as much as the
     fitted GPUs' caps shrink theirs (a floor in seconds is one GPU's, like a share of its datasheet)."""
     ratios = [cost.kernel_floor_ns / 1e9 / calibration.constants(gpu).gemm.t0 for gpu, cost in FITTED.items()
               if cost.kernel_floor_ns]
     if not ratios:
         return 0
-    return max(1, round(calibration.constants(gpu_name).gemm.t0 * min(sum(ratios) / len(ratios), 1.0) * 1e9))
+    return max(1, round(calibration.constants(gpu).gemm.t0 * min(sum(ratios) / len(ratios), 1.0) * 1e9))
 
 
 def server_efficiency(efficiency: Efficiency, online: OnlineCost, overrides: CostModelSpec | None) -> Efficiency:
