@@ -194,6 +194,11 @@ class Replica:
             self._arrive_in_flight(request)
             return
         self.scheduler.add(request)
+        self._queued()
+
+    def _queued(self) -> None:
+        """Requests joined the queue now: a decode run in flight ends at the next boundary, an idle engine
+        starts once every request arriving at this instant is queued."""
         if self._plan is not None:
             self.interrupt()
         elif not self._kicked:
@@ -212,7 +217,7 @@ class Replica:
         plan = self._plan
         assert plan is not None
         if plan.decode_run:
-            index = int(np.searchsorted(plan.ends, self.kernel.now, side="left"))
+            index = int(plan.ends.searchsorted(self.kernel.now, side="left"))
             if index + 1 < len(plan.ends):
                 self.scheduler.add(request)
                 self.interrupt(1)
@@ -225,11 +230,7 @@ class Replica:
         deferred, self._deferred = self._deferred, []
         for request in deferred:
             self.scheduler.add(request)
-        if self._plan is not None:
-            self.interrupt()
-        elif not self._kicked:
-            self._kicked = True
-            self.kernel.at(self.kernel.now, self._kick, LATE)
+        self._queued()
 
     def interrupt(self, later: int = 0) -> None:
         """Something changed now: a decode run in flight ends at the next step boundary (`later` steps
