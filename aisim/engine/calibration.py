@@ -103,9 +103,9 @@ def _nearest(gpu: GpuProfile) -> Derivation:
 
 
 def constants(gpu: GpuProfile | str) -> GpuConstants:
-    """The cost model's constants for a GPU type (computed once per name)."""
+    """The cost model's constants for a GPU type (computed once per profile)."""
     profile = GPU_PROFILES[gpu] if isinstance(gpu, str) else gpu
-    found = _CACHE.get(profile)  # by the profile, not its name: a scenario's own hardware may reuse a name
+    found = _CACHE.get(profile)  # a scenario's own hardware may reuse a name
     if found is None:
         if profile.name in PROFILED:
             found = _profiled(profile.name, profile)
