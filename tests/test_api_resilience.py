@@ -311,3 +311,58 @@ def test_the_shipped_oom_scenario_served_fails_after_the_memory_hog() -> None:
         assert httpx.get(f"{base}/health").status_code == 503
         crash = [r for r in base.state.sim.timeline.records() if r["type"] == "oom"]
         assert len(crash) == 1 and crash[0]["message"].startswith("CUDA out of memory. Tried to allocate ")
+
+
+BURST = """\
+apiVersion: aisim/v1
+kind: Scenario
+metadata: {name: burst}
+models:
+  - id: burst
+    latency: {ttft: 1ms, interToken: 50us}
+    content: {kind: lorem}
+"""
+
+
+@pytest.mark.parametrize("api_servers", SERVE_MODES)
+def test_a_client_that_stops_reading_a_stream_gets_every_token_in_order_when_it_reads_again(
+        api_servers: int, tmp_path: Path) -> None:
+    """Tokens are sent straight to the socket while it takes them (`handlers.send_now`); a client with a 4 KiB
+    receive buffer that reads nothing for a second makes the socket refuse them, so the rest must queue behind
+    what was sent, in order and well framed (chunked encoding, one JSON event each)."""
+    import socket
+
+    import h11
+
+    scenario = tmp_path / "burst.yaml"
+    scenario.write_text(BURST)
+    tokens = 30000
+    body = json.dumps({"model": "burst", "messages": USER, "max_tokens": tokens, "ignore_eos": True,
+                       "stream": True}).encode()
+    with running_server(scenario, api_server_count=api_servers) as base:
+        host, port = httpx.URL(base).host, httpx.URL(base).port
+        client = h11.Connection(h11.CLIENT)
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+            sock.connect((host, port))
+            sock.sendall(client.send(h11.Request(method="POST", target="/v1/chat/completions", headers=[
+                ("Host", f"{host}:{port}"), ("Content-Type", "application/json"),
+                ("Content-Length", str(len(body))), ("Connection", "close")])) + client.send(h11.Data(data=body))
+                + client.send(h11.EndOfMessage()))
+            time.sleep(2.5)  # the answer (1.5 s of simulated tokens, ~6 MB: more than the server socket holds) piles up
+            sock.settimeout(30)
+            received = bytearray()
+            while True:
+                event = client.next_event()
+                if event is h11.NEED_DATA:
+                    client.receive_data(sock.recv(65536))
+                elif isinstance(event, h11.Data):
+                    received += event.data
+                elif isinstance(event, h11.EndOfMessage | h11.ConnectionClosed):
+                    break
+    events = [block.removeprefix("data: ") for block in received.decode().split("\n\n") if block]
+    assert events[-1] == "[DONE]"
+    chunks = [json.loads(event) for event in events[:-1]]
+    contents = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
+    assert sum(1 for text in contents if text) == tokens
+    assert chunks[-1]["choices"][0]["finish_reason"] == "length"

@@ -371,12 +371,15 @@ def test_the_module_does_not_import_tornado(python: str) -> None:
     assert run.stdout.strip() == "False"
 
 
-def test_many_gaps_at_once_count_exactly_as_one_by_one() -> None:
+@pytest.mark.parametrize("repeat", [1, 40], ids=["python-path", "numpy-path"])
+def test_many_gaps_at_once_count_exactly_as_one_by_one(repeat: int) -> None:
+    """Both paths of `_observe_many` (below and above `NUMPY_FROM`), with values on bucket bounds."""
     from prometheus_client import CollectorRegistry, Histogram
 
-    from aisim.api.vllm_metrics import TOKEN_LATENCY_BUCKETS, _observe_many
+    from aisim.api.vllm_metrics import NUMPY_FROM, TOKEN_LATENCY_BUCKETS, _observe_many
 
-    gaps = [0.004, 0.01, 0.0100001, 0.02, 0.5, 0.5, 3.0, 100.0, 0.075]
+    gaps = [0.004, 0.01, 0.0100001, 0.02, 0.5, 0.5, 3.0, 100.0, 0.075] * repeat
+    assert (len(gaps) >= NUMPY_FROM) == (repeat > 1)
     one, many = (Histogram("h", "h", buckets=TOKEN_LATENCY_BUCKETS, registry=CollectorRegistry()) for _ in range(2))
     for gap in gaps:
         one.observe(gap)
