@@ -75,8 +75,9 @@ def buckets_1_2_5(max_value: int) -> list[int]:
 
 
 NUMPY_FROM = 64
-"""Below this many values the Python loop beats numpy's call overhead (measured in the engine core:
-the metrics feed fell from 32 % to 11 % of its busy time with numpy above it)."""
+"""Below this many values the Python loop costs about what numpy's call overhead does (timeit here, 2026-12:
+16 values 7.5 vs 11.4 us, 64 9.2 vs 8.2 us, 200 33.7 vs 12.9 us, 1,000 107 vs 41 us); a long answer's
+inter-token gaps are hundreds."""
 
 
 def _observe_many(histogram: Histogram, values: Iterable[float]) -> None:
