@@ -24,6 +24,8 @@ import time
 from collections.abc import Callable
 from typing import NewType
 
+from . import collector
+
 Priority = NewType("Priority", int)
 URGENT = Priority(0)
 """Control events that must run before ordinary ones at the same instant (stop, faults)."""
@@ -128,16 +130,17 @@ class VirtualClock:
         kernel = self.kernel
         observers = kernel._observers  # the loop's one extra check per event
         check = 0
-        while True:
-            next_time = kernel.peek()
-            if next_time is None or (until is not None and next_time > until):
-                break
-            if observers and observers[0][0] < next_time:
-                kernel.observe_before(next_time)
-            kernel.step()
-            check += 1
-            if progress is not None and check % 4096 == 0:
-                progress(kernel.now)
+        with collector.quiet():
+            while True:
+                next_time = kernel.peek()
+                if next_time is None or (until is not None and next_time > until):
+                    break
+                if observers and observers[0][0] < next_time:
+                    kernel.observe_before(next_time)
+                kernel.step()
+                check += 1
+                if progress is not None and check % 4096 == 0:
+                    progress(kernel.now)
         kernel.observe_before((kernel.now if until is None else max(until, kernel.now)) + 1)
         if until is not None:
             kernel.advance(until)

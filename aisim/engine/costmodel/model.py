@@ -338,8 +338,21 @@ class CostModel:
         Step k reads `context_tokens + k x requests` prior tokens; each request adds one token.
         Equal, element by element, to calling `step_ns` for each step.
         """
-        host, gpu = self._decode_parts(requests, context_tokens, steps)
-        return np.rint((host + gpu) * self.factor * 1e9).astype(np.int64)
+        if not self._in_graph(requests):
+            host, gpu = self._decode_parts(requests, context_tokens, steps)
+            return np.rint((host + gpu) * self.factor * 1e9).astype(np.int64)
+        # the same float operations as `_decode_parts` (sums commute exactly), in place: runs are short
+        # and each numpy temporary costs about a microsecond
+        # each step's context + requests: whole numbers, exact in float64
+        read = np.arange(context_tokens + requests, context_tokens + requests * (steps + 1), requests, dtype=np.float64)
+        total = read * self._pair_s
+        total += self._tokens_s(requests) + self._requests_s(requests) + self._attention_fixed_s
+        read *= self._kv_s
+        total += read
+        total += self._fixed_s + requests * self._request_s + self._graph_launch_s
+        total *= self.factor
+        total *= 1e9
+        return np.rint(total, out=total).astype(np.int64)
 
     def _decode_parts(self, requests: int, context_tokens: int, steps: int) -> tuple[float | np.ndarray, np.ndarray]:
         context = context_tokens + np.arange(steps, dtype=np.float64) * requests
