@@ -33,7 +33,7 @@ from .costmodel import GRAPH_MAX_TOKENS
 from .memory import MemoryPlan, activation_tensors
 from .pool import Allocator, Tensor
 from .pool.caching import CachingAllocator
-from .pool.deferred import StepMemo
+from .pool.deferred import Shape, StepMemo
 from .timeline import Timeline
 
 EAGER_SHAPES = 1024
@@ -109,7 +109,7 @@ class ReplicaMemory:
     """The running step's activations."""
     non_torch: int = 0
     """Bytes the replica holds outside the pool on each GPU (CUDA context growth, cuBLAS, NCCL)."""
-    _eager: dict[tuple[int, int], list[tuple[str, int]]] = field(default_factory=dict, repr=False)
+    _eager: dict[tuple[int, int], Shape] = field(default_factory=dict, repr=False)
     """(tokens, requests) -> the step's tensors (`_eager_tensors`)."""
     _arenas: dict[str, OrtArena] = field(default_factory=dict, repr=False)
     """ONNX Runtime: each session's CUDA arena (Triton gives every model instance its own session)."""
@@ -169,16 +169,15 @@ class ReplicaMemory:
         """The activations a step of `tokens` tokens for `requests` requests allocates (see the module docstring)."""
         if self.runtime == "tensorrt":
             return  # the execution context already holds its maximum
-        eager = self._sizes(tokens, requests)
+        eager = self._sizes(tokens, requests)  # steps of different shapes often allocate the same (their logits)
         step = self.step
-        shape = tuple(eager)  # steps of different shapes often allocate the same (their logits)
         for (_, pool), memo in zip(self.pools, self._memos):
-            if memo is not None and memo.begin(shape, eager, self):
+            if memo is not None and memo.begin(eager, self):
                 continue  # a recorded round trip: nothing to allocate unless somebody looks (`materialize`)
             for tag, size in eager:
                 step.append(Tensor(pool, size, tag))
 
-    def materialize(self, pool: Allocator, eager: list[tuple[str, int]]) -> None:
+    def materialize(self, pool: Allocator, eager: Shape) -> None:
         """Allocate a deferred step's tensors in `pool` for real (somebody reads or changes the pool)."""
         for tag, size in eager:
             self.step.append(Tensor(pool, size, tag))
@@ -210,7 +209,7 @@ class ReplicaMemory:
             tensor.computed().free()
             self.step.remove(tensor)
 
-    def _sizes(self, tokens: int, requests: int) -> list[tuple[str, int]]:
+    def _sizes(self, tokens: int, requests: int) -> Shape:
         shape = (tokens, requests)
         eager = self._eager.get(shape)
         if eager is None:  # a step's shapes repeat: size them once
@@ -219,7 +218,7 @@ class ReplicaMemory:
             eager = self._eager[shape] = self._eager_tensors(tokens, requests)
         return eager
 
-    def _eager_tensors(self, tokens: int, requests: int) -> list[tuple[str, int]]:
+    def _eager_tensors(self, tokens: int, requests: int) -> Shape:
         """(tag, bytes) of what a step allocates: outside CUDA graphs, vLLM's forward pass; under them, only
         the logits; ONNX Runtime's session and the Python backend need one buffer per run."""
         eager = activation_tensors(self.arch, tokens, requests, self.tensor_parallel)
@@ -227,7 +226,7 @@ class ReplicaMemory:
             eager = [t for t in eager if t[0] == "logits"]
         elif self.runtime != "vllm":
             eager = [("run", sum(size for _, size in eager))]
-        return [(f"activation:{name}", size) for name, size in eager]
+        return tuple((f"activation:{name}", size) for name, size in eager)
 
     def release(self) -> None:
         """The step has ended: its activations are computed and dropped."""

@@ -36,7 +36,7 @@ from .stats import DeviceStats
 from .thresholds import LEVELS, ThresholdEvent, ThresholdWatch
 
 if TYPE_CHECKING:
-    from .deferred import Trip
+    from .deferred import Shape, Trip
 
 
 class Allocation:
@@ -89,7 +89,7 @@ class Allocator(ABC):
         self._completed: dict[int, int] = {}
         self.version = 0
         """Bumped by every change of the pool (what a recorded round trip's base is checked by, `deferred.py`)."""
-        self._deferred: tuple[Any, list[tuple[str, int]], Trip] | None = None
+        self._deferred: tuple[Any, Shape, Trip] | None = None
         """A step's round trip not allocated yet: (its owner, its tensors' tags and sizes, the trip)."""
 
     # deferred round trips (`deferred.py`)
@@ -98,7 +98,7 @@ class Allocator(ABC):
         """Whether a step's round trip may be deferred now (the caching allocator's plain case only)."""
         return False
 
-    def defer(self, owner: Any, eager: list[tuple[str, int]], trip: Trip) -> None:
+    def defer(self, owner: Any, eager: Shape, trip: Trip) -> None:
         """Allocate nothing for the step now: `owner.materialize(self, eager)` does it if anyone looks."""
         self._deferred = (owner, eager, trip)
 

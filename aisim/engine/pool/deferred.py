@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from .caching import CachingAllocator
     from .stats import Stat
 
+Shape = tuple[tuple[str, int], ...]
+"""A step's tensors, (tag, bytes) in allocation order: what a trip is recorded for."""
+
 SEEN = 1024
 """Step shapes (their tensors' tags and sizes) remembered as seen once (a trip is recorded the second
 time a shape comes)."""
@@ -64,7 +67,7 @@ def _quiet(pool: CachingAllocator) -> tuple[int, ...]:
 
 @dataclass
 class _Before:
-    shape: tuple[tuple[str, int], ...] | None
+    shape: Shape | None
     """The trip's shape when it is to be recorded; None when it is only checked."""
     version: int
     quiet: tuple[int, ...]
@@ -81,8 +84,8 @@ class StepMemo:
     pool: CachingAllocator
     base: int = -1
     """The pool's version when it was last known to be in the base state (-1: unknown)."""
-    trips: dict[tuple[tuple[str, int], ...], Trip] = field(default_factory=dict)
-    seen: set[tuple[tuple[str, int], ...]] = field(default_factory=set)
+    trips: dict[Shape, Trip] = field(default_factory=dict)
+    seen: set[Shape] = field(default_factory=set)
     recording: _Before | None = None
     deferred: bool = False
     stats: list[Stat] = field(default_factory=list)
@@ -90,8 +93,8 @@ class StepMemo:
     def __post_init__(self) -> None:
         self.stats = self.pool.stats._all_stats()
 
-    def begin(self, shape: tuple[tuple[str, int], ...], eager: list[tuple[str, int]], owner: Any) -> bool:
-        """A step allocates `eager` now (`shape`: the same as a tuple, the trip's key): True when the pool
+    def begin(self, shape: Shape, owner: Any) -> bool:
+        """A step allocates `shape` now (the trip's key): True when the pool
         deferred it (allocate nothing), False when the caller allocates for real (this memo then watches the
         round trip, to record it)."""
         pool = self.pool
@@ -103,7 +106,7 @@ class StepMemo:
             self.base = pool.version
         trip = self.trips.get(shape)
         if trip is not None:
-            pool.defer(owner, eager, trip)
+            pool.defer(owner, shape, trip)
             self.deferred = True
             return True
         seen = shape in self.seen
@@ -111,7 +114,7 @@ class StepMemo:
             if len(self.seen) >= SEEN:
                 self.seen.clear()
             self.seen.add(shape)
-        before = _Before(shape if seen else None, pool.version, _quiet(pool), pool.ops, len(eager))
+        before = _Before(shape if seen else None, pool.version, _quiet(pool), pool.ops, len(shape))
         if seen:
             before.stats = tuple((s.current, s.peak, s.allocated, s.freed) for s in self.stats)
         self.recording = before
