@@ -182,16 +182,3 @@ def test_aisim_serve_says_why_it_stopped_when_the_engine_core_dies() -> None:
         assert "the engine core stopped" in said and "(status -9)" in said and "stopping the server" in said
     finally:
         process.kill()
-
-
-def test_fleet_features_are_refused_in_the_split_mode_with_the_way_to_serve_them() -> None:
-    """KV events, data-parallel ranks, KV transfer and sleep live with the engine and are not carried over the
-    engine core's socket yet: `aisim serve --api-server-count 1` of a fleet scenario says so and exits 1 (no
-    half-working server whose routers get no events)."""
-    import subprocess
-    import sys
-
-    done = subprocess.run([sys.executable, "-m", "aisim", "serve", str(TEST_SCENARIOS / "serve" / "fleet.yaml"),
-                           "--port", "0", "--api-server-count", "1"], capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 1
-    assert "KV-cache events (server.fleet.kvEvents)" in done.stderr and "--api-server-count 0" in done.stderr

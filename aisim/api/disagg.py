@@ -147,17 +147,16 @@ def extend(arrival: Arrival, token_ids: tuple[int, ...] | None, rank: int, trans
 
 def answer_params(call: Call, fleet: FleetRuntime, request_id: str) -> dict[str, Any] | None:
     """The `kv_transfer_params` a prefill for a remote decode answers with (vLLM's `request_finished`)."""
-    request = call.request
     config = fleet.config.kv_transfer
-    if request is None or config is None or request.kept_blocks is None:
+    if config is None or call.kept_blocks is None:
         return None
-    served = fleet.sim.models[request.model]
+    served = fleet.sim.models[call.arrival.model]
     tp = served.model.placement.tensor_parallel if served.model.placement else 1
-    return {"do_remote_prefill": True, "do_remote_decode": False, "remote_block_ids": [list(request.kept_blocks)],
+    return {"do_remote_prefill": True, "do_remote_decode": False, "remote_block_ids": [list(call.kept_blocks)],
             "remote_engine_id": fleet.engine_id, "remote_request_id": request_id,
             "remote_host": os.environ.get("VLLM_NIXL_SIDE_CHANNEL_HOST") or os.environ.get("POD_IP") or "localhost",
             "remote_port": config.side_channel_port, "tp_size": tp, "dcp_size": 1, "pp_size": 1,
-            "remote_num_tokens": request.prompt}
+            "remote_num_tokens": call.arrival.prompt}
 
 
 __all__ = ["Transfer", "answer_params", "extend", "read_rank", "read_transfer", "replicas_of"]

@@ -76,6 +76,9 @@ class ServerState:
     tokenizer_path: str | None = None
     """Count, split and `/tokenize` with this Hugging Face tokenizer (`aisim serve --tokenizer`: a folder or a
     model id in the local cache) instead of the built-in default."""
+    runs_engine: bool = True
+    """False in an API-server process of a split server (`multiproc`): the engine core runs the simulation and
+    what belongs to it (the fleet's KV-event publishers and prefill/decode router)."""
     sim: Simulation = field(init=False)
     live: Live = field(init=False)
     tokenizer: Tokenizer = field(init=False)
@@ -147,7 +150,8 @@ class ServerState:
         self.created = int(time.time())
         self._started_ms = time.time() * 1000
         self.metrics = MetricsFeed(self)
-        self.fleet = FleetRuntime(scenario, self.sim, self.pod.name if self.pod is not None else None, self.speed)
+        self.fleet = FleetRuntime(scenario, self.sim, self.pod.name if self.pod is not None else None, self.speed,
+                                  self.runs_engine)
         # imported here: the handlers' modules import this one
         from .responses import ResponseStore
 

@@ -50,6 +50,9 @@ class Call:
     """The wall-clock instant the request was handed to the engine (its arrival on the engine's clock)."""
     error: str = ""
     """The engine's error for a failed request whose engine runs in another process (`request` is None there)."""
+    kept_blocks: list[int] | None = None
+    """The KV blocks the request last held, when its arrival asked to keep them (a prefill for a remote decode):
+    the engine's own list, or in an API server the engine core's copy, which comes with the end."""
     _ended: asyncio.Future[tuple[str, int]] | None = None
     _listener: Callable[[str, int], None] | None = None
     """Called with each event on the engine's turn (see `listen`); until it is set, `events` keeps them."""
@@ -137,6 +140,7 @@ class Live:
 
         def arrive() -> None:
             call.request = self.sim.submit(arrival, call, live_tokens)
+            call.kept_blocks = call.request.kept_blocks
 
         self.clock.inject(arrive)
         return call

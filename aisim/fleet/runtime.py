@@ -25,9 +25,14 @@ def replicas_of(served: ServedModel) -> list[Replica]:
 
 
 class FleetRuntime:
-    """What `ServerState` holds for the fleet: publishers, ranks, the KV-transfer role, start-up and sleep."""
+    """What `ServerState` holds for the fleet: publishers, ranks, the KV-transfer role, start-up and sleep.
 
-    def __init__(self, scenario: Scenario, sim: Simulation, pod_name: str | None = None, speed: float = 1.0) -> None:
+    `engine`: whether this process runs the engine (the single process, or a split server's engine core). An
+    API-server process's runtime starts no publishers and no prefill/decode router (the engine core's do that
+    work) and mirrors the engine core's start-up instant, sleep level and engine id (`digest`, `mirror`)."""
+
+    def __init__(self, scenario: Scenario, sim: Simulation, pod_name: str | None = None, speed: float = 1.0,
+                 engine: bool = True) -> None:
         self.config: Fleet = scenario.server.fleet
         self.sim = sim
         self.speed = speed
@@ -49,9 +54,11 @@ class FleetRuntime:
         """vLLM's engine id (a UUID there, fresh per engine): what a prefill pod returns as `remote_engine_id`. Not
         part of the simulation (like response ids), so not from the seed."""
         events = self.config.kv_events
-        if events is not None and events.enabled and events.publisher == "zmq":
+        self.publishing = events is not None and events.enabled and events.publisher == "zmq"
+        """Whether the engine's KV-cache events go out (ZeroMQ publishers, one per rank)."""
+        if engine and self.publishing:
             self._publish(events)
-        if transfer is not None and transfer.prefill_ranks:
+        if engine and transfer is not None and transfer.prefill_ranks:
             self._split(transfer)
 
     def _split(self, transfer: Any) -> None:
@@ -116,13 +123,27 @@ class FleetRuntime:
             self._awake = asyncio.Event()
         await self._awake.wait()
 
+    def digest(self) -> dict[str, Any]:
+        """What an API-server process mirrors (`mirror`): start-up instant (the monotonic clock is the system's),
+        sleep level and engine id."""
+        return {"started": self.started, "sleeping": self.sleeping, "engine_id": self.engine_id}
+
+    def mirror(self, digest: dict[str, Any]) -> None:
+        """Take the engine core's `digest` as this process's own (a request waiting for the wake-up goes on)."""
+        self.started, self.engine_id = digest["started"], digest["engine_id"]
+        if digest["sleeping"] != self.sleeping:
+            if digest["sleeping"]:
+                self.sleep(digest["sleeping"])
+            else:
+                self.wake()
+
     def ranks(self, served: ServedModel) -> int:
         return len(replicas_of(served)) or 1
 
     @property
     def wants_token_ids(self) -> bool:
         """Whether requests carry their prompt's token ids (the KV events and the KV transfer hash them)."""
-        return bool(self.sources) or self.config.kv_transfer is not None
+        return self.publishing or self.config.kv_transfer is not None
 
     def flush(self) -> None:
         """Publish what the caches did outside a step (a reset, received blocks)."""

@@ -80,13 +80,15 @@ def digest(state: ServerState) -> dict[str, Any]:
     """What API servers mirror of the engine's state for their own routes: each model's versions' lifecycle
     states and serving version (KServe inference picks a READY one), the loaded LoRA adapters, and each KServe
     model's batching and instances (a repository load's config override changes them), and the registered system
-    shared-memory regions (an API server maps them too, to read inputs from them and write outputs into them)."""
+    shared-memory regions (an API server maps them too, to read inputs from them and write outputs into them), and
+    the fleet's start-up instant, sleep level and engine id (`FleetRuntime.digest`)."""
     models = {served.model.id: [served.lifecycle.active,
                                 {v: [life.state.value, life.reason] for v, life in served.lifecycle.lives.items()}]
               for served in state.sim.served_models}
     kserve = {served.model.id: served.model.kserve.model_dump(mode="json", by_alias=True)
               for served in state.sim.served_models if served.model.kserve is not None}
-    return {"models": models, "lora": state.lora_adapters, "kserve": kserve, "shm": state.shared_memory.status(None)}
+    return {"models": models, "lora": state.lora_adapters, "kserve": kserve, "shm": state.shared_memory.status(None),
+            "fleet": state.fleet.digest()}
 
 
 class EngineCore:
@@ -125,7 +127,10 @@ class EngineCore:
         state = self.state
         if isinstance(message, wire.Submit):
             arrival = Arrival(0, message.kind, message.model, message.prompt, message.output, message.priority, -1, 0,
-                              version=message.version)
+                              version=message.version,
+                              token_ids=None if message.token_ids is None else tuple(message.token_ids),
+                              rank=message.rank, kv_tokens=message.kv_tokens, kv_block_ns=message.kv_block_ns,
+                              kv_latency_ns=message.kv_latency_ns, keep_blocks=message.keep_blocks)
             call = state.live.submit(arrival, message.live)
             key = (ident, message.cid)
             self.calls[key] = call
@@ -260,7 +265,8 @@ class EngineCore:
                 return
             error = call.request.error if event == "failed" and call.request is not None else ""
             self._ends.setdefault(ident, []).append(
-                wire.End(cid, event, time_ns, error, None if call.live_tokens else call.token_times))
+                wire.End(cid, event, time_ns, error, None if call.live_tokens else call.token_times,
+                         None if call.kept_blocks is None else list(call.kept_blocks)))
         self._schedule()
 
     def _orphan_ended(self, key: Key, call: Call, event: str) -> None:

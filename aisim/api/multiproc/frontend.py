@@ -113,8 +113,10 @@ class EngineClient(Live):
             asyncio.get_running_loop().call_soon(call, "failed", None, self.now())  # type: ignore[arg-type]
             return call
         self.calls[cid] = call
+        ids = None if arrival.token_ids is None else list(arrival.token_ids)
         self._send(wire.Submit(cid, arrival.source, arrival.model, arrival.prompt, arrival.output, arrival.priority,
-                               arrival.version, live_tokens))
+                               arrival.version, live_tokens, ids, arrival.rank, arrival.kv_tokens, arrival.kv_block_ns,
+                               arrival.kv_latency_ns, arrival.keep_blocks))
         return call
 
     def abort(self, call: Call) -> None:
@@ -196,6 +198,7 @@ class EngineClient(Live):
                 if call is None:
                     continue
                 call.error = end.error
+                call.kept_blocks = end.kept
                 if end.times:
                     call.token_times.extend(end.times)
                     call.token_walls.extend([time.monotonic()] * len(end.times))
@@ -220,7 +223,8 @@ class EngineClient(Live):
                 self._welcome.set_result(None)
 
     def apply(self, digest: dict[str, Any]) -> None:
-        """Take the engine core's model lifecycle states and LoRA adapters as this process's own."""
+        """Take the engine core's model lifecycle states, LoRA adapters, KServe configurations, shared-memory regions
+        and fleet state (start-up, sleep, engine id) as this process's own."""
         for model_id, (active, lives) in digest["models"].items():
             served = self.state.sim.models.get(model_id)
             if served is None:
@@ -238,6 +242,7 @@ class EngineClient(Live):
                                        served.model.kserve.model_dump(mode="json", by_alias=True) != config):
                 served.reconfigure(KServe.model_validate(config))
         self._map_regions(digest.get("shm", []))
+        self.state.fleet.mirror(digest["fleet"])
 
     def _map_regions(self, regions: list[dict[str, Any]]) -> None:
         """Register (map) the engine core's shared-memory regions here too; unmap those it no longer has."""

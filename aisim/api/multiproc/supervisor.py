@@ -34,7 +34,6 @@ import tornado.netutil
 
 from ...scenario import Scenario
 from ...scenario.distributions import DurationDistribution
-from ...scenario.fleet import Fleet
 from ..pod import PodIdentity
 
 RESTARTS = 3
@@ -71,22 +70,6 @@ class Started:
     api_pids: list[int] = field(default_factory=list)
 
 
-def fleet_features(fleet: Fleet) -> list[str]:
-    """The fleet features (`server.fleet`) a split server does not serve yet: their state (KV-event publishers,
-    data-parallel routing, KV transfers, start-up and sleep) lives with the engine, and the API servers'
-    messages to the engine core do not carry it yet."""
-    found = []
-    if fleet.kv_events is not None and fleet.kv_events.enabled:
-        found.append("KV-cache events (server.fleet.kvEvents)")
-    if fleet.data_parallel_size > 1:
-        found.append(f"data-parallel ranks (dataParallelSize {fleet.data_parallel_size})")
-    if fleet.kv_transfer is not None:
-        found.append("KV transfer (server.fleet.kvTransfer)")
-    if fleet.startup.time or fleet.startup.sleep_mode:
-        found.append("a simulated start-up or sleep mode (server.fleet.startup)")
-    return found
-
-
 def _die_with_parent() -> None:
     """Linux: this process gets SIGKILL when the supervisor dies (no orphans if it is killed)."""
     try:
@@ -95,12 +78,13 @@ def _die_with_parent() -> None:
         pass
 
 
-def _state(scenario: Scenario, options: Options, record: bool) -> Any:
+def _state(scenario: Scenario, options: Options, engine: bool) -> Any:
+    """The process's `ServerState`: the engine core's (which writes the request log) or an API server's."""
     from ..server import ServerState
 
     return ServerState(scenario, options.base_dir, seed=options.seed, network_delay=options.network_delay,
-                       speed=options.speed, record=options.record if record else None, pod=options.pod,
-                       tokenizer_path=options.tokenizer)
+                       speed=options.speed, record=options.record if engine else None, pod=options.pod,
+                       tokenizer_path=options.tokenizer, runs_engine=engine)
 
 
 def _engine(scenario: Scenario, options: Options, address: str, exit_file: Path, host: str,
@@ -112,7 +96,7 @@ def _engine(scenario: Scenario, options: Options, address: str, exit_file: Path,
         from ...cli import settle_garbage_collector
 
         loop = asyncio.get_running_loop()
-        state = _state(scenario, options, record=True)
+        state = _state(scenario, options, engine=True)
         core = EngineCore(state, address)
         await core.start()
         ports = await serve_private(state, host, grpc_ports)
@@ -151,7 +135,7 @@ def _api(scenario: Scenario, options: Options, rank: int, address: str, sockets:
         from ...cli import settle_garbage_collector
 
         loop = asyncio.get_running_loop()
-        state = _state(scenario, options, record=False)
+        state = _state(scenario, options, engine=False)
         client = EngineClient(state, address, rank)
         attach(state, client, rank, recording=options.record is not None)
         await client.connect()
@@ -285,13 +269,9 @@ class Supervisor:
 
     def start(self) -> Started:
         """Bind, start the engine core, then the API servers; returns what is served."""
-        from ..server import LISTEN_BACKLOG, RefusedToStart, check_admin, listener_port
+        from ..server import LISTEN_BACKLOG, check_admin, listener_port
 
         server = self.scenario.server
-        unsplit = fleet_features(server.fleet)
-        if unsplit:
-            raise RefusedToStart(f"{', '.join(unsplit)} need the single process for now: serve them with "
-                                 "--api-server-count 0 (README, 'Serving on several cores')")
         options = self.options
         host = options.host or server.host
         check_admin(cast(Any, type("S", (), {"scenario": self.scenario})), host)

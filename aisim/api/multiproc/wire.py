@@ -32,7 +32,8 @@ class Welcome(msgspec.Struct, tag=True, array_like=True):
 
 
 class Submit(msgspec.Struct, tag=True, array_like=True):
-    """A request for the engine (the fields of `engine.workload.Arrival`), `cid` being the API server's id."""
+    """A request for the engine (the fields of `engine.workload.Arrival`), `cid` being the API server's id; the
+    fleet's fields last (`aisim.api.disagg.extend`), at their defaults for a request that has none."""
 
     cid: int
     kind: str
@@ -42,6 +43,12 @@ class Submit(msgspec.Struct, tag=True, array_like=True):
     priority: int
     version: str
     live: bool
+    token_ids: list[int] | None = None
+    rank: int = -1
+    kv_tokens: int = 0
+    kv_block_ns: int = 0
+    kv_latency_ns: int = 0
+    keep_blocks: bool = False
 
 
 class Abort(msgspec.Struct, tag=True, array_like=True):
@@ -119,13 +126,15 @@ class Ack(msgspec.Struct, tag=True, array_like=True):
 
 
 class End(msgspec.Struct, array_like=True):
-    """A request's end: its event, time, error, and (not streamed) every token's time."""
+    """A request's end: its event, time, error, (not streamed) every token's time, and the KV blocks it last held
+    when its arrival asked to keep them (`Call.kept_blocks`)."""
 
     cid: int
     event: str
     time: int
     error: str
     times: list[int] | None
+    kept: list[int] | None = None
 
 
 class Batch(msgspec.Struct, tag=True, array_like=True):
