@@ -118,7 +118,8 @@ class ReplicaMemory:
 
     def __post_init__(self) -> None:
         self._pool_of = dict(self.pools)
-        self._memos = [StepMemo(pool) if self.runtime == "vllm" and isinstance(pool, CachingAllocator) else None
+        self._memos = [StepMemo(pool, kept=EAGER_SHAPES) if self.runtime == "vllm" and isinstance(pool, CachingAllocator)
+                       else None
                        for _, pool in self.pools]
 
     def load(self, plan: MemoryPlan) -> None:
@@ -230,15 +231,11 @@ class ReplicaMemory:
 
     def release(self) -> None:
         """The step has ended: its activations are computed and dropped."""
-        memos = self._memos
-        for memo in memos:
+        for memo in self._memos:
             if memo is not None and memo.deferred:
-                memo.end()
+                memo.end(self)
         step = self.step
         if step:
             for tensor in step:
                 tensor.computed().free()
             step.clear()
-        for memo in memos:
-            if memo is not None and memo.recording is not None:
-                memo.end()

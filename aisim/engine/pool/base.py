@@ -36,7 +36,7 @@ from .stats import DeviceStats
 from .thresholds import LEVELS, ThresholdEvent, ThresholdWatch
 
 if TYPE_CHECKING:
-    from .deferred import Shape, Trip
+    from .round_trip import Shape, Trip
 
 
 class Allocation:
@@ -102,8 +102,9 @@ class Allocator(ABC):
         """Allocate nothing for the step now: `owner.materialize(self, eager)` does it if anyone looks."""
         self._deferred = (owner, eager, trip)
 
-    def deferred_pending(self) -> bool:
-        return self._deferred is not None
+    def deferred_pending(self, owner: Any) -> bool:
+        """Whether `owner`'s step is the one deferred (another replica's may be, on a shared GPU)."""
+        return self._deferred is not None and self._deferred[0] is owner
 
     def complete_deferred(self) -> None:
         """The deferred step ended unseen: its round trip's counter changes, as if it had run."""

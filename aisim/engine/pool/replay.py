@@ -258,6 +258,7 @@ def replay(
     initial_allocs, initial_frees = pool.stats.num_device_alloc, pool.stats.num_device_free
     loop.run()
     stats = pool.stats
+    stats.settle()  # peaks read directly below
     fragmentation = [s.fragmentation for s in loop.samples]
     return ReplayResult(
         allocator=name,

@@ -9,6 +9,8 @@ the arrays and the flattening, so all three allocators report the same way.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 ALL, SMALL, LARGE = 0, 1, 2
 """Indices into a stat array, PyTorch's `StatType`: AGGREGATE, SMALL_POOL, LARGE_POOL."""
 POOL_NAMES = ("all", "small_pool", "large_pool")
@@ -24,6 +26,15 @@ STAT_ARRAYS = (
     "requested_bytes",
 )
 COUNTERS = ("num_alloc_retries", "num_ooms", "num_sync_all_streams", "num_device_alloc", "num_device_free")
+OWED_AT_MOST = 256
+"""Distinct round trips owed before they are settled unasked (each holds a kilobyte or so, and a server that
+nobody asks for memory stats runs for ever)."""
+
+
+class Owed(Protocol):
+    """A change of lifetime totals and peaks that can be applied `times` times at once (`round_trip.Trip`)."""
+
+    def settle(self, times: int) -> None: ...
 
 
 class Stat:
@@ -103,9 +114,27 @@ class DeviceStats:
         self.num_device_free = 0
         self.max_split_size = max_split_size
         """-1 when unlimited: PyTorch stores SIZE_MAX in an int64."""
+        self.owed: dict[Owed, int] = {}
+        """Round trips applied but not yet added to the lifetime totals and peaks, with how often. They change
+        no current value, and totals add up and peaks take the highest in any order, so they are added only
+        when somebody reads those (`as_dict`) or resets them: a step then costs a dictionary increment."""
+
+    def owe(self, change: Owed) -> None:
+        owed = self.owed
+        owed[change] = owed.get(change, 0) + 1
+        if len(owed) > OWED_AT_MOST:
+            self.settle()
+
+    def settle(self) -> None:
+        """Add what is owed to the lifetime totals and peaks."""
+        owed, self.owed = self.owed, {}
+        for change, times in owed.items():
+            change.settle(times)
 
     def as_dict(self) -> dict[str, int]:
         """The flattened, key-sorted dictionary `torch.cuda.memory_stats()` returns."""
+        if self.owed:
+            self.settle()
         out: dict[str, int] = {name: getattr(self, name) for name in COUNTERS}
         out["max_split_size"] = self.max_split_size
         pools = range(3) if self.pool_split else range(1)
@@ -121,11 +150,13 @@ class DeviceStats:
 
     def reset_peak(self) -> None:
         """`reset_peak_memory_stats()`: every peak becomes the current value."""
+        self.settle()
         for stat in self._all_stats():
             stat.peak = stat.current
 
     def reset_accumulated(self) -> None:
         """`reset_accumulated_memory_stats()`: zero the lifetime totals and the event counters."""
+        self.settle()
         for stat in self._all_stats():
             stat.allocated = 0
             stat.freed = 0
