@@ -71,6 +71,9 @@ def graph_capture_limit(max_num_seqs: int, max_num_batched_tokens: int) -> int:
 
 CACHE_LIMIT = 4096
 """Token and request counts whose operator sums are remembered per cost model."""
+SHORT_SERIES = 16
+"""Decode series up to this many steps are summed in Python floats, longer ones in numpy (`decode_series`;
+half of all runs of azure-conv are 3 steps or fewer)."""
 
 
 @dataclass(frozen=True)
@@ -341,15 +344,26 @@ class CostModel:
         if not self._in_graph(requests):
             host, gpu = self._decode_parts(requests, context_tokens, steps)
             return np.rint((host + gpu) * self.factor * 1e9).astype(np.int64)
-        # the same float operations as `_decode_parts` (sums commute exactly), in place: runs are short
-        # and each numpy temporary costs about a microsecond
+        # the same float operations as `_decode_parts` (sums commute exactly): runs are short, and each numpy
+        # temporary costs about a microsecond, so a short run is summed in Python floats (the same IEEE
+        # doubles, and `round` rounds half to even as `np.rint` does), a long one in place in numpy
+        fixed = self._tokens_s(requests) + self._requests_s(requests) + self._attention_fixed_s
+        host = self._fixed_s + requests * self._request_s + self._graph_launch_s
+        if steps <= SHORT_SERIES:
+            pair, kv, factor = self._pair_s, self._kv_s, self.factor
+            read_tokens = context_tokens + requests
+            durations = []
+            for _ in range(steps):
+                durations.append(round((read_tokens * pair + fixed + read_tokens * kv + host) * factor * 1e9))
+                read_tokens += requests
+            return np.array(durations, dtype=np.int64)
         # each step's context + requests: whole numbers, exact in float64
         read = np.arange(context_tokens + requests, context_tokens + requests * (steps + 1), requests, dtype=np.float64)
         total = read * self._pair_s
-        total += self._tokens_s(requests) + self._requests_s(requests) + self._attention_fixed_s
+        total += fixed
         read *= self._kv_s
         total += read
-        total += self._fixed_s + requests * self._request_s + self._graph_launch_s
+        total += host
         total *= self.factor
         total *= 1e9
         return np.rint(total, out=total).astype(np.int64)
