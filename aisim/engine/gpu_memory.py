@@ -211,6 +211,8 @@ class ReplicaMemory:
             self.step.remove(tensor)
 
     def _sizes(self, tokens: int, requests: int) -> Shape:
+        if tokens <= GRAPH_MAX_TOKENS and self.cuda_graphs and self.runtime == "vllm":
+            tokens = requests = min(tokens, requests)  # in a graph only the logits, one row per sampled sequence
         shape = (tokens, requests)
         eager = self._eager.get(shape)
         if eager is None:  # a step's shapes repeat: size them once

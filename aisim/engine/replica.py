@@ -601,7 +601,7 @@ class Replica:
         gaps = []
         finished = []
         for request, _ in plan.batch:
-            if request.done:
+            if request.finished_at >= 0:  # done (the property, inlined: once per request per run)
                 continue
             requests.append(request)
             gaps.append(first - request.last_token_at)

@@ -187,10 +187,14 @@ def _trip(pool: CachingAllocator, shape: Shape) -> Trip | None:
         _free(piece, split)
     changes: list[tuple[Stat, int, int, int]] = []
     for index in range(3):
-        for array, amount in ((stats.allocation, blocks), (stats.active, blocks), (stats.allocated_bytes, block_bytes),
-                              (stats.active_bytes, block_bytes), (stats.requested_bytes, requested_bytes)):
-            if amount[index]:
-                _round(changes, array[index], amount[index])
+        if not blocks[index]:  # no block of this pool: nothing of it changed
+            continue
+        for array, amount in ((stats.allocation, blocks[index]), (stats.active, blocks[index]),
+                              (stats.allocated_bytes, block_bytes[index]), (stats.active_bytes, block_bytes[index]),
+                              (stats.requested_bytes, requested_bytes[index])):
+            stat = array[index]
+            reach = stat.current + amount  # the mallocs raise it by `amount`, the frees lower it as much
+            changes.append((stat, amount, amount, reach if reach > stat.peak else -1))
         for array, entries in ((stats.inactive_split, split.count), (stats.inactive_split_bytes, split.nbytes)):
             current, peak, up, down = entries[index]
             if current:  # not back where it started: not a round trip after all
@@ -199,14 +203,9 @@ def _trip(pool: CachingAllocator, shape: Shape) -> Trip | None:
                 stat = array[index]
                 changes.append((stat, up, down, stat.current + peak if stat.current + peak > stat.peak else -1))
     if oversize:
-        _round(changes, stats.oversize_allocations, oversize)
+        stat = stats.oversize_allocations
+        changes.append((stat, oversize, oversize, stat.current + oversize if stat.current + oversize > stat.peak else -1))
     return Trip(changes, 2 * len(shape))
-
-
-def _round(changes: list[tuple[Stat, int, int, int]], stat: Stat, amount: int) -> None:
-    """A stat the mallocs raise by `amount` and the frees lower by as much."""
-    reach = stat.current + amount
-    changes.append((stat, amount, amount, reach if reach > stat.peak else -1))
 
 
 def _level(pool: CachingAllocator, allocated: int) -> int:
