@@ -102,16 +102,15 @@ class Allocator(ABC):
         """Allocate nothing for the step now: `owner.materialize(self, eager)` does it if anyone looks."""
         self._deferred = (owner, eager, trip)
 
-    def deferred_pending(self, owner: Any) -> bool:
-        """Whether `owner`'s step is the one deferred (another replica's may be, on a shared GPU)."""
-        return self._deferred is not None and self._deferred[0] is owner
-
-    def complete_deferred(self) -> None:
-        """The deferred step ended unseen: its round trip's counter changes, as if it had run."""
-        assert self._deferred is not None
-        trip = self._deferred[2]
+    def complete_deferred(self, owner: Any) -> bool:
+        """`owner`'s deferred step ended unseen: its round trip's counter changes, as if it had run. False when it
+        is not deferred any more (somebody settled it; another replica's step may be deferred now instead)."""
+        deferred = self._deferred
+        if deferred is None or deferred[0] is not owner:
+            return False
         self._deferred = None
-        trip.apply(self)  # type: ignore[arg-type]
+        deferred[2].apply(self)  # type: ignore[arg-type]
+        return True
 
     def _settle(self) -> None:
         """Somebody reads or changes the pool: allocate the deferred step's tensors for real first."""

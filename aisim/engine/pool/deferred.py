@@ -71,6 +71,5 @@ class StepMemo:
         Another replica's step deferred meanwhile on a shared pool stays deferred."""
         self.deferred = False
         pool = self.pool
-        if pool.deferred_pending(owner):
-            pool.complete_deferred()
+        if pool.complete_deferred(owner):
             self.base = pool.version
