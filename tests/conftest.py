@@ -31,3 +31,9 @@ def on_free_ports(scenario: Scenario) -> Scenario:
 SERVE_MODES = [pytest.param(0, id="single"), pytest.param(2, id="split2")]
 """The server's two modes, as a fixture's `params`: one process (the engine in it), and `aisim serve
 --api-server-count 2` (two API-server processes and an engine core): the same tests must pass in both."""
+
+
+@pytest.fixture(params=SERVE_MODES)
+def serve_mode(request: pytest.FixtureRequest) -> int:
+    """The server's mode for one test (`api_server_count`), each test run in both."""
+    return int(request.param)

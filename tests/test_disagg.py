@@ -21,7 +21,7 @@ from aisim.scenario import Scenario, load_scenario
 from aisim.scenario.fleet import KvTransfer
 from aisim.testing import running_server
 
-from .conftest import ROOT, SERVE_MODES, TEST_SCENARIOS, on_free_ports
+from .conftest import ROOT, TEST_SCENARIOS, on_free_ports
 
 PD = TEST_SCENARIOS / "serve" / "pd.yaml"
 KV_BYTES_PER_TOKEN = 2 * 32 * 8 * 128 * 2  # Llama-3-8B: K and V, 32 layers, 8 KV heads of 128, 16-bit
@@ -29,19 +29,12 @@ LINK = 10**9  # 1 GB/s
 PROMPT = list(range(20_000, 21_600))  # 1600 tokens: 100 blocks of 16, 210 MB of KV
 
 
-@pytest.fixture(params=SERVE_MODES)
-def mode(request: pytest.FixtureRequest) -> int:
-    """The server's mode: one process, or two API servers and an engine core (the fleet's state is the engine
-    core's, mirrored to the API servers)."""
-    return int(request.param)
-
-
 @pytest.fixture
-def pair(mode: int) -> Iterator[tuple[str, str]]:
-    """A prefill pod and a decode pod (1 GB/s link), each its own `aisim serve` in `mode`; yields their URLs."""
+def pair(serve_mode: int) -> Iterator[tuple[str, str]]:
+    """A prefill pod and a decode pod (1 GB/s link), each its own `aisim serve` in `serve_mode`; yields their URLs."""
     flags = (["--kv-role", "prefill"], ["--kv-role", "decode", "--kv-link-bandwidth", "1GB/s"])
     processes = [subprocess.Popen([sys.executable, "-m", "aisim", "serve", str(PD), *extra, "--api-server-count",
-                                   str(mode)], cwd=ROOT,
+                                   str(serve_mode)], cwd=ROOT,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for extra in flags]
     try:
         urls = []
@@ -136,13 +129,13 @@ def test_malformed_kv_transfer_params_get_a_400_naming_the_field(params: Any, me
                                                          "max_tokens": 2}).status_code == 200
 
 
-def test_roles_and_a_server_without_a_connector_refuse_what_they_cannot_do(mode: int) -> None:
+def test_roles_and_a_server_without_a_connector_refuse_what_they_cannot_do(serve_mode: int) -> None:
     body = {"model": "llama", "prompt": list(range(40)), "max_tokens": 2}
-    with running_server(transfer_server("prefill"), api_server_count=mode) as url:
+    with running_server(transfer_server("prefill"), api_server_count=serve_mode) as url:
         answer = httpx.post(url + "/v1/completions", json={**body, "kv_transfer_params": GOOD})
         assert answer.status_code == 400 and "kv role is prefill" in answer.json()["error"]["message"]
-    named = "decode-7" if mode else None  # a split server's own (random) id is not visible from here
-    with running_server(transfer_server("decode", named), api_server_count=mode) as url:
+    named = "decode-7" if serve_mode else None  # a split server's own (random) id is not visible from here
+    with running_server(transfer_server("decode", named), api_server_count=serve_mode) as url:
         answer = httpx.post(url + "/v1/completions", json={**body, "kv_transfer_params": {"do_remote_decode": True}})
         assert answer.status_code == 400 and "kv role is decode" in answer.json()["error"]["message"]
         own = {**GOOD, "remote_engine_id": named or url.state.fleet.engine_id}
@@ -153,17 +146,17 @@ def test_roles_and_a_server_without_a_connector_refuse_what_they_cannot_do(mode:
         assert chat.status_code == 400 and "must be an object, not str" in chat.json()["error"]["message"]
     plain = on_free_ports(load_scenario(TEST_SCENARIOS / "serve" / "oom.yaml"))
     plain = plain.model_copy(update={"faults": []})
-    with running_server(plain, api_server_count=mode) as url:
+    with running_server(plain, api_server_count=serve_mode) as url:
         answer = httpx.post(url + "/v1/completions", json={**body, "kv_transfer_params": GOOD})
         assert answer.status_code == 400 and "no KV connector" in answer.json()["error"]["message"]
 
 
-def test_a_streamed_prefill_gives_the_parameters_in_its_finishing_chunk(mode: int) -> None:
+def test_a_streamed_prefill_gives_the_parameters_in_its_finishing_chunk(serve_mode: int) -> None:
     """As vLLM does: the chunk with `finish_reason` carries `kv_transfer_params`; a decode pod accepts them. A
     split pod is one engine: every API server names the engine core's id."""
     prompt = list(range(5000, 5100))
-    with (running_server(transfer_server("prefill"), api_server_count=mode) as prefill,
-          running_server(transfer_server("decode"), api_server_count=mode) as decode):
+    with (running_server(transfer_server("prefill"), api_server_count=serve_mode) as prefill,
+          running_server(transfer_server("decode"), api_server_count=serve_mode) as decode):
         ids = {httpx.post(prefill + "/v1/completions", json={"model": "llama", "prompt": prompt, "max_tokens": 1,
                                                              "kv_transfer_params": {"do_remote_decode": True}}
                           ).json()["kv_transfer_params"]["remote_engine_id"] for _ in range(8)}  # a connection each
@@ -183,7 +176,7 @@ def test_a_streamed_prefill_gives_the_parameters_in_its_finishing_chunk(mode: in
             assert answer.status_code == 200, answer.text
 
 
-def test_prefill_and_decode_pools_inside_one_server(mode: int) -> None:
+def test_prefill_and_decode_pools_inside_one_server(serve_mode: int) -> None:
     """Two ranks, the first a prefill pool: the prompt is computed on rank 0, its KV crosses the link (0.2 GB/s:
     18 blocks of 2 MiB, 189 ms) and rank 1 decodes it; /metrics shows each pool's work under its engine label."""
     scenario = on_free_ports(load_scenario(TEST_SCENARIOS / "serve" / "fleet.yaml"))
@@ -191,7 +184,7 @@ def test_prefill_and_decode_pools_inside_one_server(mode: int) -> None:
         "data_parallel_size": 2, "kv_transfer": KvTransfer(role="both", prefill_ranks=1, link_bandwidth=2 * 10**8)})
     scenario = scenario.model_copy(update={"server": scenario.server.model_copy(update={"fleet": fleet})})
     prompt = list(range(50_000, 50_300))  # 18 full blocks and 12 tokens
-    with running_server(scenario, api_server_count=mode) as url:
+    with running_server(scenario, api_server_count=serve_mode) as url:
         ttft = first_token_s(url, {"model": "llama", "prompt": prompt, "max_tokens": 20, "ignore_eos": True})
         assert ttft >= 18 * 16 * KV_BYTES_PER_TOKEN / (2 * 10**8)
         samples = {(f.name, s.labels["engine"]): s.value for f in text_string_to_metric_families(

@@ -18,7 +18,7 @@ from aisim.scenario import Scenario, load_scenario
 from aisim.scenario.fleet import Startup
 from aisim.testing import running_server
 
-from .conftest import SERVE_MODES, TEST_SCENARIOS, on_free_ports
+from .conftest import TEST_SCENARIOS, on_free_ports
 from .test_kv_events import (
     TAGGED,
     AllBlocksCleared,
@@ -28,13 +28,6 @@ from .test_kv_events import (
     stored,
     vllm_hashes,
 )
-
-
-@pytest.fixture(params=SERVE_MODES)
-def mode(request: pytest.FixtureRequest) -> int:
-    """The server's mode: one process, or two API servers and an engine core (the fleet's state is the engine
-    core's, mirrored to the API servers)."""
-    return int(request.param)
 
 
 def fleet(**changes: Any) -> Scenario:
@@ -61,10 +54,10 @@ def batches(context: zmq.Context[Any], url: str, rank: str) -> list[Any]:
     return [TAGGED.decode(payload) for _, payload in replay(context, endpoint, 0)[0]]
 
 
-def test_ranks_have_their_own_events_and_errors_name_the_range(mode: int) -> None:
+def test_ranks_have_their_own_events_and_errors_name_the_range(serve_mode: int) -> None:
     context: zmq.Context[Any] = zmq.Context()
     try:
-        with running_server(fleet(data_parallel_size=2), api_server_count=mode) as url:
+        with running_server(fleet(data_parallel_size=2), api_server_count=serve_mode) as url:
             sources = httpx.get(url + "/kv_event_sources").json()
             assert set(sources) == {"0", "1"} and sources["0"]["endpoint"] != sources["1"]["endpoint"]
             prompt = list(range(7000, 7040))
@@ -83,9 +76,9 @@ def test_ranks_have_their_own_events_and_errors_name_the_range(mode: int) -> Non
         context.destroy(linger=0)
 
 
-def test_metrics_follow_the_load_per_rank(mode: int) -> None:
+def test_metrics_follow_the_load_per_rank(serve_mode: int) -> None:
     """Under load every rank runs and queues requests and fills its KV cache; at rest all is back to zero."""
-    with running_server(fleet(data_parallel_size=2), speed=4.0, api_server_count=mode) as url:
+    with running_server(fleet(data_parallel_size=2), speed=4.0, api_server_count=serve_mode) as url:
         at_rest = gauges(url)
         for engine in ("0", "1"):
             assert at_rest[("vllm:num_requests_running", engine)] == 0
@@ -120,8 +113,8 @@ def test_metrics_follow_the_load_per_rank(mode: int) -> None:
             assert rest[("vllm:generation_tokens", engine)] == 200 * 6  # the router balanced them
 
 
-def test_health_waits_for_the_simulated_startup(mode: int) -> None:
-    with running_server(fleet(startup=Startup(time=800_000_000)), api_server_count=mode) as url:  # 0.8 s
+def test_health_waits_for_the_simulated_startup(serve_mode: int) -> None:
+    with running_server(fleet(startup=Startup(time=800_000_000)), api_server_count=serve_mode) as url:  # 0.8 s
         assert httpx.get(url + "/health").status_code == 503
         early = complete(url, list(range(40)))
         assert early.status_code == 503 and "starting" in early.json()["error"]["message"]
@@ -132,11 +125,11 @@ def test_health_waits_for_the_simulated_startup(mode: int) -> None:
         assert complete(url, list(range(40))).status_code == 200
 
 
-def test_sleep_discards_the_cache_and_holds_requests_until_wake_up(mode: int) -> None:
+def test_sleep_discards_the_cache_and_holds_requests_until_wake_up(serve_mode: int) -> None:
     context: zmq.Context[Any] = zmq.Context()
     prompt = list(range(4000, 4040))
     try:
-        with running_server(fleet(startup=Startup(sleep_mode=True)), api_server_count=mode) as url:
+        with running_server(fleet(startup=Startup(sleep_mode=True)), api_server_count=serve_mode) as url:
             assert complete(url, prompt).status_code == 200
             assert httpx.get(url + "/is_sleeping").json() == {"is_sleeping": False}
             bad = httpx.post(url + "/sleep?mode=later")
@@ -160,11 +153,11 @@ def test_sleep_discards_the_cache_and_holds_requests_until_wake_up(mode: int) ->
         context.destroy(linger=0)
 
 
-def test_reset_prefix_cache_forgets_cached_blocks(mode: int) -> None:
+def test_reset_prefix_cache_forgets_cached_blocks(serve_mode: int) -> None:
     context: zmq.Context[Any] = zmq.Context()
     prompt = list(range(6000, 6040))
     try:
-        with running_server(fleet(startup=Startup(sleep_mode=True)), api_server_count=mode) as url:
+        with running_server(fleet(startup=Startup(sleep_mode=True)), api_server_count=serve_mode) as url:
             assert complete(url, prompt).status_code == 200
             assert httpx.post(url + "/reset_prefix_cache").json() == {"success": True}
             assert isinstance(batches(context, url, "0")[-1].events[-1], AllBlocksCleared)
@@ -176,16 +169,16 @@ def test_reset_prefix_cache_forgets_cached_blocks(mode: int) -> None:
         context.destroy(linger=0)
 
 
-def test_sleep_routes_exist_only_in_sleep_mode(mode: int) -> None:
-    with running_server(fleet(), api_server_count=mode) as url:
+def test_sleep_routes_exist_only_in_sleep_mode(serve_mode: int) -> None:
+    with running_server(fleet(), api_server_count=serve_mode) as url:
         assert httpx.post(url + "/sleep").status_code == 404
         assert httpx.get(url + "/is_sleeping").status_code == 404
         assert httpx.post(url + "/reset_prefix_cache").status_code == 404
 
 
 @pytest.mark.parametrize("header", ["abc", "1.5"])
-def test_a_rank_header_that_is_not_an_integer_is_ignored_as_vllm_does(header: str, mode: int) -> None:
-    with running_server(fleet(data_parallel_size=2), api_server_count=mode) as url:
+def test_a_rank_header_that_is_not_an_integer_is_ignored_as_vllm_does(header: str, serve_mode: int) -> None:
+    with running_server(fleet(data_parallel_size=2), api_server_count=serve_mode) as url:
         answer = httpx.post(url + "/v1/completions", json={"model": "llama", "prompt": [1, 2, 3], "max_tokens": 1},
                             headers={"X-data-parallel-rank": header})
         assert answer.status_code == 200

@@ -24,7 +24,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from aisim.scenario import Scenario, load_scenario
 from aisim.testing import running_server
 
-from .conftest import SERVE_MODES, TEST_SCENARIOS, on_free_ports
+from .conftest import TEST_SCENARIOS, on_free_ports
 
 BLOCK = 16
 END = (-1).to_bytes(8, "big", signed=True)
@@ -133,13 +133,6 @@ def fleet_scenario(**events: Any) -> Scenario:
     return scenario.model_copy(update={"server": scenario.server.model_copy(update={"fleet": fleet})})
 
 
-@pytest.fixture(params=SERVE_MODES)
-def mode(request: pytest.FixtureRequest) -> int:
-    """The server's mode: one process, or two API servers and an engine core (the fleet's state is the engine
-    core's, mirrored to the API servers)."""
-    return int(request.param)
-
-
 @pytest.fixture
 def context() -> Iterator[zmq.Context[Any]]:
     ctx: zmq.Context[Any] = zmq.Context()
@@ -213,8 +206,8 @@ def hits(url: str) -> float:
 
 
 @pytest.mark.parametrize("encoding", ["tagged", "positional"])
-def test_shared_prefix_is_stored_once_and_hit(encoding: str, context: zmq.Context[Any], mode: int) -> None:
-    with running_server(fleet_scenario(encoding=encoding), api_server_count=mode) as url:
+def test_shared_prefix_is_stored_once_and_hit(encoding: str, context: zmq.Context[Any], serve_mode: int) -> None:
+    with running_server(fleet_scenario(encoding=encoding), api_server_count=serve_mode) as url:
         assert complete(url, A).status_code == 200
         assert hits(url) == 0
         assert complete(url, B).status_code == 200
@@ -237,8 +230,8 @@ def test_shared_prefix_is_stored_once_and_hit(encoding: str, context: zmq.Contex
     assert first.medium == "GPU" and first.lora_id is None
 
 
-def test_hash_algorithm_and_byte_hashes(context: zmq.Context[Any], mode: int) -> None:
-    with running_server(fleet_scenario(hash_algorithm="sha256_cbor", int_block_hashes=False), api_server_count=mode) as url:
+def test_hash_algorithm_and_byte_hashes(context: zmq.Context[Any], serve_mode: int) -> None:
+    with running_server(fleet_scenario(hash_algorithm="sha256_cbor", int_block_hashes=False), api_server_count=serve_mode) as url:
         assert complete(url, A).status_code == 200
         batches = [TAGGED.decode(p) for _, p in everything(context, url)]
     [event] = stored(batches)
@@ -246,10 +239,10 @@ def test_hash_algorithm_and_byte_hashes(context: zmq.Context[Any], mode: int) ->
     assert event.block_hashes != vllm_hashes(A, as_int=False)
 
 
-def test_removed_blocks_follow_the_cache(context: zmq.Context[Any], mode: int) -> None:
+def test_removed_blocks_follow_the_cache(context: zmq.Context[Any], serve_mode: int) -> None:
     """An index built from the events says which prompts the pod still caches: its hits follow it."""
     prompts = [list(range(10_000 * (i + 1), 10_000 * (i + 1) + 81)) for i in range(8)]  # 5 full blocks each
-    with running_server(fleet_scenario(), api_server_count=mode) as url:
+    with running_server(fleet_scenario(), api_server_count=serve_mode) as url:
         for prompt in prompts:  # 8 x 6 blocks through a 32-block cache: the first prompts are evicted
             assert complete(url, prompt).status_code == 200
         index: set[int] = set()
@@ -272,8 +265,8 @@ def test_removed_blocks_follow_the_cache(context: zmq.Context[Any], mode: int) -
             assert hits(url) - before == blocks * BLOCK
 
 
-def test_replay_returns_what_a_late_subscriber_missed(context: zmq.Context[Any], mode: int) -> None:
-    with running_server(fleet_scenario(), api_server_count=mode) as url:
+def test_replay_returns_what_a_late_subscriber_missed(context: zmq.Context[Any], serve_mode: int) -> None:
+    with running_server(fleet_scenario(), api_server_count=serve_mode) as url:
         assert complete(url, A).status_code == 200  # before anyone subscribed
         sub = context.socket(zmq.SUB)
         sub.setsockopt(zmq.SUBSCRIBE, b"kv@")
@@ -293,8 +286,8 @@ def test_replay_returns_what_a_late_subscriber_missed(context: zmq.Context[Any],
     assert stored(early)[0].block_hashes == vllm_hashes(A)
 
 
-def test_replay_errors_and_nothing_crashes(context: zmq.Context[Any], mode: int) -> None:
-    with running_server(fleet_scenario(buffer_steps=2), api_server_count=mode) as url:
+def test_replay_errors_and_nothing_crashes(context: zmq.Context[Any], serve_mode: int) -> None:
+    with running_server(fleet_scenario(buffer_steps=2), api_server_count=serve_mode) as url:
         for i in range(4):
             assert complete(url, list(range(100 * i, 100 * i + 40))).status_code == 200
         endpoint = sources(url)["0"]["replay_endpoint"]
@@ -312,10 +305,10 @@ def test_replay_errors_and_nothing_crashes(context: zmq.Context[Any], mode: int)
         assert stored([TAGGED.decode(p) for _, p in everything(context, url)])[-1].block_hashes == vllm_hashes(A)
 
 
-def test_a_next_turn_hits_the_blocks_the_answer_filled(context: zmq.Context[Any], mode: int) -> None:
+def test_a_next_turn_hits_the_blocks_the_answer_filled(context: zmq.Context[Any], serve_mode: int) -> None:
     """The answer's tokens are hashed as vLLM hashes them: a second turn that sends the conversation back (the
     prompt, the answer, a new question) hits the blocks the answer filled, and the events name them."""
-    with running_server(fleet_scenario(), api_server_count=mode) as url:
+    with running_server(fleet_scenario(), api_server_count=serve_mode) as url:
         first = complete(url, A, max_tokens=30, ignore_eos=True)
         assert first.status_code == 200
         text = first.json()["choices"][0]["text"]
