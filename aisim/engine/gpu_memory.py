@@ -114,7 +114,7 @@ class ReplicaMemory:
     _arenas: dict[str, OrtArena] = field(default_factory=dict, repr=False)
     """ONNX Runtime: each session's CUDA arena (Triton gives every model instance its own session)."""
     _memos: list[StepMemo | None] = field(default_factory=list, repr=False)
-    """Per pool: the recorded round trips of this replica's steps (`pool/deferred.py`), for vLLM's steps."""
+    """Per pool: the round trips of this replica's steps (`pool/deferred.py`), for vLLM's steps."""
 
     def __post_init__(self) -> None:
         self._pool_of = dict(self.pools)
@@ -174,7 +174,7 @@ class ReplicaMemory:
         step = self.step
         for (_, pool), memo in zip(self.pools, self._memos):
             if memo is not None and memo.begin(eager, self):
-                continue  # a recorded round trip: nothing to allocate unless somebody looks (`materialize`)
+                continue  # a deferred round trip: nothing to allocate unless somebody looks (`materialize`)
             for tag, size in eager:
                 step.append(Tensor(pool, size, tag))
 

@@ -88,7 +88,7 @@ class Allocator(ABC):
         self._recorded: dict[int, int] = {}
         self._completed: dict[int, int] = {}
         self.version = 0
-        """Bumped by every change of the pool (what a recorded round trip's base is checked by, `deferred.py`)."""
+        """Bumped by every change of the pool (what a kept round trip's base is checked by, `deferred.py`)."""
         self._deferred: tuple[Any, Shape, Trip] | None = None
         """A step's round trip not allocated yet: (its owner, its tensors' tags and sizes, the trip)."""
 

@@ -120,6 +120,7 @@ class DeviceStats:
         when somebody reads those (`as_dict`) or resets them: a step then costs a dictionary increment."""
 
     def owe(self, change: Owed) -> None:
+        """`change` happened once more; what is owed is settled unasked past `OWED_AT_MOST` distinct changes."""
         owed = self.owed
         owed[change] = owed.get(change, 0) + 1
         if len(owed) > OWED_AT_MOST:
