@@ -199,7 +199,7 @@ class Gate(httputil.HTTPMessageDelegate):
 
     def headers_received(self, start_line: httputil.RequestStartLine | httputil.ResponseStartLine,
                          headers: httputil.HTTPHeaders) -> Any:
-        self.owner.arm(self.owner.body_timeout)  # the headers are in: now the body has its time
+        self.owner.arm(self.owner.first.body)  # the headers are in: now the body has its time (the same for any request)
         self.owner.server.registry.busy(self.owner)
         assert isinstance(start_line, httputil.RequestStartLine)
         allowed = self.policy.preflight(start_line, headers)
@@ -279,7 +279,6 @@ class GuardedConnection(HTTP1ServerConnection):
         self.waiting_since: float | None = None
         """When it began to wait for a request's headers; None while a request is being read or answered."""
         self.deadline: asyncio.TimerHandle | None = None
-        self.body_timeout = first.body
 
     def arm(self, seconds: float) -> None:
         """Close the connection in `seconds` unless `disarm` comes first."""

@@ -72,8 +72,8 @@ def graph_capture_limit(max_num_seqs: int, max_num_batched_tokens: int) -> int:
 CACHE_LIMIT = 4096
 """Token and request counts whose operator sums are remembered per cost model."""
 SHORT_SERIES = 16
-"""Decode series up to this many steps are summed in Python floats, longer ones in numpy (`decode_series`;
-half of all runs of azure-conv are 3 steps or fewer)."""
+"""Decode series in CUDA graphs up to this many steps are summed in Python floats, longer ones in numpy
+(`decode_series`; half of all runs of azure-conv are 3 steps or fewer)."""
 
 
 @dataclass(frozen=True)
@@ -341,32 +341,21 @@ class CostModel:
         Step k reads `context_tokens + k x requests` prior tokens; each request adds one token.
         Equal, element by element, to calling `step_ns` for each step.
         """
-        if not self._in_graph(requests):
+        if steps > SHORT_SERIES or not self._in_graph(requests):
             host, gpu = self._decode_parts(requests, context_tokens, steps)
             return np.rint((host + gpu) * self.factor * 1e9).astype(np.int64)
-        # the same float operations as `_decode_parts` (sums commute exactly): runs are short, and each numpy
-        # temporary costs about a microsecond, so a short run is summed in Python floats (the same IEEE
-        # doubles, and `round` rounds half to even as `np.rint` does), a long one in place in numpy
+        # a short run in a CUDA graph (most runs): the same float operations as `_decode_parts` in Python floats
+        # (the same IEEE doubles; sums commute exactly, and `round` rounds half to even as `np.rint` does),
+        # since each numpy temporary costs about a microsecond
         fixed = self._tokens_s(requests) + self._requests_s(requests) + self._attention_fixed_s
         host = self._fixed_s + requests * self._request_s + self._graph_launch_s
-        if steps <= SHORT_SERIES:
-            pair, kv, factor = self._pair_s, self._kv_s, self.factor
-            read_tokens = context_tokens + requests
-            durations = []
-            for _ in range(steps):
-                durations.append(round((read_tokens * pair + fixed + read_tokens * kv + host) * factor * 1e9))
-                read_tokens += requests
-            return np.array(durations, dtype=np.int64)
-        # each step's context + requests: whole numbers, exact in float64
-        read = np.arange(context_tokens + requests, context_tokens + requests * (steps + 1), requests, dtype=np.float64)
-        total = read * self._pair_s
-        total += fixed
-        read *= self._kv_s
-        total += read
-        total += host
-        total *= self.factor
-        total *= 1e9
-        return np.rint(total, out=total).astype(np.int64)
+        pair, kv, factor = self._pair_s, self._kv_s, self.factor
+        read_tokens = context_tokens + requests  # each step's context + requests
+        durations = []
+        for _ in range(steps):
+            durations.append(round((read_tokens * pair + fixed + read_tokens * kv + host) * factor * 1e9))
+            read_tokens += requests
+        return np.array(durations, dtype=np.int64)
 
     def _decode_parts(self, requests: int, context_tokens: int, steps: int) -> tuple[float | np.ndarray, np.ndarray]:
         context = context_tokens + np.arange(steps, dtype=np.float64) * requests

@@ -305,9 +305,12 @@ class Allocator(ABC):
     def _check_level(self) -> None:
         """Record a threshold event when allocated memory moved to another level (after a malloc or a free)."""
         allocated = self.stats.allocated_bytes[0].current
-        level = 2 if allocated > self._crit_at else 1 if allocated > self._warn_at else 0
-        if level != self.watch.level:
+        if self.level_of(allocated) != self.watch.level:
             self.watch.update(allocated, self.device.outside, self.ops)
+
+    def level_of(self, allocated: int) -> int:
+        """The usage level (0 normal, 1 warning, 2 critical) of `allocated` bytes in this pool."""
+        return 2 if allocated > self._crit_at else 1 if allocated > self._warn_at else 0
 
     def _out_of_memory(self, requested: int, size: int, alloc_size: int, stream: int,
                        allowed: int | None = None) -> OutOfMemoryError:

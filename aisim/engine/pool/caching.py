@@ -167,10 +167,7 @@ class CachingAllocator(Allocator):
         self.ops += 1
         if self._pending:
             self.process_events()
-        if self._divisions is None:
-            rounded = -(-size // MIN_BLOCK) * MIN_BLOCK
-        else:
-            rounded = round_size(size, self._divisions)
+        rounded = self.rounded(size)
         if rounded <= SMALL_SIZE:
             pool = self._small
             alloc_size = SMALL_BUFFER
@@ -189,14 +186,26 @@ class CachingAllocator(Allocator):
                 block = self._alloc_block(pool, stream, rounded, alloc_size, True)
             if block is None:
                 raise self._out_of_memory(size, rounded, alloc_size, stream)
-        remaining = block.size - rounded
-        if pool.small or self._expandable:
-            split = remaining >= MIN_BLOCK
-        else:
-            split = rounded < self._max_split and remaining > SMALL_SIZE
-        block = self._alloc_found_block(block, rounded, size, split)
+        block = self._alloc_found_block(block, rounded, size, self.splits(pool, rounded, block.size - rounded))
         self._check_level()
         return block
+
+    def rounded(self, size: int) -> int:
+        """`round_size` of a request of `size` bytes (its common case inlined: malloc asks it every time)."""
+        if self._divisions is None:
+            return -(-size // MIN_BLOCK) * MIN_BLOCK
+        return round_size(size, self._divisions)
+
+    def splits(self, pool: BlockPool, size: int, remaining: int) -> bool:
+        """Whether a cached block found for `size` bytes is split, `remaining` bytes of it cached again."""
+        if pool.small or self._expandable:
+            return remaining >= MIN_BLOCK
+        return size < self._max_split and remaining > SMALL_SIZE
+
+    def refuses(self, size: int, block_size: int) -> bool:
+        """`get_free_block`'s oversize rules: a cached block of `block_size` bytes does not serve `size`."""
+        max_split = self._max_split
+        return (size < max_split <= block_size) or (size >= max_split and block_size >= size + self._non_split)
 
     def _get_free_block(self, pool: BlockPool, stream: int, size: int) -> Block | None:
         """`get_free_block`: best fit on (stream, size, address), with the oversize rules."""
@@ -219,10 +228,7 @@ class CachingAllocator(Allocator):
                     break
                 current = following
             block = current
-        max_split = self._max_split
-        if size < max_split and block.size >= max_split:
-            return None
-        if size >= max_split and block.size >= size + self._non_split:
+        if self.refuses(size, block.size):
             return None
         index.remove(block)
         return block

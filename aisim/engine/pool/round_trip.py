@@ -24,7 +24,7 @@ from __future__ import annotations
 from bisect import bisect_left
 from typing import TYPE_CHECKING
 
-from .rounding import MIN_BLOCK, SMALL_SIZE, round_size
+from .rounding import SMALL_SIZE
 
 if TYPE_CHECKING:
     from .blocks import Block, BlockPool
@@ -133,7 +133,7 @@ def round_trip(pool: CachingAllocator, shape: Shape) -> Trip | None:
 
 def _trip(pool: CachingAllocator, shape: Shape) -> Trip | None:
     stats = pool.stats
-    max_split, non_split, divisions = pool._max_split, pool._non_split, pool._divisions
+    max_split = pool._max_split
     taken: set[int] = set()
     """Addresses of the base blocks the trip took."""
     spare: list[_Piece] = []
@@ -144,25 +144,21 @@ def _trip(pool: CachingAllocator, shape: Shape) -> Trip | None:
     `active_bytes` and to `requested_bytes` (the frees take exactly that away again)."""
     oversize = 0
     split = _Split()
-    level = _level(pool, stats.allocated_bytes[0].current)
+    level = pool.level_of(stats.allocated_bytes[0].current)
     if level != pool.watch.level:
         return None
     for _, requested in shape:
         if requested <= 0:
             return None
-        size = -(-requested // MIN_BLOCK) * MIN_BLOCK if divisions is None else round_size(requested, divisions)
+        size = pool.rounded(requested)
         block_pool = pool._small if size <= SMALL_SIZE else pool._large
         found = _best_fit(block_pool, size, taken, spare)
-        if found is None:
-            return None
-        if size < max_split and found.size >= max_split:
-            return None
-        if size >= max_split and found.size >= size + non_split:
+        if found is None or pool.refuses(size, found.size):
             return None
         remaining = found.size - size
         pi = block_pool.index
         already_split = found.prev is not None or found.next is not None
-        if remaining >= MIN_BLOCK if block_pool.small else size < max_split and remaining > SMALL_SIZE:
+        if pool.splits(block_pool, size, remaining):
             rest = _Piece(found.address + size, remaining, block_pool, found, found.next)
             if found.next is not None and found.next is not _EDGE:
                 found.next.prev = rest
@@ -183,7 +179,7 @@ def _trip(pool: CachingAllocator, shape: Shape) -> Trip | None:
             requested_bytes[index] += requested
         if found.size >= max_split:
             oversize += 1
-    if _level(pool, stats.allocated_bytes[0].current + block_bytes[0]) != level:
+    if pool.level_of(stats.allocated_bytes[0].current + block_bytes[0]) != level:
         return None
     for piece in pieces:
         _free(piece, split)
@@ -208,11 +204,6 @@ def _trip(pool: CachingAllocator, shape: Shape) -> Trip | None:
         stat = stats.oversize_allocations
         changes.append((stat, oversize, oversize, stat.current + oversize if stat.current + oversize > stat.peak else -1))
     return Trip(changes, 2 * len(shape))
-
-
-def _level(pool: CachingAllocator, allocated: int) -> int:
-    """`Allocator._check_level`'s level for `allocated` bytes."""
-    return 2 if allocated > pool._crit_at else 1 if allocated > pool._warn_at else 0
 
 
 def _best_fit(block_pool: BlockPool, size: int, taken: set[int], spare: list[_Piece]) -> _Piece | None:
