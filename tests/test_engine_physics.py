@@ -66,11 +66,11 @@ def test_a_decode_run_equals_its_steps_one_by_one() -> None:
     arch, profile = MODEL_FAMILIES["llama-3-8b"], GPU_PROFILES["H100-SXM"]
     cost = CostModel(arch, profile, calibration.efficiency("H100-SXM")[0], 1, kv_bytes_per_token(arch, 1))
     series = cost.decode_series(7, 5000, 50)
-    assert series.tolist() == [cost.step_ns(7, 7, 5000 + 7 * k, 5000 + 7 * k + 7) for k in range(50)]
+    assert series == [cost.step_ns(7, 7, 5000 + 7 * k, 5000 + 7 * k + 7) for k in range(50)]
     rng = np.random.default_rng(7)  # in and out of CUDA graphs, to the nanosecond
     for requests, context, steps in zip(rng.integers(1, 700, 40), rng.integers(0, 400_000, 40), rng.integers(1, 80, 40)):
         series = cost.decode_series(int(requests), int(context), int(steps))
-        assert series.tolist() == [cost.step_ns(int(requests), int(requests), int(context + requests * k),
+        assert series == [cost.step_ns(int(requests), int(requests), int(context + requests * k),
                                                 int(context + requests * k + requests)) for k in range(steps)]
 
 

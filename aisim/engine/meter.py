@@ -91,7 +91,7 @@ class ReplicaMeter:
 
     def _work(self, plan: _Plan, now: int | None) -> tuple[Activity, float]:
         """(the activity of the plan's steps up to `now`, or of all of them, d2h bytes)."""
-        ends = plan.ends
+        ends = np.asarray(plan.ends, dtype=np.int64)
         count = len(ends)
         work = Activity()
         if now is None:

@@ -14,7 +14,9 @@ scheduler's placeholder bookkeeping (`aisim schedule --async`) is not replayed h
 
 Speed without approximation: while every running request is decoding and nothing can join,
 consecutive steps differ only by one token of context per request, so a run of them is planned
-at once (`CostModel.decode_series`): durations, block needs and end times in numpy. The run
+at once (`CostModel.decode_series`): durations, block needs and end times, as Python lists (most runs
+are a few steps long, and a numpy temporary costs about a microsecond; the timeline's columns are one
+array made once, when the run is applied). The run
 stops early at the first step that would need more blocks than are free, at the first request
 to finish, and, when a request arrives or a fault starts mid-run, at the first step boundary
 after that moment (`interrupt`). The result is the same, step for step, as planning one step
@@ -23,9 +25,11 @@ at a time; `macro_steps=False` does that, and a test compares the two.
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import accumulate
+from operator import mul
 
 import numpy as np
 
@@ -100,11 +104,11 @@ class _Plan:
     """The step (or run of decode steps) in flight."""
 
     start: int
-    ends: np.ndarray
+    ends: list[int]
     batch: list[tuple[Request, int]]
     decode_run: bool
     handle: EventHandle
-    blocks: np.ndarray | None = None
+    blocks: list[int] | None = None
     """Cumulative new blocks after each step of a decode run."""
     kv_used: int = 0
     """Blocks in use while a single step runs."""
@@ -117,7 +121,7 @@ class _Plan:
     """What the scheduler decided (a single step)."""
     activity: object | None = None
     """Its per-step GPU activity, once a metered replica computed it (`meter.py`)."""
-    durations: np.ndarray | None = None
+    durations: list[int] | None = None
     """A decode run's step durations (`ends` are their running sum from `start`)."""
 
 
@@ -217,7 +221,7 @@ class Replica:
         plan = self._plan
         assert plan is not None
         if plan.decode_run:
-            index = int(plan.ends.searchsorted(self.kernel.now, side="left"))
+            index = bisect_left(plan.ends, self.kernel.now)
             if index + 1 < len(plan.ends):
                 self.scheduler.add(request)
                 self.interrupt(1)
@@ -238,12 +242,12 @@ class Replica:
         plan = self._plan
         if plan is None or not plan.decode_run or len(plan.ends) == 1:
             return
-        index = int(plan.ends.searchsorted(self.kernel.now, side="left")) + later
+        index = bisect_left(plan.ends, self.kernel.now) + later
         if index + 1 >= len(plan.ends):
             return
         plan.handle.cancel()
-        plan.ends = plan.ends[: index + 1]
-        plan.handle = self.kernel.at(int(plan.ends[-1]), self._finish_step)
+        del plan.ends[index + 1:]
+        plan.handle = self.kernel.at(plan.ends[-1], self._finish_step)
 
     # -- one step --------------------------------------------------------------------------
 
@@ -291,11 +295,11 @@ class Replica:
         if routed:
             stream = self._step_stream(batch)
             handle = self._launch(batch, new_tokens, context, pairs, stream)
-            ends = np.array([now], dtype=np.int64)  # set when the GPU work is done
+            ends = [now]  # set when the GPU work is done
         else:
             duration = int(self.cost.step_ns(len(batch), new_tokens, context, pairs) * self.slowdown)
-            ends = np.array([now + duration], dtype=np.int64)
-            handle = self.kernel.at(int(ends[0]), self._finish_step)
+            ends = [now + duration]
+            handle = self.kernel.at(ends[0], self._finish_step)
         self._plan = _Plan(now, ends, batch, False, handle, kv_used=self.kv.used,
                            preemptions=self.stats.preemptions - preempted_before,
                            queries=self.kv.query_tokens - queries, hits=self.kv.hit_tokens - hits, stream=stream,
@@ -428,7 +432,7 @@ class Replica:
         return step
 
     def _apply_step(self, plan: _Plan) -> None:
-        end = int(plan.ends[0])
+        end = plan.ends[0]
         itl: list[int] = []
         prefill = 0
         first_prompts = 0
@@ -464,7 +468,7 @@ class Replica:
             if state == LAST_TOKEN:
                 self._finish(request, end)
         if itl and self.stats.keep_itl:
-            self.stats.add_itl(np.array(itl, dtype=np.int64), self._ones(len(itl)))
+            self.stats.add_itl(itl, self._ones(len(itl)))
         decode = total - prefill
         self._log_step(plan.start, end, len(plan.batch), prefill, decode, plan.kv_used, plan.stream)
         if self.on_step is not None:
@@ -502,35 +506,27 @@ class Replica:
             columns[4:5], columns[5:6], self.kv.total,
         ))
 
-    def _log(self, start: int, ends: np.ndarray, requests: int, prefill: int, decode: int, kv_used: np.ndarray,
-             peak: int, durations: np.ndarray | None = None, stream: str = "") -> None:
+    def _log(self, start: int, ends: list[int], requests: int, prefill: int, decode: int, kv_used: list[int],
+             peak: int, durations: list[int], stream: str = "") -> None:
         """Account and log a run of steps; `peak`: the most blocks `kv_used` holds; `durations`: the steps'
-        (or more, a cut run's), when known."""
+        (or more, a cut run's). The six columns are rows of one array, made from the lists at once."""
         count = len(ends)
         if count == 1:
-            self._log_step(start, int(ends[0]), requests, prefill, decode, peak, stream)
+            self._log_step(start, ends[0], requests, prefill, decode, peak, stream)
             return
         stats = self.stats
         stats.steps += count
-        if durations is None:
-            starts = np.empty(count, dtype=np.int64)
-            starts[0] = start
-            starts[1:] = ends[:-1]
-            durations = ends - starts
-        else:
-            durations = durations[:count]
-            starts = ends - durations
-        stats.busy_ns += int(ends[-1]) - start
-        stats.kv_area += float(np.dot(kv_used, durations))
+        stats.busy_ns += ends[-1] - start
+        stats.kv_area += float(sum(map(mul, kv_used, durations)))  # exact integers, as numpy's int64 dot
         if peak > stats.kv_peak:  # noqa: PLR1730 (hot path)
             stats.kv_peak = peak
-        columns = np.empty((3, count), dtype=np.int64)
-        columns[0] = requests  # three scalar fills cost less than one nested tuple's conversion
-        columns[1] = prefill
-        columns[2] = decode
+        starts = ends[:-1]
+        starts.insert(0, start)
+        columns = np.array((starts, ends, [requests] * count, [prefill] * count, [decode] * count, kv_used),
+                           dtype=np.int64)
         self.timeline.add_steps(StepRun(
-            self.name, self.gpus, stream or self.stream, starts, ends.copy(), columns[0], columns[1], columns[2],
-            kv_used, self.kv.total,
+            self.name, self.gpus, stream or self.stream, columns[0], columns[1], columns[2], columns[3],
+            columns[4], columns[5], self.kv.total,
         ))
 
     def _ones(self, count: int) -> np.ndarray:
@@ -568,35 +564,35 @@ class Replica:
             left = r.output - r.generated
             if left < steps:  # noqa: PLR1730 (hot path)
                 steps = left
-        if steps <= bs:  # short: the running sum in Python costs less than three array operations
-            blocks = np.fromiter(accumulate(map(residues.__getitem__, self._phase_list[:steps])), np.int64, steps)
-        else:
-            blocks = np.array(residues, dtype=np.int64)[self._phases[:steps]].cumsum()
         available = self.kv.available
+        if steps <= bs:  # short: the running sum in Python costs less than three array operations
+            blocks = list(accumulate(map(residues.__getitem__, self._phase_list[:steps])))
+        else:
+            blocks = np.array(residues, dtype=np.int64)[self._phases[:steps]].cumsum().tolist()
         if blocks[-1] > available:
-            steps = int(blocks.searchsorted(available, side="right"))
+            steps = bisect_right(blocks, available)
             if steps == 0:
                 return None
-            blocks = blocks[:steps]
+            del blocks[steps:]
         durations = self.cost.decode_series(len(running), context, steps)
         if self.slowdown != 1.0:
-            durations = (durations * self.slowdown).astype(np.int64)
-        ends = durations.cumsum()
-        ends += self.kernel.now
-        handle = self.kernel.at(int(ends[-1]), self._finish_step)
+            durations = [int(d * self.slowdown) for d in durations]  # as numpy's float64 product, truncated
+        ends = list(accumulate(durations, initial=self.kernel.now))
+        del ends[0]
+        handle = self.kernel.at(ends[-1], self._finish_step)
         batch = [(r, 1) for r in running]
         return _Plan(self.kernel.now, ends, batch, True, handle, blocks, durations=durations)
 
     def _apply_decode_run(self, plan: _Plan) -> None:
-        ends = plan.ends
+        ends, blocks, durations = plan.ends, plan.blocks, plan.durations
         steps = len(ends)
-        assert plan.blocks is not None and plan.durations is not None
-        grown = int(plan.blocks[steps - 1])
+        assert blocks is not None and durations is not None
+        grown = blocks[steps - 1]
         assert grown <= self.kv.available, "a decode run took blocks that were not available"
         used_before = self.kv.used
         self.scheduler.decode_run(steps)
-        end = int(ends[-1])
-        first = int(ends[0])
+        end = ends[-1]
+        first = ends[0]
         requests = []  # those still running: an abort cut the run short
         gaps = []
         finished = []
@@ -611,17 +607,15 @@ class Replica:
         if self.timeline.per_token:
             for request in requests:
                 for k in range(steps):
-                    self.timeline.add(int(ends[k]), "token", request.id, request.generated - steps + k)
+                    self.timeline.add(ends[k], "token", request.id, request.generated - steps + k)
         stats = self.stats
+        count = len(requests)
         if stats.keep_itl:
-            count = len(requests)
-            stats.add_itl(np.array(gaps, dtype=np.int64), self._ones(count))
+            stats.add_itl(gaps, self._ones(count))
             if steps > 1:  # the gaps between its steps are the steps' durations (`ends` are their running sum)
-                weights = np.empty(steps - 1, dtype=np.int64)
-                weights.fill(count)
-                stats.add_itl(plan.durations[1:steps], weights)
-        self._log(plan.start, ends, len(requests), 0, len(requests), used_before + plan.blocks[:steps],
-                  used_before + grown, plan.durations)
+                stats.add_itl(durations[1:steps], [count] * (steps - 1))
+        self._log(plan.start, ends, count, 0, count, [used_before + b for b in blocks[:steps]], used_before + grown,
+                  durations)
         if finished:
             self.scheduler.finish(finished)
             for request in finished:

@@ -71,9 +71,9 @@ def graph_capture_limit(max_num_seqs: int, max_num_batched_tokens: int) -> int:
 
 CACHE_LIMIT = 4096
 """Token and request counts whose operator sums are remembered per cost model."""
-SHORT_SERIES = 16
+SHORT_SERIES = 32
 """Decode series in CUDA graphs up to this many steps are summed in Python floats, longer ones in numpy
-(`decode_series`; half of all runs of azure-conv are 3 steps or fewer)."""
+(`decode_series`: where the two cost the same here; half of all runs of azure-conv are 8 steps or fewer)."""
 
 
 @dataclass(frozen=True)
@@ -335,27 +335,36 @@ class CostModel:
         launch = self._graph_launch_s if self._in_graph(batch) else max(self._eager_launch_s_for(batch) - gpu, self._gaps_s)
         return round(launch * self.factor * 1e9), round(gpu * self.factor * 1e9)
 
-    def decode_series(self, requests: int, context_tokens: int, steps: int) -> np.ndarray:
+    def decode_series(self, requests: int, context_tokens: int, steps: int) -> list[int]:
         """Durations (ns) of `steps` consecutive decode-only steps of the same `requests` requests.
 
         Step k reads `context_tokens + k x requests` prior tokens; each request adds one token.
         Equal, element by element, to calling `step_ns` for each step.
         """
-        if steps > SHORT_SERIES or not self._in_graph(requests):
+        if not self._in_graph(requests):
             host, gpu = self._decode_parts(requests, context_tokens, steps)
-            return np.rint((host + gpu) * self.factor * 1e9).astype(np.int64)
-        # a short run in a CUDA graph (most runs): the same float operations as `_decode_parts` in Python floats
-        # (the same IEEE doubles; sums commute exactly, and `round` rounds half to even as `np.rint` does),
-        # since each numpy temporary costs about a microsecond
+            return np.rint((host + gpu) * self.factor * 1e9).astype(np.int64).tolist()
+        # in a CUDA graph: the float operations of `_decode_parts`, in the same order (sums commute exactly, and
+        # `round` rounds half to even as `np.rint` does), in Python floats for a short run (most runs), since
+        # each numpy temporary costs about a microsecond, and in place in numpy for a long one
         fixed = self._tokens_s(requests) + self._requests_s(requests) + self._attention_fixed_s
         host = self._fixed_s + requests * self._request_s + self._graph_launch_s
         pair, kv, factor = self._pair_s, self._kv_s, self.factor
         read_tokens = context_tokens + requests  # each step's context + requests
+        if steps > SHORT_SERIES:
+            read = np.arange(read_tokens, read_tokens + steps * requests, requests)  # exact integers
+            seconds = read * pair
+            seconds += fixed
+            seconds += read * kv
+            seconds += host
+            seconds *= factor
+            seconds *= 1e9
+            return np.rint(seconds, out=seconds).astype(np.int64).tolist()
         durations = []
         for _ in range(steps):
             durations.append(round((read_tokens * pair + fixed + read_tokens * kv + host) * factor * 1e9))
             read_tokens += requests
-        return np.array(durations, dtype=np.int64)
+        return durations
 
     def _decode_parts(self, requests: int, context_tokens: int, steps: int) -> tuple[float | np.ndarray, np.ndarray]:
         context = context_tokens + np.arange(steps, dtype=np.float64) * requests
