@@ -283,13 +283,15 @@ class Replica:
         if not batch:
             self._plan = None
             return
-        context = new_tokens = 0  # integers: one pass
+        context = new_tokens = 0  # one pass; `pairs` adds up in the order `sum` adds
+        pairs = 0.0
         for r, q in batch:
-            context += r.computed
+            computed = r.computed
+            context += computed
             new_tokens += q
+            pairs += q * computed + q * (q + 1) / 2
         if not self._acquire(new_tokens, len(batch)):
             return
-        pairs = sum(q * r.computed + q * (q + 1) / 2 for r, q in batch)
         now = self.kernel.now
         stream = ""
         if routed:

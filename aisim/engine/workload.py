@@ -183,8 +183,10 @@ class SourceFeed:
         timeout = self.source.timeout or 0
         chunks = self._stage_chunks(arrival) if isinstance(arrival, Stages) else ((0, c) for c in self._chunks())
         for stage, (times, prompts, outputs) in chunks:
-            models = self.rng.choice(len(self.models), size=len(times), p=self.weights) if len(self.models) > 1 else None
-            groups, prefixes = self._prefixes(len(times))
+            models = self.rng.choice(len(self.models), size=len(times), p=self.weights).tolist() \
+                if len(self.models) > 1 else None
+            groups, prefixes = (column.tolist() for column in self._prefixes(len(times)))
+            times, prompts, outputs = times.tolist(), prompts.tolist(), outputs.tolist()  # Python numbers, once
             for i in range(len(times)):
                 if (limit is not None and count >= limit) or times[i] > self.stop_ns:
                     return
@@ -192,7 +194,7 @@ class SourceFeed:
                 prefix = int(prefixes[i])
                 if prefix:
                     prompt = max(prompt, prefix + 1)
-                yield Arrival(int(times[i]), self.source.name, self.models[0 if models is None else int(models[i])],
+                yield Arrival(int(times[i]), self.source.name, self.models[0 if models is None else models[i]],
                               prompt, int(outputs[i]), self.priority, int(groups[i]), prefix, self.stream,
                               stage=stage, timeout=timeout)
                 count += 1
