@@ -186,16 +186,16 @@ class SourceFeed:
             models = self.rng.choice(len(self.models), size=len(times), p=self.weights).tolist() \
                 if len(self.models) > 1 else None
             groups, prefixes = (column.tolist() for column in self._prefixes(len(times)))
-            times, prompts, outputs = times.tolist(), prompts.tolist(), outputs.tolist()  # Python numbers, once
+            times, prompts, outputs = times.tolist(), prompts.tolist(), outputs.tolist()  # int64: Python ints, once
             for i in range(len(times)):
                 if (limit is not None and count >= limit) or times[i] > self.stop_ns:
                     return
-                prompt = int(prompts[i])
-                prefix = int(prefixes[i])
+                prompt = prompts[i]
+                prefix = prefixes[i]
                 if prefix:
                     prompt = max(prompt, prefix + 1)
-                yield Arrival(int(times[i]), self.source.name, self.models[0 if models is None else models[i]],
-                              prompt, int(outputs[i]), self.priority, int(groups[i]), prefix, self.stream,
+                yield Arrival(times[i], self.source.name, self.models[0 if models is None else models[i]],
+                              prompt, outputs[i], self.priority, groups[i], prefix, self.stream,
                               stage=stage, timeout=timeout)
                 count += 1
             if isinstance(arrival, ClosedBatch):

@@ -341,25 +341,18 @@ class CostModel:
         Step k reads `context_tokens + k x requests` prior tokens; each request adds one token.
         Equal, element by element, to calling `step_ns` for each step.
         """
-        if not self._in_graph(requests):
+        if steps > SHORT_SERIES or not self._in_graph(requests):
             host, gpu = self._decode_parts(requests, context_tokens, steps)
-            return np.rint((host + gpu) * self.factor * 1e9).astype(np.int64).tolist()
-        # in a CUDA graph: the float operations of `_decode_parts`, in the same order (sums commute exactly, and
-        # `round` rounds half to even as `np.rint` does), in Python floats for a short run (most runs), since
-        # each numpy temporary costs about a microsecond, and in place in numpy for a long one
+            total = gpu + host  # in place from here: each numpy temporary costs about a microsecond
+            total *= self.factor
+            total *= 1e9
+            return np.rint(total, out=total).astype(np.int64).tolist()
+        # a short run in a CUDA graph (most runs): the same float operations as `_decode_parts` in Python floats
+        # (the same IEEE doubles; sums commute exactly, and `round` rounds half to even as `np.rint` does)
         fixed = self._tokens_s(requests) + self._requests_s(requests) + self._attention_fixed_s
         host = self._fixed_s + requests * self._request_s + self._graph_launch_s
         pair, kv, factor = self._pair_s, self._kv_s, self.factor
         read_tokens = context_tokens + requests  # each step's context + requests
-        if steps > SHORT_SERIES:
-            read = np.arange(read_tokens, read_tokens + steps * requests, requests)  # exact integers
-            seconds = read * pair
-            seconds += fixed
-            seconds += read * kv
-            seconds += host
-            seconds *= factor
-            seconds *= 1e9
-            return np.rint(seconds, out=seconds).astype(np.int64).tolist()
         durations = []
         for _ in range(steps):
             durations.append(round((read_tokens * pair + fixed + read_tokens * kv + host) * factor * 1e9))
@@ -367,9 +360,11 @@ class CostModel:
         return durations
 
     def _decode_parts(self, requests: int, context_tokens: int, steps: int) -> tuple[float | np.ndarray, np.ndarray]:
-        context = context_tokens + np.arange(steps, dtype=np.float64) * requests
-        gpu = (self._tokens_s(requests) + self._requests_s(requests) + self._attention_fixed_s
-               + (context + requests) * self._pair_s + (context + requests) * self._kv_s)
+        # each step's context + requests, as exact integers (as float64 they are the same numbers)
+        read = np.arange(context_tokens + requests, context_tokens + requests * (steps + 1), requests)
+        gpu = read * self._pair_s
+        gpu += self._tokens_s(requests) + self._requests_s(requests) + self._attention_fixed_s  # sums commute exactly
+        gpu += read * self._kv_s
         return self._host_s(requests, requests, gpu), gpu
 
     # -- telemetry ---------------------------------------------------------------------------
