@@ -200,6 +200,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from pydantic import TypeAdapter, ValidationError
 
+    from .api.loop import run as run_loop
     from .api.pod import PodIdentity
     from .api.server import RefusedToStart, ServerState, serve
     from .fleet.runtime import FleetError
@@ -270,7 +271,7 @@ def _serve(args: argparse.Namespace) -> int:
             sys.stderr.write(f"aisim serve: {cut} request(s) still running at the end of the grace period were ended\n")
 
     try:
-        asyncio.run(main())
+        run_loop(main())
     except KeyboardInterrupt:
         pass
     except (OSError, RefusedToStart, FleetError) as error:

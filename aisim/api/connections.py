@@ -1,11 +1,8 @@
 """Connection hygiene: timeouts, a cap on open connections, descriptor exhaustion, and the checks every request
 passes before any handler (or any byte of its body) is reached.
 
-Tornado's `HTTPServer` already offers a header timeout, a body timeout and size limits
-(`HTTP1ConnectionParameters`), but answers an oversized header or body with a closed connection or a bare
-400, reads a body up to its own limit before the application can say 413, has one timeout for "idle" and
-"headers", and lets `accept()` fail with EMFILE in a loop that logs a traceback per turn. `GuardedServer`
-keeps Tornado's parser and adds, per connection:
+Connections are `http1.Connection`s (httptools on asyncio transports) serving Tornado applications;
+`Listener` accepts them and adds, per connection:
 
 - a header timeout for the first request, an idle timeout between keep-alive requests, a body timeout;
 - at most `max_open` connections: at the limit a new connection closes the one that has waited longest for a
@@ -34,18 +31,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import tornado.httpserver
-import tornado.iostream
 import tornado.web
 from tornado import httputil
-from tornado.http1connection import (
-    HTTP1Connection,
-    HTTP1ConnectionParameters,
-    HTTP1ServerConnection,
-)
-from tornado.ioloop import IOLoop
 
 from ..scenario.server import Server
+from .http1 import Connection, Exchange, nodelay
 
 log = logging.getLogger("aisim.serve")
 
@@ -190,17 +180,14 @@ class Gate(httputil.HTTPMessageDelegate):
     """The first delegate of every request: refuses what `Policy.screen` refuses, counts the body as it comes,
     and hands everything else to the application's delegate."""
 
-    def __init__(self, policy: Policy, inner: httputil.HTTPMessageDelegate, request: HTTP1Connection,
-                 owner: GuardedConnection) -> None:
-        self.policy, self.inner, self.request, self.owner = policy, inner, request, owner
+    def __init__(self, policy: Policy, inner: httputil.HTTPMessageDelegate, exchange: Exchange) -> None:
+        self.policy, self.inner, self.exchange = policy, inner, exchange
         self.refused = False
         self.ended = False
         self.received = 0
 
     def headers_received(self, start_line: httputil.RequestStartLine | httputil.ResponseStartLine,
                          headers: httputil.HTTPHeaders) -> Any:
-        self.owner.arm(self.owner.first.body)  # the headers are in: now the body has its time (the same for any request)
-        self.owner.server.registry.busy(self.owner)
         assert isinstance(start_line, httputil.RequestStartLine)
         allowed = self.policy.preflight(start_line, headers)
         if allowed is not None:
@@ -224,7 +211,6 @@ class Gate(httputil.HTTPMessageDelegate):
         return self.inner.data_received(chunk)
 
     def finish(self) -> None:
-        self.owner.disarm()  # the body is in
         if not self.refused:
             self.inner.finish()
         else:
@@ -244,91 +230,25 @@ class Gate(httputil.HTTPMessageDelegate):
             fields["Content-Type"] = "application/json"
         for name, value in (headers or {}).items():
             fields[name] = value
+        exchange = self.exchange
         if status >= 400:
-            self.request._disconnect_on_finish = True  # Tornado's own "Connection: close" switch (private)
-        self.request.write_headers(httputil.ResponseStartLine("HTTP/1.1", status, httputil.responses[status]),
-                                   fields, body)
-        request_headers = self.request._request_headers  # the headers it parsed (private)
-        if status < 400 or request_headers is None or request_headers.get("Expect") == "100-continue":
+            exchange.disconnect_on_finish = True
+        exchange.write_headers(httputil.ResponseStartLine("HTTP/1.1", status, httputil.responses[status]), fields, body)
+        if status < 400 or exchange.headers.get("Expect") == "100-continue":
             self._end()
         else:
-            IOLoop.current().call_later(LINGER_S, self._end)
+            asyncio.get_running_loop().call_later(LINGER_S, self._end)
 
     def _end(self) -> None:
         if not self.ended:
             self.ended = True
-            self.request.finish()
-
-
-class GuardedConnection(HTTP1ServerConnection):
-    """One client connection: Tornado's request loop with a header timeout for the first request and an idle
-    one for the next, which knows whether it is waiting for a request (and since when).
-
-    The timeouts are one timer of the connection's (`deadline`), not Tornado's: given a header or body timeout,
-    Tornado wraps every request's header read and body read in `gen.with_timeout` (futures chained per read:
-    8 % of a non-streaming chat request's CPU, py-spy under wrk), where arming and cancelling a loop timer costs
-    a microsecond. The timer runs from the start of the wait for a request's headers (header timeout for the
-    first request, idle timeout for the next) and again from its headers until its body is in (body timeout);
-    when it fires the connection closes, as Tornado closes it."""
-
-    def __init__(self, stream: tornado.iostream.IOStream, first: Timeouts, later: Timeouts, context: Any,
-                 server: GuardedServer) -> None:
-        super().__init__(stream, first.params, context)
-        self.first, self.later = first, later
-        self.server = server
-        self.waiting_since: float | None = None
-        """When it began to wait for a request's headers; None while a request is being read or answered."""
-        self.deadline: asyncio.TimerHandle | None = None
-
-    def arm(self, seconds: float) -> None:
-        """Close the connection in `seconds` unless `disarm` comes first."""
-        if self.deadline is not None:
-            self.deadline.cancel()
-        self.deadline = asyncio.get_running_loop().call_later(seconds, self.stream.close)
-
-    def disarm(self) -> None:
-        if self.deadline is not None:
-            self.deadline.cancel()
-            self.deadline = None
-
-    async def _server_request_loop(self, delegate: httputil.HTTPServerConnectionDelegate) -> None:
-        try:
-            timeouts = self.first
-            while True:
-                self.server.registry.wait(self)
-                conn = HTTP1Connection(self.stream, False, timeouts.params, self.context)
-                request_delegate = delegate.start_request(self, conn)
-                self.arm(timeouts.header)
-                try:
-                    ret = await conn.read_response(request_delegate)
-                except (tornado.iostream.StreamClosedError, tornado.iostream.UnsatisfiableReadError,
-                        asyncio.CancelledError):
-                    return
-                except Exception:
-                    log.exception("uncaught exception on a connection")
-                    conn.close()
-                    return
-                finally:
-                    self.disarm()
-                if not ret:
-                    return
-                if self.server.draining():
-                    self.stream.close()
-                    return
-                timeouts = self.later
-                await asyncio.sleep(0)
-        finally:
-            self.disarm()
-            self.server.registry.closed(self)
-            delegate.on_close(self)
+            self.exchange.finish()
 
 
 @dataclass(frozen=True)
 class Timeouts:
-    """What a request on a connection is read with: Tornado's parameters without its timeouts, and the timeouts
-    in seconds that `GuardedConnection.deadline` applies."""
+    """A connection's timeouts in seconds (`Connection` applies them)."""
 
-    params: HTTP1ConnectionParameters
     header: float
     """For the request's headers, from the start of the wait for them (the idle timeout after a first request)."""
     body: float
@@ -340,20 +260,20 @@ class Registry:
     waiting for a request in the order they began to wait, so that the longest-waiting one is found at once."""
 
     max_open: int
-    open: set[GuardedConnection] = field(default_factory=set)
-    waiting: OrderedDict[GuardedConnection, None] = field(default_factory=OrderedDict)
+    open: set[Connection] = field(default_factory=set)
+    waiting: OrderedDict[Connection, None] = field(default_factory=OrderedDict)
     full: Throttled = field(default_factory=Throttled)
 
-    def wait(self, conn: GuardedConnection) -> None:
+    def wait(self, conn: Connection) -> None:
         conn.waiting_since = time.monotonic()
         self.waiting[conn] = None
         self.waiting.move_to_end(conn)
 
-    def busy(self, conn: GuardedConnection) -> None:
+    def busy(self, conn: Connection) -> None:
         conn.waiting_since = None
         self.waiting.pop(conn, None)
 
-    def closed(self, conn: GuardedConnection) -> None:
+    def closed(self, conn: Connection) -> None:
         self.busy(conn)
         self.open.discard(conn)
 
@@ -366,78 +286,101 @@ class Registry:
             return False
         oldest, _ = self.waiting.popitem(last=False)
         self.closed(oldest)
-        oldest.stream.close()
+        oldest.drop()
         return True
 
 
-class GuardedServer(tornado.httpserver.HTTPServer):
-    """Tornado's HTTP server with `GuardedConnection`s, `Gate`s and an accept loop that survives EMFILE."""
+class Listener:
+    """One listener of the server: accepts connections (`http1.Connection`s) for a Tornado application, with
+    the hygiene of this module: timeouts, the connection cap, `Gate`, and an accept loop that survives EMFILE.
 
-    def initialize(self, app: tornado.web.Application, server: Server, policy: Policy,  # type: ignore[override]
-                   registry: Registry) -> None:
-        """(Tornado's `Configurable` servers take their arguments here, not in `__init__`.)"""
+    Tornado's `HTTPServer` accepts with `add_accept_handler`, which logs a traceback per loop turn while
+    descriptors run out; here accepting pauses with a backoff and answers the waiting client 503 through a
+    descriptor kept in reserve."""
+
+    def __init__(self, app: httputil.HTTPServerConnectionDelegate, server: Server, policy: Policy,
+                 registry: Registry) -> None:
         limits = server.connections
-        hard_header = max(2 * limits.max_header_size, limits.max_header_size + 65536)
-        super().initialize(app, max_header_size=hard_header, max_body_size=2**62, body_timeout=limits.body_timeout / 1e9,
-                           idle_connection_timeout=limits.header_timeout / 1e9)
-        params = HTTP1ConnectionParameters(max_header_size=hard_header, max_body_size=2**62)  # no Tornado timeouts
-        self.first = Timeouts(params, limits.header_timeout / 1e9, limits.body_timeout / 1e9)
-        self.later = Timeouts(params, limits.idle_timeout / 1e9, limits.body_timeout / 1e9)
+        self.app = app
+        self.max_header_bytes = max(2 * limits.max_header_size, limits.max_header_size + 65536)
+        """Past this many bytes of headers a connection closes without an answer (Tornado's hard limit); `Gate`
+        answers 431 above `maxHeaderSize`."""
+        self.first = Timeouts(limits.header_timeout / 1e9, limits.body_timeout / 1e9)
+        self.later = Timeouts(limits.idle_timeout / 1e9, limits.body_timeout / 1e9)
         self.policy = policy
         self.registry = registry
+        self.connections: set[Connection] = set()
         self.exhausted = Throttled()
         self._spare: int | None = _reserve()
+        self._sockets: list[socket.socket] = []
+        self._removers: list[Callable[[], None]] = []
 
     def draining(self) -> bool:
         return self.policy.draining()
 
     # -- connections -------------------------------------------------------------------------
 
-    def handle_stream(self, stream: tornado.iostream.IOStream, address: tuple[Any, ...]) -> None:
-        if not self.registry.make_room():
-            _refuse(stream, raw_response(503, self.policy.error_body(503, "Too many open connections."),
-                                         {"Retry-After": "1"}))
-            return
-        context = tornado.httpserver._HTTPRequestContext(stream, address, self.protocol,  # as HTTPServer does
-                                                         self.trusted_downstream)
-        conn = GuardedConnection(stream, self.first, self.later, context, self)
-        self._connections.add(conn)
+    def start_request(self, conn: Connection, exchange: Exchange) -> httputil.HTTPMessageDelegate:
+        return Gate(self.policy, self.app.start_request(conn, exchange), exchange)
+
+    def opened(self, conn: Connection) -> None:
+        self.connections.add(conn)
         self.registry.open.add(conn)
-        conn.start_serving(self)
 
-    def on_close(self, server_conn: object) -> None:
-        if isinstance(server_conn, GuardedConnection):
-            self.registry.closed(server_conn)
-        super().on_close(server_conn)
-
-    def start_request(self, server_conn: object, request_conn: httputil.HTTPConnection) -> httputil.HTTPMessageDelegate:
-        inner = super().start_request(server_conn, request_conn)
-        assert isinstance(request_conn, HTTP1Connection) and isinstance(server_conn, GuardedConnection)
-        return Gate(self.policy, inner, request_conn, server_conn)
+    def closed(self, conn: Connection) -> None:
+        self.connections.discard(conn)
+        self.registry.closed(conn)
 
     def busy(self) -> int:
         """Connections reading or answering a request."""
-        return sum(1 for c in self._connections if isinstance(c, GuardedConnection) and c.waiting_since is None)
+        return sum(1 for c in self.connections if c.waiting_since is None)
 
     def close_idle(self) -> None:
         """Close the connections waiting for a request (draining: they will get none)."""
-        for conn in list(self._connections):
-            if isinstance(conn, GuardedConnection) and conn.waiting_since is not None:
-                conn.stream.close()
+        for conn in list(self.connections):
+            if conn.waiting_since is not None:
+                conn.drop()
+
+    def stop(self) -> None:
+        """Stop accepting: the listening sockets close (connections stay open)."""
+        for remove in self._removers:
+            remove()
+        self._removers.clear()
+        for sock in self._sockets:
+            sock.close()
+        self._sockets.clear()
+
+    async def close_all_connections(self) -> None:
+        """Close every connection, as a client that goes away closes its own, and wait for their ends."""
+        for conn in list(self.connections):
+            conn.drop()
+        for _ in range(100):
+            if not self.connections:
+                return
+            await asyncio.sleep(0)
 
     # -- accepting ---------------------------------------------------------------------------
 
     def add_sockets(self, sockets: Any) -> None:
         for sock in sockets:
-            self._sockets[sock.fileno()] = sock
-            self._handlers[sock.fileno()] = self._accept_handler(sock)
+            sock.setblocking(False)
+            self._sockets.append(sock)
+            self._removers.append(self._accept_handler(sock))
+
+    def _connect(self, sock: socket.socket, address: Any) -> None:
+        if not self.registry.make_room():
+            refusal = raw_response(503, self.policy.error_body(503, "Too many open connections."), {"Retry-After": "1"})
+            _adopt(sock, lambda: Refusal(refusal))
+            return
+        nodelay(sock)
+        _adopt(sock, lambda: Connection(self, address))
 
     def _accept_handler(self, sock: socket.socket) -> Callable[[], None]:
-        """Tornado's `add_accept_handler`, pausing with a backoff when descriptors run out."""
-        loop = IOLoop.current()
+        """An accept loop on `sock`, pausing with a backoff when descriptors run out; returns its remover."""
+        loop = asyncio.get_running_loop()
         state: dict[str, Any] = {"removed": False, "pause": BACKOFF_S[0], "timer": None}
 
-        def accept(fd: Any, events: int) -> None:
+        def accept() -> None:
             for _ in range(128):
                 if state["removed"]:
                     return
@@ -453,7 +396,8 @@ class GuardedServer(tornado.httpserver.HTTPServer):
                     pause(error)
                     return
                 state["pause"] = BACKOFF_S[0]
-                self._handle_connection(connection, address)
+                connection.setblocking(False)
+                self._connect(connection, address)
 
         def pause(error: OSError) -> None:
             self._answer_one(sock)
@@ -461,22 +405,22 @@ class GuardedServer(tornado.httpserver.HTTPServer):
             self.exhausted.warn(f"aisim serve: cannot accept connections ({os.strerror(error.errno or 0)}): "
                                 f"pausing {wait * 1000:.0f} ms; {len(self.registry.open)} connections open")
             state["pause"] = min(wait * 2, BACKOFF_S[1])
-            loop.remove_handler(sock)
+            loop.remove_reader(sock.fileno())
             state["timer"] = loop.call_later(wait, resume)
 
         def resume() -> None:
             state["timer"] = None
             if not state["removed"]:
-                loop.add_handler(sock, accept, IOLoop.READ)
+                loop.add_reader(sock.fileno(), accept)
 
         def remove() -> None:
             if state["timer"] is not None:
-                loop.remove_timeout(state["timer"])
+                state["timer"].cancel()
             else:
-                loop.remove_handler(sock)
+                loop.remove_reader(sock.fileno())
             state["removed"] = True
 
-        loop.add_handler(sock, accept, IOLoop.READ)
+        loop.add_reader(sock.fileno(), accept)
         return remove
 
     def _answer_one(self, sock: socket.socket) -> None:
@@ -500,6 +444,16 @@ class GuardedServer(tornado.httpserver.HTTPServer):
             self._spare = _reserve()
 
 
+def _adopt(sock: socket.socket, protocol: Callable[[], asyncio.Protocol]) -> None:
+    """Give an accepted socket a transport and its protocol (a client that is gone already is closed quietly)."""
+    def adopted(task: asyncio.Task[Any]) -> None:
+        if not task.cancelled() and task.exception() is not None:
+            sock.close()
+
+    asyncio.get_running_loop().create_task(asyncio.get_running_loop().connect_accepted_socket(protocol, sock)) \
+        .add_done_callback(adopted)
+
+
 def _reserve() -> int | None:
     try:
         return os.open(os.devnull, os.O_RDONLY)
@@ -507,19 +461,23 @@ def _reserve() -> int | None:
         return None
 
 
-def _refuse(stream: tornado.iostream.IOStream, response: bytes) -> None:
-    """Write a whole response and close once it is out (reading a little first, so that the close does not
-    reset the connection before the client has read it)."""
-    async def send() -> None:
-        try:
-            await stream.write(response)
-            await asyncio.wait_for(stream.read_bytes(65536, partial=True), 0.2)
-        except (TimeoutError, tornado.iostream.StreamClosedError, OSError):
-            pass
-        finally:
-            stream.close()
+class Refusal(asyncio.Protocol):
+    """A connection over the cap: a whole response, then a close once the client has had a moment to read it
+    (reading a little first, so that the close does not reset the connection before the client reads it)."""
 
-    asyncio.get_running_loop().create_task(send())
+    def __init__(self, response: bytes) -> None:
+        self.response = response
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        transport.write(self.response)
+        asyncio.get_running_loop().call_later(0.2, transport.close)
+
+    def data_received(self, data: bytes) -> None:
+        assert self.transport is not None
+        self.transport.close()
 
 
 class SecurityHeaders(tornado.web.OutputTransform):

@@ -15,9 +15,7 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-import tornado.iostream
 import tornado.web
-from tornado.http1connection import HTTP1Connection
 
 from ..engine.live import END_EVENTS, Call
 from ..engine.workload import Arrival
@@ -30,6 +28,7 @@ from .credentials import bearer_token
 from .errors import ApiError
 from .faults import Context
 from .generation import Answer
+from .http1 import Exchange
 from .protocol import Body, Message, parse
 from .server import ServerState
 from .slices import Slices
@@ -99,8 +98,7 @@ class BaseHandler(tornado.web.RequestHandler):
     def close_connection(self) -> None:
         """Drop the client's connection (as a crashed or hung server would)."""
         connection = self.request.connection
-        # tornado's HTTPServer hands every request its HTTP1Connection (the base interface has no close)
-        assert isinstance(connection, HTTP1Connection)
+        assert isinstance(connection, Exchange)  # what `Listener` hands every request (the base interface has no close)
         connection.close()
 
     def on_connection_close(self) -> None:
@@ -377,14 +375,11 @@ class GenerationHandler(BaseHandler):
         if self.gone:
             return False
         connection = self.request.connection
-        if self._headers_written and not self._write_buffer and isinstance(connection, HTTP1Connection) \
+        if self._headers_written and not self._write_buffer and isinstance(connection, Exchange) \
                 and all(type(t).transform_chunk is IDENTITY_CHUNK for t in self._transforms):
-            # Tornado's own framing (`_format_chunk`: chunked or not) put straight on the socket's stream:
-            # `flush()` and `HTTP1Connection.write` wrap each write in two more futures and callbacks, a
-            # quarter of the server's CPU for hundreds of streams. Order is kept: the stream is one queue.
-            stream = connection.stream
-            if not stream.closed():  # a closed one: on_connection_close marks the call gone
-                send_now(stream, connection._format_chunk(chunk.encode()))
+            # framed and written at once (`Exchange.send`): `flush()` wraps each write in a future, a cost that
+            # hundreds of streams feel. Order is kept: the transport is one queue.
+            connection.send(chunk.encode())  # a closed connection: on_connection_close marks the call gone
             return True
         self.write(chunk)
         self.flush()  # a closed stream answers with a failed future, not an exception
@@ -407,27 +402,7 @@ class GenerationHandler(BaseHandler):
 
     def start_stream(self) -> None:
         for name, value in SSE_HEADERS.items():
-            self.set_header(name, value)
-        stream = self.request.connection.stream  # type: ignore[union-attr]
-        stream.set_nodelay(True)  # each token leaves at once (no Nagle wait for the previous ACK)
-
-
-def send_now(stream: tornado.iostream.IOStream, data: bytes) -> None:
-    """`stream.write(data)`, but straight to the socket when nothing is queued before it: a stream's token
-    fits the socket's buffer, and IOStream's queue, futures and bookkeeping cost more than the `send`
-    itself. What the socket does not take (or an error) goes to `stream.write`, which queues or closes.
-    A TLS stream (`SSLIOStream`, a subclass) always goes through its own machinery."""
-    if type(stream) is tornado.iostream.IOStream and not stream.writing():
-        try:
-            sent = stream.socket.send(data)
-        except (BlockingIOError, InterruptedError):
-            sent = 0
-        except OSError:
-            sent = 0  # reset or broken: stream.write below meets the same error and closes the stream
-        if sent == len(data):
-            return
-        data = data[sent:]
-    stream.write(data)
+            self.set_header(name, value)  # (each token leaves at once: connections are TCP_NODELAY, `http1.nodelay`)
 
 
 def chat_prompt(messages: list[Message]) -> str:

@@ -11,6 +11,7 @@ from typing import Any, TypedDict
 
 from ..scenario import Scenario, load_scenario
 from ..scenario.distributions import DurationDistribution
+from .loop import new_event_loop
 from .pod import PodIdentity
 from .server import ServerState, serve
 
@@ -68,7 +69,7 @@ def running_server(scenario: Scenario | str | Path | None = None, *, seed: int |
         return
     ready = threading.Event()
     box: _Started = {}
-    loop = asyncio.new_event_loop()
+    loop = new_event_loop()
 
     async def start() -> None:
         state = ServerState(loaded, base_dir, seed=seed, network_delay=network_delay, speed=speed, record=record,

@@ -29,7 +29,7 @@ from ..scenario import Scenario
 from ..scenario.distributions import DurationDistribution
 from ..scenario.models import Model
 from .connections import (
-    GuardedServer,
+    Listener,
     Policy,
     Registry,
     default_max_open,
@@ -161,7 +161,7 @@ class ServerState:
         self.triton_trace = {"trace_level": ["OFF"], "trace_rate": "1000", "trace_count": "-1", "log_frequency": "0",
                              "trace_file": "", "trace_mode": "triton"}
         self._task: asyncio.Task[None] | None = None
-        self.http_servers: list[GuardedServer] = []
+        self.http_servers: list[Listener] = []
         """The listeners `serve` started (closed by `stop`)."""
         self.shared_memory = SharedMemory()
         """Triton's registered system shared-memory regions (both KServe wires read and write them)."""
@@ -365,7 +365,7 @@ async def serve(state: ServerState, host: str | None = None, port: int | None = 
         app = make_app(state, personalities, listener.metrics_path)
         openai = "openai" in personalities or "vllm" in personalities or "kserve" not in personalities
         policy = Policy.of(server, address, openai_error if openai else kserve_error, lambda: state.draining)
-        http = GuardedServer(app, server, policy, state.registry)
+        http = Listener(app, server, policy, state.registry)
         sockets = tornado.netutil.bind_sockets(chosen, address, backlog=LISTEN_BACKLOG)
         http.add_sockets(sockets)
         state.http_servers.append(http)

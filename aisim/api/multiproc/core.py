@@ -24,7 +24,7 @@ import tornado.web
 
 from ...engine.live import END_EVENTS, Call
 from ...engine.workload import Arrival
-from ..connections import GuardedServer, Policy, kserve_error, openai_error
+from ..connections import Listener, Policy, kserve_error, openai_error
 from ..errors import ApiError
 from ..faults import Context
 from ..server import ServerState, make_app
@@ -384,7 +384,7 @@ async def serve_private(state: ServerState, host: str, grpc_ports: dict[int, int
         app = Unmarked(make_app(state, personalities, listener.metrics_path))
         openai = "openai" in personalities or "vllm" in personalities or "kserve" not in personalities
         policy = Policy.of(server, host, openai_error if openai else kserve_error, lambda: state.draining)
-        http = GuardedServer(cast(tornado.web.Application, app), server, policy, state.registry)
+        http = Listener(cast(tornado.web.Application, app), server, policy, state.registry)
         sockets = tornado.netutil.bind_sockets(0, "127.0.0.1", backlog=2048)
         http.add_sockets(sockets)
         state.http_servers.append(http)

@@ -34,6 +34,7 @@ import tornado.netutil
 
 from ...scenario import Scenario
 from ...scenario.distributions import DurationDistribution
+from ..loop import run as run_loop
 from ..pod import PodIdentity
 
 RESTARTS = 3
@@ -116,7 +117,7 @@ def _engine(scenario: Scenario, options: Options, address: str, exit_file: Path,
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor says when to stop (SIGUSR2)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
-        asyncio.run(main())
+        run_loop(main())
     except BaseException as error:  # noqa: BLE001 - reported to the supervisor, which stops the server
         traceback.print_exc()
         exit_file.write_text(f"{type(error).__name__}: {error}")
@@ -127,7 +128,7 @@ def _engine(scenario: Scenario, options: Options, address: str, exit_file: Path,
 def _api(scenario: Scenario, options: Options, rank: int, address: str, sockets: dict[int, list[socket.socket]],
          ports: list[int], exit_file: Path, ready: int) -> None:
     """An API-server process's body."""
-    from ..connections import GuardedServer, Policy, kserve_error, openai_error
+    from ..connections import Listener, Policy, kserve_error, openai_error
     from ..server import make_app
     from .frontend import EngineClient, attach, route_locally
 
@@ -149,7 +150,7 @@ def _api(scenario: Scenario, options: Options, rank: int, address: str, sockets:
             openai = "openai" in personalities or "vllm" in personalities or "kserve" not in personalities
             policy = Policy.of(server, options.host or server.host, openai_error if openai else kserve_error,
                                lambda: state.draining)
-            http = GuardedServer(app, server, policy, state.registry)
+            http = Listener(app, server, policy, state.registry)
             http.add_sockets(_listening(sockets[index]))
             state.http_servers.append(http)
         stopping = asyncio.Event()
@@ -178,7 +179,7 @@ def _api(scenario: Scenario, options: Options, rank: int, address: str, sockets:
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor forwards one SIGTERM per signal it gets
     try:
-        asyncio.run(main())
+        run_loop(main())
     except BaseException:  # noqa: BLE001 - the supervisor sees the status and replaces this process
         traceback.print_exc()
         os._exit(1)
