@@ -7,6 +7,9 @@ as medians: requests/s and the CPU microseconds per request of every process (ea
 core; the supervisor does nothing per request), from /proc.
 Targets (issue 17): the engine core's CPU per request <= 0.35x the bare handler's (what does not scale out), and
 the split server's total <= 1.8x.
+The KServe part also loads each aisim server's gRPC listener (`kserve-grpc`, ModelInfer) with `bench/grpc_load.py`
+over 4 connections (a Python client: it can be the bottleneck, so the CPU per request is what to read); there is
+no bare gRPC handler, so single and split are compared with each other.
 
 Part 2, streams: 500 concurrent streams x 200 tokens at 50 tokens/s (`streams.yaml`), Node's node:http client
 (`bench/stream_client.mjs`) on the load core, single-process and split: p99 |emitted gap - simulated 20 ms|
@@ -51,6 +54,8 @@ class Server:
     process: subprocess.Popen[str]
     url: str
     pids: dict[str, int] = field(default_factory=dict)
+    grpc: str = ""
+    """The gRPC listener's host:port, if the scenario has one."""
 
     def stop(self) -> None:
         self.process.terminate()
@@ -69,6 +74,10 @@ def start_aisim(scenario: str, cores: str, api_servers: int) -> Server:
     if "serving" not in line:
         raise RuntimeError(f"aisim did not start: {process.stderr.read() if process.stderr else ''}")
     server = Server(f"split x{api_servers}" if api_servers else "single", process, f"http://127.0.0.1:{port}")
+    while line and not line.startswith("models:"):  # the other listeners' lines, then the models'
+        found = re.search(r"grpc://(\S+)", line)
+        server.grpc = found.group(1) if found else server.grpc
+        line = process.stdout.readline() if process.stdout else ""
     if not api_servers:
         server.pids = {"aisim": process.pid}
         return server
@@ -115,6 +124,42 @@ def wrk(server: Server, path: str, body: object, seconds: int, connections: int,
     return rate, cpu, (stolen_seconds() - stolen) / seconds
 
 
+def grpc_load(server: Server, request: str, seconds: int, connections: int, core: str) -> tuple[float, dict[str, float]]:
+    """requests/s and the CPU us per request of each of the server's processes, for ModelInfer over gRPC."""
+    before = {name: cpu_seconds(pid) for name, pid in server.pids.items()}
+    out = subprocess.run(["taskset", "-c", core, sys.executable, str(ROOT / "bench" / "grpc_load.py"), server.grpc, request,
+                          str(seconds), str(connections), "4"], capture_output=True, text=True, check=True).stdout
+    result = json.loads(out.splitlines()[-1])
+    if result["errors"]:
+        raise RuntimeError(f"{result['errors']} failed gRPC calls")
+    cpu = {name: (cpu_seconds(pid) - before[name]) / result["requests"] * 1e6 for name, pid in server.pids.items()}
+    return result["requests"] / result["seconds"], cpu
+
+
+def grpc_rounds(servers: list[Server], args: argparse.Namespace) -> None:
+    """ModelInfer over gRPC against each aisim server, interleaved rounds; medians of the CPU per request."""
+    from tritonclient.grpc import service_pb2
+
+    message = service_pb2.ModelInferRequest(model_name="bench")
+    message.inputs.add(name="x", datatype="FP32", shape=[1, 16])
+    message.raw_input_contents.append(np.full(16, 0.5, dtype="<f4").tobytes())
+    with tempfile.NamedTemporaryFile("wb", suffix=".bin", delete=False) as file:
+        file.write(message.SerializeToString())
+    rows: dict[str, list[tuple[float, dict[str, float]]]] = {s.name: [] for s in servers}
+    for server in servers:
+        grpc_load(server, file.name, 1, args.connections, args.load_core)
+    for round_ in range(args.rounds):
+        for server in servers:
+            rate, cpu = grpc_load(server, file.name, args.seconds, args.connections, args.load_core)
+            rows[server.name].append((rate, cpu))
+            print(f"grpc   round {round_ + 1} {server.name:<9} {rate:8,.0f} requests/s; CPU us per request: "
+                  f"{', '.join(f'{n} {c:.0f}' for n, c in cpu.items())} (total {sum(cpu.values()):.0f})", flush=True)
+    for name, results in rows.items():
+        cpu = {p: statistics.median(c[p] for _, c in results) for p in results[0][1]}
+        print(f"grpc   median  {name:<9} {statistics.median(r for r, _ in results):8,.0f} requests/s; CPU us per request "
+              f"{', '.join(f'{n} {c:.0f}' for n, c in cpu.items())}; total {sum(cpu.values()):.0f}", flush=True)
+
+
 def throughput(args: argparse.Namespace) -> None:
     for label, scenario, path, body in (("chat", "throughput.yaml", "/v1/chat/completions", CHAT),
                                         ("kserve", "kserve.yaml", "/v2/models/bench/infer", INFER)):
@@ -134,6 +179,8 @@ def throughput(args: argparse.Namespace) -> None:
                     each = ", ".join(f"{n} {c:.0f}" for n, c in cpu.items())
                     print(f"{label:<6} round {round_ + 1} {server.name:<9} {rate:8,.0f} requests/s; CPU us per request: "
                           f"{each} (total {sum(cpu.values()):.0f}); {stolen:.0%} stolen", flush=True)
+            if single.grpc:
+                grpc_rounds([single, split], args)
         finally:
             for server in servers:
                 server.stop()

@@ -1,5 +1,6 @@
 """The KServe v2 gRPC personality (`kserve-grpc`) through the real `tritonclient.grpc` (sync, asyncio and
-streaming), beside the HTTP personality of the same server: both must answer alike."""
+streaming), beside the HTTP personality of the same server: both must answer alike. Every test runs against one
+process and against `--api-server-count 2` (where the API servers serve inference and hand the rest on)."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from aisim.scenario import Scenario, load_scenario
 from aisim.scenario.server import Listener
 from aisim.testing import running_server
 
-from .conftest import TEST_SCENARIOS
+from .conftest import SERVE_MODES, TEST_SCENARIOS
 
 
 def with_grpc(path: Any) -> Scenario:
@@ -31,10 +32,16 @@ def with_grpc(path: Any) -> Scenario:
     return scenario.model_copy(update={"server": scenario.server.model_copy(update={"listeners": listeners})})
 
 
+@pytest.fixture(scope="module", params=SERVE_MODES)
+def mode(request: pytest.FixtureRequest) -> int:
+    """API servers: 0 (one process) or 2."""
+    return int(request.param)
+
+
 @pytest.fixture(scope="module")
-def server() -> Iterator[tuple[str, str]]:
+def server(mode: int) -> Iterator[tuple[str, str]]:
     """(the HTTP listener's host:port, the gRPC listener's host:port)."""
-    with running_server(with_grpc(TEST_SCENARIOS / "serve" / "triton.yaml")) as url:
+    with running_server(with_grpc(TEST_SCENARIOS / "serve" / "triton.yaml"), api_server_count=mode) as url:
         yield url.removeprefix("http://"), url.listeners[-1].removeprefix("http://")  # type: ignore[attr-defined]
 
 
@@ -161,8 +168,8 @@ def test_statistics_count_grpc_and_http_inferences_together(client: tgrpc.Infere
         assert {"count": int(part.get("count", 0)), "ns": int(part.get("ns", 0))} == over_http["inference_stats"][kind]
 
 
-def test_repository_load_unload_and_index(server: tuple[str, str]) -> None:
-    with running_server(with_grpc(TEST_SCENARIOS / "serve" / "triton.yaml")) as url:
+def test_repository_load_unload_and_index(mode: int) -> None:
+    with running_server(with_grpc(TEST_SCENARIOS / "serve" / "triton.yaml"), api_server_count=mode) as url:
         client = tgrpc.InferenceServerClient(url.listeners[-1].removeprefix("http://"))  # type: ignore[attr-defined]
         index = {m["name"]: m.get("state") for m in client.get_model_repository_index(as_json=True)["models"]}
         assert index == {"resnet50": "READY", "simple": "READY", "densenet_trt": "UNAVAILABLE"}
@@ -191,7 +198,7 @@ def test_trace_and_log_settings(client: tgrpc.InferenceServerClient, http: thttp
     assert _code(refused.value) == "StatusCode.UNIMPLEMENTED"
 
 
-def test_with_api_keys_every_method_but_the_health_checks_needs_a_key() -> None:
+def test_with_api_keys_every_method_but_the_health_checks_needs_a_key(mode: int) -> None:
     """As on KServe's HTTP routes: no or a wrong `authorization` is UNAUTHENTICATED (nothing unloaded), the right
     key is served, and the health checks stay open."""
     from aisim.scenario.server import ApiKey
@@ -199,7 +206,7 @@ def test_with_api_keys_every_method_but_the_health_checks_needs_a_key() -> None:
     scenario = with_grpc(TEST_SCENARIOS / "serve" / "triton.yaml")
     scenario = scenario.model_copy(update={"server": scenario.server.model_copy(
         update={"api_keys": [ApiKey(name="team", key="sk-right")]})})
-    with running_server(scenario) as url:
+    with running_server(scenario, api_server_count=mode) as url:
         client = tgrpc.InferenceServerClient(url.listeners[-1].removeprefix("http://"))  # type: ignore[attr-defined]
         deadline = time.monotonic() + 30  # the models load first
         while not client.is_model_ready("simple") and time.monotonic() < deadline:

@@ -414,14 +414,80 @@ class ParseCheck(grpc.aio.ServerInterceptor):
         return grpc.unary_unary_rpc_method_handler(answer, deserialize, handler.response_serializer)
 
 
-async def start(state: ServerState, host: str, port: int) -> tuple[grpc.aio.Server, int]:
-    """A gRPC listener on the running loop; returns the server (stopped by `ServerState.stop`) and its port."""
+SERVICE = "inference.GRPCInferenceService"
+LOCAL_METHODS = frozenset({"ModelInfer", "ModelStreamInfer"})
+"""What an API server of a split server (`aisim serve --api-server-count N`) serves itself: inference, per request
+and stateless (the engine is reached through `EngineClient`). Every other method is the whole server's (health,
+metadata, statistics, repository, shared memory, settings) and is handed on to the engine core (`Forward`), as
+an API server hands its HTTP routes on."""
+READS = frozenset({"ServerLive", "ServerMetadata", "ModelMetadata", "ModelConfig", "ModelStatistics",
+                   "RepositoryIndex", "SystemSharedMemoryStatus", "CudaSharedMemoryStatus"})
+"""Forwarded methods that change nothing an API server mirrors; after any other, every API server mirrors the
+engine core's state before the answer (a region just registered, a model just loaded is then served by all)."""
+
+
+def _local_handler(servicer: Servicer) -> grpc.GenericRpcHandler:
+    """The generated stubs' handlers of `LOCAL_METHODS` alone."""
+    return grpc.method_handlers_generic_handler(SERVICE, {
+        "ModelInfer": grpc.unary_unary_rpc_method_handler(
+            servicer.ModelInfer, request_deserializer=pb.ModelInferRequest.FromString,
+            response_serializer=pb.ModelInferResponse.SerializeToString),
+        "ModelStreamInfer": grpc.stream_stream_rpc_method_handler(
+            servicer.ModelStreamInfer, request_deserializer=pb.ModelInferRequest.FromString,
+            response_serializer=pb.ModelStreamInferResponse.SerializeToString)})
+
+
+class Forward(grpc.GenericRpcHandler):
+    """Every method but `LOCAL_METHODS`, handed on to the engine core's gRPC listener as it came (bytes in, bytes
+    out, the caller's metadata kept) and answered with its reply or its status."""
+
+    def __init__(self, target: str, core: Any) -> None:
+        self.target = target
+        self.core = core
+        self.channel: grpc.aio.Channel | None = None
+
+    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
+        method = details.method
+        name = method.rsplit("/", 1)[-1]
+
+        async def forward(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
+            from .errors import ApiError
+
+            if self.channel is None:
+                self.channel = grpc.aio.insecure_channel(self.target, options=[("grpc.max_receive_message_length", -1),
+                                                                                ("grpc.max_send_message_length", -1)])
+            metadata = tuple((k, v) for k, v in context.invocation_metadata() or ()
+                             if not k.startswith((":", "grpc-")) and k != "user-agent")
+            try:  # first what this API server sent before (an inference's record) reaches the engine core
+                await self.core.sync()
+            except ApiError as error:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, error.message)
+            try:
+                answer: bytes = await self.channel.unary_unary(method)(request, metadata=metadata)
+            except grpc.aio.AioRpcError as error:
+                await context.abort(error.code(), error.details() or "")
+            if name not in READS:
+                try:
+                    await self.core.sync(everyone=name not in ("ServerReady", "ModelReady"))
+                except ApiError:
+                    pass
+            return answer
+
+        return grpc.unary_unary_rpc_method_handler(forward)
+
+
+async def start(state: ServerState, host: str, port: int, forward_to: str | None = None) -> tuple[grpc.aio.Server, int]:
+    """A gRPC listener on the running loop; returns the server (stopped by `ServerState.stop`) and its port. With
+    `forward_to` (an API server: the engine core's private gRPC address), only `LOCAL_METHODS` are served here;
+    several API servers listen on one port (gRPC sets `SO_REUSEPORT`, and the kernel spreads the connections)."""
     server = grpc.aio.server(interceptors=[KeyCheck(state), ParseCheck()], options=[("grpc.max_receive_message_length", state.scenario.server.max_body_size),
                                       ("grpc.max_send_message_length", -1)])
-    service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Servicer(state), server)
+    if forward_to is None:
+        service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Servicer(state), server)
+    else:
+        server.add_generic_rpc_handlers((_local_handler(Servicer(state)), Forward(forward_to, state.core)))
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"could not bind the gRPC listener to {host}:{port}")
     await server.start()
     return server, bound
-

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import math
 import time
 from collections.abc import Callable
 from typing import NewType
@@ -273,6 +274,13 @@ class RealTimeClock:
 
     async def run(self) -> None:
         """Run events when their virtual time comes, until `stop`."""
+        loop = asyncio.get_running_loop()
+        whole_ms = not isinstance(loop, asyncio.BaseEventLoop)
+        """A loop other than asyncio's own (uvloop: libuv) counts its timers in whole milliseconds from its time
+        truncated to the millisecond, so a timer may fire up to 1.5 ms before it is due, and the clock would
+        spin until the early window opened (twice the engine core's CPU for 500 streams). Such a loop is asked
+        for the window's first millisecond boundary instead, which it keeps exactly: the loop's time is the
+        monotonic clock (CLOCK_MONOTONIC) in both."""
         while not self._stopped:
             next_time = self._run_due()
             self._wake.clear()
@@ -283,7 +291,10 @@ class RealTimeClock:
             # A timer that sets the wake event (cheaper than `wait_for`, which wraps each wait in a task), set
             # for the start of the event's early window: the selector rounds its timeout up to the next
             # millisecond, so a timer set for the event's own time would make it up to a millisecond late.
-            alarm = asyncio.get_running_loop().call_later(
-                max(next_time - self._early - self._wall_virtual(), 0) / 1e9 / self.speed, self._wake.set)
+            wait_s = max(next_time - self._early - self._wall_virtual(), 0) / 1e9 / self.speed
+            if whole_ms:  # the first millisecond boundary of the window (see `whole_ms` above)
+                alarm = loop.call_at(math.ceil((time.monotonic() + wait_s) * 1000) / 1000, self._wake.set)
+            else:
+                alarm = loop.call_later(wait_s, self._wake.set)
             await self._wake.wait()
             alarm.cancel()

@@ -365,19 +365,19 @@ class _UnmarkedMessage(tornado.httputil.HTTPMessageDelegate):
         self.inner.on_connection_close()
 
 
-async def serve_private(state: ServerState, host: str, grpc_ports: dict[int, int]) -> list[int]:
-    """The engine core's listeners: per public HTTP listener, its application on a free loopback port (what the
-    API servers hand on to); the gRPC listeners on their public ports (`grpc_ports`: index to port). Returns
-    each listener's port, in the scenario's order."""
+async def serve_private(state: ServerState, host: str) -> list[int]:
+    """The engine core's listeners, per public listener its application (HTTP or gRPC) on a free loopback port:
+    what the API servers hand on to. `host` is the public listeners' (the requests handed on keep their `Host`).
+    Returns each listener's port, in the scenario's order."""
     server = state.scenario.server
     state.start()
     ports: list[int] = []
-    for index, listener in enumerate(server.listeners):
+    for listener in server.listeners:
         personalities = tuple(listener.personalities)
         if "kserve-grpc" in personalities:
             from .. import kserve_grpc
 
-            grpc_server, bound = await kserve_grpc.start(state, host, grpc_ports.get(index, listener.port))
+            grpc_server, bound = await kserve_grpc.start(state, "127.0.0.1", 0)
             state.grpc_servers.append(grpc_server)
             ports.append(bound)
             continue

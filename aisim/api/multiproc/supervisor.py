@@ -88,8 +88,7 @@ def _state(scenario: Scenario, options: Options, engine: bool) -> Any:
                        tokenizer_path=options.tokenizer, runs_engine=engine)
 
 
-def _engine(scenario: Scenario, options: Options, address: str, exit_file: Path, host: str,
-            grpc_ports: dict[int, int], ready: int) -> None:
+def _engine(scenario: Scenario, options: Options, address: str, exit_file: Path, host: str, ready: int) -> None:
     """The engine core process's body."""
     from .core import EngineCore, serve_private
 
@@ -100,7 +99,7 @@ def _engine(scenario: Scenario, options: Options, address: str, exit_file: Path,
         state = _state(scenario, options, engine=True)
         core = EngineCore(state, address)
         await core.start()
-        ports = await serve_private(state, host, grpc_ports)
+        ports = await serve_private(state, host)
         clock = loop.create_task(state.live.run())
         stop = asyncio.Event()
         clock.add_done_callback(lambda _: stop.set())
@@ -142,9 +141,17 @@ def _api(scenario: Scenario, options: Options, rank: int, address: str, sockets:
         await client.connect()
         server = scenario.server
         for index, listener in enumerate(server.listeners):
-            if index not in sockets:
-                continue
             personalities = tuple(listener.personalities)
+            if "kserve-grpc" in personalities:  # gRPC binds its own socket to the port held (with SO_REUSEPORT)
+                from .. import kserve_grpc
+
+                port = sockets[index][0].getsockname()[1]
+                for held in sockets[index]:
+                    held.close()
+                grpc_server, _ = await kserve_grpc.start(state, options.host or server.host, port,
+                                                         forward_to=f"127.0.0.1:{ports[index]}")
+                state.grpc_servers.append(grpc_server)
+                continue
             app = route_locally(make_app(state, personalities, listener.metrics_path), f"http://127.0.0.1:{ports[index]}",
                                 client)
             openai = "openai" in personalities or "vllm" in personalities or "kserve" not in personalities
@@ -276,14 +283,10 @@ class Supervisor:
         options = self.options
         host = options.host or server.host
         check_admin(cast(Any, type("S", (), {"scenario": self.scenario})), host)
-        grpc_ports: dict[int, int] = {}
         for index, listener in enumerate(server.listeners):
             chosen = options.port if (index == 0 and options.port is not None) else listener_port(listener.port, options.port_offset)
-            if "kserve-grpc" in listener.personalities:
-                grpc_ports[index] = chosen
-                continue
             self.sockets[index] = _reserve(chosen, host, LISTEN_BACKLOG)
-        self.engine_pid, read = _fork(_engine, self.scenario, options, self.address, self.exit_file, host, grpc_ports)
+        self.engine_pid, read = _fork(_engine, self.scenario, options, self.address, self.exit_file, host)
         try:
             self.ports = json.loads(_wait_ready(read, self.engine_pid))["ports"]
         except RuntimeError as error:
@@ -292,11 +295,8 @@ class Supervisor:
             os.close(read)
         for rank in range(options.count):
             self._start_api(rank)
-        bound = []
-        for index, listener in enumerate(server.listeners):
-            grpc = "kserve-grpc" in listener.personalities
-            port = self.ports[index] if grpc else self.sockets[index][0].getsockname()[1]
-            bound.append(("grpc" if grpc else "http", host, port))
+        bound = [("grpc" if "kserve-grpc" in listener.personalities else "http", host,
+                  self.sockets[index][0].getsockname()[1]) for index, listener in enumerate(server.listeners)]
         return Started(bound, self.engine_pid, list(self.api.values()))
 
     def _start_api(self, rank: int) -> None:
