@@ -294,16 +294,26 @@ def _tokenizer(args: argparse.Namespace) -> int:
 
 
 def settle_garbage_collector() -> None:
-    """Tune the collector for a long-running server: what start-up built (the scenario, the simulation,
-    imported modules) lives as long as the process, so it leaves the collector's generations
-    (`gc.freeze`) and full collections no longer walk it; young collections run every 20,000
-    allocations instead of 700. Measured under `bench/serve_throughput.py`'s load: the collector took
-    about 9 % of a request's CPU time (380 us per request, 345 with it off); about 360 with this."""
+    """Tune the collector for a long-running server. What start-up built (the scenario, the simulation,
+    imported modules) lives as long as the process, so it leaves the collector's generations (`gc.freeze`) and
+    full collections no longer walk it.
+
+    A young collection runs every 2,000 allocations of tracked objects (CPython's default: 700), a middle one
+    every 50 of those. Each young collection walks what was allocated since the last one, and everything a
+    request in flight holds survives it, so its pause grows with the threshold: at 20,000, 500 concurrent streams
+    saw pauses of 11-19 ms (wall time, `gc.callbacks`, split server on one core), each delaying every token of
+    the process's streams at once (a p99 gap error of 10-20 ms); at 2,000, pauses of 4-6 ms and p99s of
+    9-12 ms (`bench/serve_scale.py --part streams`). Throughput did not move: 245 against 249 CPU us per
+    non-streaming chat request (3 interleaved rounds), where CPython's default thresholds cost about 9 %."""
     import gc
 
     gc.collect()
     gc.freeze()
-    gc.set_threshold(20_000, 20, 20)
+    gc.set_threshold(*GC_THRESHOLDS)
+
+
+GC_THRESHOLDS = (2_000, 50, 50)
+"""The serving processes' collector thresholds (`settle_garbage_collector`)."""
 
 
 FIT_MARGIN = 0.15
