@@ -178,6 +178,7 @@ class GenerationHandler(BaseHandler):
         self.state.requests_in_flight += 1
         self.state.handlers.add(self)
         try:
+            await self.state.intake.enter()
             await super().guarded(work)
             if self.cut and not self._finished and not self.gone:
                 self.fail(SHUTTING_DOWN)

@@ -45,6 +45,7 @@ from .pod import PodIdentity, apply
 from .ratelimit import RateLimiter
 from .recording import Recording
 from .shared_memory import SharedMemory
+from .slices import Intake
 from .tokenizer import Tokenizer, default_tokenizer
 
 if TYPE_CHECKING:
@@ -111,6 +112,8 @@ class ServerState:
     """The generating requests in flight (what `drain` ends when the grace period is over)."""
     registry: Registry = field(init=False)
     """Every listener's open connections, under one cap (`server.connections.maxOpen`)."""
+    intake: Intake = field(init=False, default_factory=Intake)
+    """How many generating requests start per loop turn (`slices.Intake`)."""
     lora_updates: bool = field(init=False)
     """Runtime LoRA loading is served (`server.loraRuntimeUpdates` or `VLLM_ALLOW_RUNTIME_LORA_UPDATING`)."""
     fleet: FleetRuntime = field(init=False)
