@@ -450,8 +450,8 @@ def _adopt(sock: socket.socket, protocol: Callable[[], asyncio.Protocol]) -> Non
         if not task.cancelled() and task.exception() is not None:
             sock.close()
 
-    asyncio.get_running_loop().create_task(asyncio.get_running_loop().connect_accepted_socket(protocol, sock)) \
-        .add_done_callback(adopted)
+    loop = asyncio.get_running_loop()
+    loop.create_task(loop.connect_accepted_socket(protocol, sock)).add_done_callback(adopted)
 
 
 def _reserve() -> int | None:

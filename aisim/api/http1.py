@@ -233,11 +233,7 @@ class Connection(asyncio.Protocol):
         exchange, delegate = self.exchange, self.delegate
         self.exchange = self.delegate = None
         self.queued.clear()
-        for future in self.drained:
-            if not future.done():
-                future.set_exception(StreamClosedError())
-                future.exception()
-        self.drained.clear()
+        self._settle_drained(StreamClosedError())
         if exchange is not None and not exchange.write_finished:
             if not exchange.read_finished and delegate is not None:
                 self._call(delegate.on_connection_close)
@@ -251,13 +247,22 @@ class Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.paused = False
-        for future in self.drained:
-            if not future.done():
-                future.set_result(None)
-        self.drained.clear()
+        self._settle_drained(None)
         if self.next_due:
             self.next_due = False
             self._next()
+
+    def _settle_drained(self, error: Exception | None) -> None:
+        """End the waits of the writes made while the client read slowly: done, or failed with `error`."""
+        for future in self.drained:
+            if future.done():
+                continue
+            if error is None:
+                future.set_result(None)
+            else:
+                future.set_exception(error)
+                future.exception()  # retrieved: a write nobody awaits logs nothing
+        self.drained.clear()
 
     # -- httptools' callbacks --------------------------------------------------------------------------
 

@@ -38,6 +38,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from .credentials import bearer_token
+from .errors import ApiError
 from .kserve_models import (
     EXTENSIONS,
     TRITON_VERSION,
@@ -451,8 +452,6 @@ class Forward(grpc.GenericRpcHandler):
         name = method.rsplit("/", 1)[-1]
 
         async def forward(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-            from .errors import ApiError
-
             if self.channel is None:
                 self.channel = grpc.aio.insecure_channel(self.target, options=[("grpc.max_receive_message_length", -1),
                                                                                 ("grpc.max_send_message_length", -1)])
