@@ -40,15 +40,15 @@ from ..telemetry.fields import FieldError, coerce, lookup
 from ..telemetry.sampler import GpuTelemetry
 from ..telemetry.xid import Xid
 from .credentials import bearer_token
-from .errors import ApiError
+from .errors import ErrorAnswer
 from .handlers import SSE_HEADERS, BaseHandler
 
 INJECTED = "Successfully injected field info."
 """What `dcgmi test --inject` prints on success."""
 
 
-def _bad(message: str, param: str | None = None) -> ApiError:
-    return ApiError(400, message, "invalid_request_error", param)
+def _bad(message: str, param: str | None = None) -> ErrorAnswer:
+    return ErrorAnswer(400, message, "invalid_request_error", param)
 
 
 class AdminHandler(BaseHandler):
@@ -63,15 +63,15 @@ class AdminHandler(BaseHandler):
             pass  # `insecure` on loopback (`server.check_admin`)
         elif not header:
             self.set_header("WWW-Authenticate", 'Bearer realm="aisim-admin"')
-            self.fail(ApiError(401, "Admin endpoints need a bearer token.", "authentication_error"))
+            self.fail(ErrorAnswer(401, "Admin endpoints need a bearer token.", "authentication_error"))
             return
         elif (given := bearer_token(header)) is None or not secrets.compare_digest(given.encode(), token.encode()):
-            self.fail(ApiError(403, "The admin token is not valid.", "permission_error"))
+            self.fail(ErrorAnswer(403, "The admin token is not valid.", "permission_error"))
             return
         if self.request.method == "POST":
             try:
                 self.require_json()
-            except ApiError as error:
+            except ErrorAnswer as error:
                 self.fail(error)
 
     @property
@@ -95,7 +95,7 @@ class AdminHandler(BaseHandler):
         try:
             return self.telemetry.board(value).identity.device
         except KeyError as error:
-            raise ApiError(404, str(error.args[0]), "invalid_request_error", "gpu", "gpu_not_found") from None
+            raise ErrorAnswer(404, str(error.args[0]), "invalid_request_error", "gpu", "gpu_not_found") from None
 
     def act(self, work: Any) -> Any:
         """Run `work` at the simulation's current instant and return its result."""
@@ -110,7 +110,7 @@ class AdminHandler(BaseHandler):
     def run_guarded(self, work: Any) -> None:
         try:
             work()
-        except ApiError as error:
+        except ErrorAnswer as error:
             self.fail(error)
         except FieldError as error:
             self.fail(_bad(str(error), "field"))

@@ -49,7 +49,7 @@ from ..scenario.models import Model
 from . import errors
 from .chat import ChatHandler
 from .credentials import bearer_token
-from .errors import ApiError
+from .errors import ErrorAnswer
 from .generation import Answer
 from .handlers import BaseHandler
 from .protocol import ChatRequest, _Body, ignore_eos, parse
@@ -179,7 +179,7 @@ class AnthropicHandler(BaseHandler):
         self.clear_header("openai-version")
         self.set_header("request-id", self._headers["x-request-id"])
 
-    def fail(self, error: ApiError) -> None:
+    def fail(self, error: ErrorAnswer) -> None:
         status = 529 if error.status == 503 else error.status
         self.set_status(status, "Overloaded" if status == 529 else None)
         for name, value in error.headers.items():
@@ -204,15 +204,15 @@ class AnthropicHandler(BaseHandler):
             return
         key = self.request.headers.get("x-api-key") or bearer_token(self.request.headers.get("Authorization"))
         if key is None:
-            raise ApiError(401, "x-api-key header is required", "authentication_error")
+            raise ErrorAnswer(401, "x-api-key header is required", "authentication_error")
         if key not in keys:
-            raise ApiError(401, "invalid x-api-key", "authentication_error")
+            raise ErrorAnswer(401, "invalid x-api-key", "authentication_error")
         self.api_key_name = keys[key]
 
     def find_model(self, name: str) -> Model:
         model = self.state.model(name)
         if model is None:
-            raise ApiError(404, f"model: {name}", "not_found_error")
+            raise ErrorAnswer(404, f"model: {name}", "not_found_error")
         return model
 
     def parse_anthropic(self, kind: type[CountTokensRequest]) -> tuple[CountTokensRequest, ChatRequest]:
@@ -362,7 +362,7 @@ class NotFoundHandler(AnthropicHandler):
     """Unknown paths on the `anthropic` personality: Anthropic's 404 body."""
 
     def prepare(self) -> None:
-        self.fail(ApiError(404, f"Not Found: {self.request.method} {self.request.path}", "not_found_error"))
+        self.fail(ErrorAnswer(404, f"Not Found: {self.request.method} {self.request.path}", "not_found_error"))
 
 
 def routes(strict: bool) -> list[Any]:

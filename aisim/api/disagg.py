@@ -46,7 +46,7 @@ class Transfer:
     latency_ns: int = 0
 
 
-def _bad(message: str) -> errors.ApiError:
+def _bad(message: str) -> errors.ErrorAnswer:
     return errors.invalid(f"Invalid {PARAM}: {message}", PARAM)
 
 

@@ -14,7 +14,7 @@ from ..scenario.faults import API_ERRORS
 
 
 @dataclass
-class ApiError(Exception):
+class ErrorAnswer(Exception):
     """An error answer: HTTP status, OpenAI error body fields and extra headers."""
 
     status: int
@@ -28,17 +28,17 @@ class ApiError(Exception):
         return {"error": {"message": self.message, "type": self.type, "param": self.param, "code": self.code}}
 
 
-def invalid(message: str, param: str | None = None, code: str | None = None) -> ApiError:
+def invalid(message: str, param: str | None = None, code: str | None = None) -> ErrorAnswer:
     """400 invalid_request_error."""
-    return ApiError(400, message, "invalid_request_error", param, code)
+    return ErrorAnswer(400, message, "invalid_request_error", param, code)
 
 
-def model_not_found(model: str) -> ApiError:
-    return ApiError(404, f"The model `{model}` does not exist or you do not have access to it.",
+def model_not_found(model: str) -> ErrorAnswer:
+    return ErrorAnswer(404, f"The model `{model}` does not exist or you do not have access to it.",
                     "invalid_request_error", None, "model_not_found")
 
 
-def context_length(limit: int, prompt: int, completion: int, param: str = "messages") -> ApiError:
+def context_length(limit: int, prompt: int, completion: int, param: str = "messages") -> ErrorAnswer:
     return invalid(
         f"This model's maximum context length is {limit} tokens. However, you requested {prompt + completion} tokens "
         f"({prompt} in the messages, {completion} in the completion). Please reduce the length of the messages or "
@@ -47,13 +47,13 @@ def context_length(limit: int, prompt: int, completion: int, param: str = "messa
     )
 
 
-def invalid_api_key(key: str | None) -> ApiError:
+def invalid_api_key(key: str | None) -> ErrorAnswer:
     if not key:
-        return ApiError(401, "You didn't provide an API key. You need to provide your API key in an Authorization "
+        return ErrorAnswer(401, "You didn't provide an API key. You need to provide your API key in an Authorization "
                              "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
                         "invalid_request_error", None, None)
     shown = key[:3] + "*" * 8 + key[-4:] if len(key) > 8 else "*" * len(key)
-    return ApiError(401, f"Incorrect API key provided: {shown}. You can find your API key at "
+    return ErrorAnswer(401, f"Incorrect API key provided: {shown}. You can find your API key at "
                          "https://platform.openai.com/account/api-keys.", "invalid_request_error", None, "invalid_api_key")
 
 
@@ -70,7 +70,7 @@ DEFAULT_MESSAGES = {
 
 
 def named(error: str, model: str, status: int | None = None, message: str | None = None,
-          retry_after_ns: int | None = None) -> ApiError:
+          retry_after_ns: int | None = None) -> ErrorAnswer:
     """The error a fault of kind `api_error` names (see `aisim.scenario.faults.API_ERRORS`)."""
     default_status, code, kind = API_ERRORS[error]
     retry = f"{(retry_after_ns or 1_000_000_000) / 1e6:.0f}ms"
@@ -79,7 +79,7 @@ def named(error: str, model: str, status: int | None = None, message: str | None
     if error == "rate_limit" or (status or default_status) == 429:
         headers.update(retry_headers(retry_after_ns or 1_000_000_000))
     param = "messages" if error == "context_length_exceeded" else None
-    return ApiError(status or default_status, text, kind or "invalid_request_error", param,
+    return ErrorAnswer(status or default_status, text, kind or "invalid_request_error", param,
                     None if error in ("server_error", "service_unavailable", "bad_request") else code, headers)
 
 

@@ -25,7 +25,7 @@ from ..scenario.models import Model
 from . import bodies, disagg, errors
 from .connections import json_media_type
 from .credentials import bearer_token
-from .errors import ApiError
+from .errors import ErrorAnswer
 from .faults import Context
 from .generation import Answer
 from .http1 import Exchange
@@ -33,7 +33,7 @@ from .protocol import Body, Message, parse
 from .server import ServerState
 from .slices import Slices
 
-SHUTTING_DOWN = ApiError(503, "The server is shutting down: the request was ended at the end of its grace period.",
+SHUTTING_DOWN = ErrorAnswer(503, "The server is shutting down: the request was ended at the end of its grace period.",
                          "ServiceUnavailableError")
 FLUSH_BYTES = 256 * 1024
 """A large answer written in slices goes out once this much is waiting."""
@@ -83,12 +83,12 @@ class BaseHandler(tornado.web.RequestHandler):
             allowed = [m for m in self.SUPPORTED_METHODS
                        if getattr(type(self), m.lower()) is not getattr(tornado.web.RequestHandler, m.lower())]
             self.set_header("Allow", ", ".join(allowed))
-            body = ApiError(405, "Method Not Allowed", "invalid_request_error").body()
+            body = ErrorAnswer(405, "Method Not Allowed", "invalid_request_error").body()
         else:
-            body = ApiError(status_code, reason, "server_error" if status_code >= 500 else "invalid_request_error").body()
+            body = ErrorAnswer(status_code, reason, "server_error" if status_code >= 500 else "invalid_request_error").body()
         self.finish(json.dumps(body))
 
-    def fail(self, error: ApiError) -> None:
+    def fail(self, error: ErrorAnswer) -> None:
         """Answer with an OpenAI error body and status (before any byte of a stream)."""
         self.set_status(error.status)
         for name, value in error.headers.items():
@@ -113,12 +113,12 @@ class BaseHandler(tornado.web.RequestHandler):
                 self.authenticate()
             if self.request.method == "POST" and self.json_body_required:
                 self.require_json()
-        except ApiError as error:
+        except ErrorAnswer as error:
             self.fail(error)
 
     def require_json(self) -> None:
         if not json_media_type(self.request.headers.get("Content-Type")):
-            raise ApiError(400, "Unsupported Media Type: Only 'application/json' is allowed", "invalid_request_error",
+            raise ErrorAnswer(400, "Unsupported Media Type: Only 'application/json' is allowed", "invalid_request_error",
                            None, "unsupported_media_type")
 
     def json_body(self) -> Any:
@@ -129,7 +129,7 @@ class BaseHandler(tornado.web.RequestHandler):
             return bodies.decode(self.request.body, limit)
         except bodies.BodyError as error:
             if error.kind == "too_large":
-                raise ApiError(413, f"Request too large: {error.message}.", "invalid_request_error", None,
+                raise ErrorAnswer(413, f"Request too large: {error.message}.", "invalid_request_error", None,
                                "request_too_large") from None
             raise errors.invalid(NOT_JSON) from None
 
@@ -151,7 +151,7 @@ class BaseHandler(tornado.web.RequestHandler):
     async def guarded(self, work: Callable[[], Awaitable[None]]) -> None:
         try:
             await work()
-        except ApiError as error:
+        except ErrorAnswer as error:
             if not self._headers_written:
                 self.fail(error)
         except ConnectionDropped:
@@ -204,7 +204,7 @@ class GenerationHandler(BaseHandler):
         model = self.find_model(body.model)  # type: ignore[attr-defined]
         fleet = self.state.fleet
         if not fleet.ready():
-            raise ApiError(503, "The server is starting: the model is not loaded yet.", "ServiceUnavailableError")
+            raise ErrorAnswer(503, "The server is starting: the model is not loaded yet.", "ServiceUnavailableError")
         await fleet.awake()
         fault = await self.fault_for(model)
         if fault is not None:
@@ -335,10 +335,10 @@ class GenerationHandler(BaseHandler):
                 raise self.engine_error(call)
         return True
 
-    def engine_error(self, call: Call) -> ApiError:
+    def engine_error(self, call: Call) -> ErrorAnswer:
         """vLLM's answer to a request its engine failed: 500 with the engine's error as the message."""
         reason = call.request.error if call.request is not None else call.error or "the request could not be served"
-        return ApiError(500, reason, "InternalServerError")
+        return ErrorAnswer(500, reason, "InternalServerError")
 
     async def follow(self, calls: list[Call], on_event: Callable[[int, str], None]) -> None:
         """Hand each call's events to `on_event(index, event)` on the engine's turn (`Call.listen`: a streamed

@@ -38,7 +38,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from .credentials import bearer_token
-from .errors import ApiError
+from .errors import ErrorAnswer
 from .kserve_models import (
     EXTENSIONS,
     TRITON_VERSION,
@@ -459,7 +459,7 @@ class Forward(grpc.GenericRpcHandler):
                              if not k.startswith((":", "grpc-")) and k != "user-agent")
             try:  # first what this API server sent before (an inference's record) reaches the engine core
                 await self.core.sync()
-            except ApiError as error:
+            except ErrorAnswer as error:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, error.message)
             try:
                 answer: bytes = await self.channel.unary_unary(method)(request, metadata=metadata)
@@ -468,7 +468,7 @@ class Forward(grpc.GenericRpcHandler):
             if name not in READS:
                 try:
                     await self.core.sync(everyone=name not in ("ServerReady", "ModelReady"))
-                except ApiError:
+                except ErrorAnswer:
                     pass
             return answer
 

@@ -11,7 +11,7 @@ from ..scenario.models import Model
 from . import errors
 from .chat import ChatHandler
 from .completions import CompletionHandler, EmbeddingHandler
-from .errors import ApiError
+from .errors import ErrorAnswer
 from .handlers import BaseHandler
 from .responses import ResponsesHandler, StoredResponseHandler
 
@@ -23,7 +23,7 @@ class NotFoundHandler(BaseHandler):
 
     def prepare(self) -> None:
         self.set_status(404)
-        self.fail(ApiError(404, f"Invalid URL ({self.request.method} {self.request.path})", "invalid_request_error"))
+        self.fail(ErrorAnswer(404, f"Invalid URL ({self.request.method} {self.request.path})", "invalid_request_error"))
 
 
 class HealthHandler(BaseHandler):

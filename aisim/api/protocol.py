@@ -21,7 +21,7 @@ from pydantic import (
     model_validator,
 )
 
-from .errors import ApiError, invalid
+from .errors import ErrorAnswer, invalid
 
 
 class _Body(BaseModel):
@@ -332,7 +332,7 @@ def parse(kind: type[Body], data: Any) -> Body:
         raise _explain(error, data) from None
 
 
-def _explain(error: ValidationError, data: dict[str, Any]) -> ApiError:
+def _explain(error: ValidationError, data: dict[str, Any]) -> ErrorAnswer:
     first = error.errors(include_url=False)[0]
     loc = [f"[{part}]" if isinstance(part, int) else part for part in first["loc"] if not _BRANCH.fullmatch(str(part))]
     param = ".".join(loc) or None

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .errors import ApiError, invalid
+from .errors import ErrorAnswer, invalid
 from .generation import Answer, Ask, answer
 from .handlers import (
     SHUTTING_DOWN,
@@ -68,15 +68,15 @@ class ResponseStore:
         return True
 
 
-def not_found(response_id: str) -> ApiError:
+def not_found(response_id: str) -> ErrorAnswer:
     """OpenAI's (and vLLM's) answer to an id it does not hold."""
-    return ApiError(404, f"Response with id '{response_id}' not found.", "invalid_request_error")
+    return ErrorAnswer(404, f"Response with id '{response_id}' not found.", "invalid_request_error")
 
 
-def previous_not_found(response_id: str) -> ApiError:
+def previous_not_found(response_id: str) -> ErrorAnswer:
     """An unknown `previous_response_id`: 404 with OpenAI's text and code (as clients that recover from it match
     them; the reference does not cite it, public client code does)."""
-    return ApiError(404, f"Previous response with id '{response_id}' not found.", "invalid_request_error",
+    return ErrorAnswer(404, f"Previous response with id '{response_id}' not found.", "invalid_request_error",
                     "previous_response_id", "previous_response_not_found")
 
 

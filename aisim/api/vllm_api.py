@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .errors import ApiError, invalid
+from .errors import ErrorAnswer, invalid
 from .handlers import BaseHandler
 from .protocol import DetokenizeRequest, LoraRequest, TokenizeRequest, parse
 from .tokenizer import chat_prompt_ids
@@ -20,9 +20,9 @@ from .tokenizer import chat_prompt_ids
 VLLM_VERSION = "0.34.0"
 
 
-def _vllm_error(status: int, message: str, kind: str, param: str | None = None) -> ApiError:
+def _vllm_error(status: int, message: str, kind: str, param: str | None = None) -> ErrorAnswer:
     """vLLM's error body: a Python-style type and the HTTP status as an integer code."""
-    error = ApiError(status, message, kind, param)
+    error = ErrorAnswer(status, message, kind, param)
     error.code = status  # type: ignore[assignment]
     return error
 

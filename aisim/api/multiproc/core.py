@@ -25,7 +25,7 @@ import tornado.web
 from ...engine.live import END_EVENTS, Call
 from ...engine.workload import Arrival
 from ..connections import Listener, Policy, kserve_error, openai_error
-from ..errors import ApiError
+from ..errors import ErrorAnswer
 from ..faults import Context
 from ..server import ServerState, make_app
 from . import wire
@@ -149,7 +149,7 @@ class EngineCore:
         elif isinstance(message, wire.Admit):
             try:
                 headers = state.limiter.admit(message.api_key, message.tokens, message.model, state.live.now())
-            except ApiError as error:
+            except ErrorAnswer as error:
                 self._reply(ident, wire.Failed(message.rid, (error.status, error.message, error.type, error.param,
                                                              error.code, error.headers)))
                 return

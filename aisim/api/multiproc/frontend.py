@@ -25,7 +25,7 @@ from ...engine.lifecycle import State
 from ...engine.live import Call, Live
 from ...engine.workload import Arrival
 from ...scenario.models import KServe
-from ..errors import ApiError
+from ..errors import ErrorAnswer
 from ..kserve_tensors import KServeError
 from ..metrics_feed import MetricsFeed
 from ..recording import Recording
@@ -144,7 +144,7 @@ class EngineClient(Live):
 
     async def _rpc(self, make: Any) -> Any:
         if self.gone is not None:
-            raise ApiError(503, f"The engine core is not running: {self.gone}", "ServiceUnavailableError")
+            raise ErrorAnswer(503, f"The engine core is not running: {self.gone}", "ServiceUnavailableError")
         rid = next(self._ids)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.rpcs[rid] = future
@@ -211,7 +211,7 @@ class EngineClient(Live):
             future = self.rpcs.pop(message.rid, None)
             status, text, kind, param, code, headers = message.error
             if future is not None and not future.done():
-                future.set_exception(ApiError(status, text, kind, param, code, dict(headers)))
+                future.set_exception(ErrorAnswer(status, text, kind, param, code, dict(headers)))
         elif isinstance(message, wire.Digest):
             self.apply(message.digest)
             if message.bid:
@@ -270,7 +270,7 @@ class EngineClient(Live):
         self.calls.clear()
         for future in self.rpcs.values():
             if not future.done():
-                future.set_exception(ApiError(503, f"The engine core stopped: {reason}", "ServiceUnavailableError"))
+                future.set_exception(ErrorAnswer(503, f"The engine core stopped: {reason}", "ServiceUnavailableError"))
         self.rpcs.clear()
 
 
@@ -420,7 +420,7 @@ async def forward(handler: tornado.web.RequestHandler, target: str, client: Engi
         request_timeout=24 * 3600, connect_timeout=10, header_callback=on_header, streaming_callback=on_chunk)
     try:  # first what this API server sent before (a finished request's observations) reaches the engine core
         await client.sync()
-    except ApiError:
+    except ErrorAnswer:
         pass
     try:
         await tornado.httpclient.AsyncHTTPClient().fetch(sent, raise_error=False)
@@ -435,7 +435,7 @@ async def forward(handler: tornado.web.RequestHandler, target: str, client: Engi
     if request.method != "GET" or "/ready" in request.uri or "/load" in request.uri:
         try:  # the engine's state may have changed (a model loaded): every API server mirrors it before the answer
             await client.sync(everyone=request.method != "GET")
-        except ApiError:
+        except ErrorAnswer:
             pass
     if not handler._finished:
         handler.finish()

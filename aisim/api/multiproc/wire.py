@@ -150,7 +150,7 @@ class Reply(msgspec.Struct, tag=True, array_like=True):
 
 
 class Failed(msgspec.Struct, tag=True, array_like=True):
-    """An error for an API server's rpc `rid`: (status, message, type, param, code, headers) of an `ApiError`."""
+    """An error for an API server's rpc `rid`: (status, message, type, param, code, headers) of an `ErrorAnswer`."""
 
     rid: int
     error: tuple[int, str, str, str | None, str | None, dict[str, str]]
