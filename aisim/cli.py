@@ -200,7 +200,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     from pydantic import TypeAdapter, ValidationError
 
-    from .api.loop import run as run_loop
+    from .api.http.loop import run as run_loop
+    from .api.http.loop import settle_garbage_collector
     from .api.pod import PodIdentity
     from .api.server import RefusedToStart, ServerState, serve
     from .fleet.runtime import FleetError
@@ -291,29 +292,6 @@ def _tokenizer(args: argparse.Namespace) -> int:
         return 2
     sys.stdout.write("".join(f"{path}\n" for path in written))
     return 0
-
-
-def settle_garbage_collector() -> None:
-    """Tune the collector for a long-running server. What start-up built (the scenario, the simulation,
-    imported modules) lives as long as the process, so it leaves the collector's generations (`gc.freeze`) and
-    full collections no longer walk it.
-
-    A young collection runs every 2,000 allocations of tracked objects (CPython's default: 700), a middle one
-    every 50 of those. Each young collection walks what was allocated since the last one, and everything a
-    request in flight holds survives it, so its pause grows with the threshold: at 20,000, 500 concurrent streams
-    saw pauses of 11-19 ms (wall time, `gc.callbacks`, split server on one core), each delaying every token of
-    the process's streams at once (a p99 gap error of 10-20 ms); at 2,000, pauses of 4-6 ms and p99s of
-    9-12 ms (`bench/serve_scale.py --part streams`). Throughput did not move: 245 against 249 CPU us per
-    non-streaming chat request (3 interleaved rounds), where CPython's default thresholds cost about 9 %."""
-    import gc
-
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-
-
-GC_THRESHOLDS = (2_000, 50, 50)
-"""The serving processes' collector thresholds (`settle_garbage_collector`)."""
 
 
 FIT_MARGIN = 0.15

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aisim.api import bodies
+from aisim.api.http import bodies
 from aisim.api.protocol import Message
 
 BASE = (b'{"model": "bench", "messages": [{"role": "user", "content": "Say \\u00e9 something."}], "max_tokens": 12, '

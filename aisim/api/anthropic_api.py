@@ -48,10 +48,10 @@ from ..scenario.faults import Disconnect, MalformedChunk, Truncate
 from ..scenario.models import Model
 from . import errors
 from .chat import ChatHandler
-from .credentials import bearer_token
 from .errors import ErrorAnswer
 from .generation import Answer
 from .handlers import BaseHandler
+from .http.credentials import bearer_token
 from .protocol import ChatRequest, _Body, ignore_eos, parse
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",

@@ -23,8 +23,8 @@ from .handlers import (
     token_logprobs,
     usage,
 )
+from .http.slices import Slices
 from .protocol import CompletionRequest, EmbeddingRequest, ignore_eos
-from .slices import Slices
 
 
 class CompletionHandler(GenerationHandler):

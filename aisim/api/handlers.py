@@ -22,16 +22,17 @@ from ..engine.workload import Arrival
 from ..scenario.faults import ApiError as ApiErrorFault
 from ..scenario.faults import Timeout
 from ..scenario.models import Model
-from . import bodies, disagg, errors
-from .connections import json_media_type
-from .credentials import bearer_token
+from . import disagg, errors
 from .errors import ErrorAnswer
 from .faults import Context
 from .generation import Answer
-from .http1 import Exchange
+from .http import bodies
+from .http.connections import json_media_type
+from .http.credentials import bearer_token
+from .http.http1 import Exchange
+from .http.slices import Slices
 from .protocol import Body, Message, parse
 from .server import ServerState
-from .slices import Slices
 
 SHUTTING_DOWN = ErrorAnswer(503, "The server is shutting down: the request was ended at the end of its grace period.",
                          "ServiceUnavailableError")

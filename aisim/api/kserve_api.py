@@ -20,8 +20,8 @@ from typing import Any
 
 import tornado.web
 
-from .connections import json_media_type
-from .credentials import bearer_token
+from .http.connections import json_media_type
+from .http.credentials import bearer_token
 from .kserve_models import (
     EXTENSIONS,
     TRITON_VERSION,

@@ -37,8 +37,8 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from .credentials import bearer_token
 from .errors import ErrorAnswer
+from .http.credentials import bearer_token
 from .kserve_models import (
     EXTENSIONS,
     TRITON_VERSION,

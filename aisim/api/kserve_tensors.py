@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from ..scenario.models import Tensor
-from . import bodies
+from .http import bodies
 
 NUMPY_TYPES: dict[str, str] = {
     "BOOL": "?", "UINT8": "<u1", "UINT16": "<u2", "UINT32": "<u4", "UINT64": "<u8", "INT8": "<i1", "INT16": "<i2",

@@ -11,7 +11,7 @@ from typing import Any, TypedDict
 
 from ..scenario import Scenario, load_scenario
 from ..scenario.distributions import DurationDistribution
-from .loop import new_event_loop
+from .http.loop import new_event_loop
 from .pod import PodIdentity
 from .server import ServerState, serve
 

@@ -28,7 +28,9 @@ from ..fleet.runtime import FleetRuntime
 from ..scenario import Scenario
 from ..scenario.distributions import DurationDistribution
 from ..scenario.models import Model
-from .connections import (
+from .content import ContentSource
+from .faults import FaultBook
+from .http.connections import (
     Listener,
     Policy,
     Registry,
@@ -38,14 +40,12 @@ from .connections import (
     openai_error,
     security_headers,
 )
-from .content import ContentSource
-from .faults import FaultBook
+from .http.slices import Intake
 from .metrics_feed import MetricsFeed
 from .pod import PodIdentity, apply
 from .ratelimit import RateLimiter
 from .recording import Recording
 from .shared_memory import SharedMemory
-from .slices import Intake
 from .tokenizer import Tokenizer, default_tokenizer
 
 if TYPE_CHECKING:

@@ -34,7 +34,8 @@ import tornado.netutil
 
 from ...scenario import Scenario
 from ...scenario.distributions import DurationDistribution
-from ..loop import run as run_loop
+from ..http.loop import run as run_loop
+from ..http.loop import settle_garbage_collector
 from ..pod import PodIdentity
 
 RESTARTS = 3
@@ -93,8 +94,6 @@ def _engine(scenario: Scenario, options: Options, address: str, exit_file: Path,
     from .core import EngineCore, serve_private
 
     async def main() -> None:
-        from ...cli import settle_garbage_collector
-
         loop = asyncio.get_running_loop()
         state = _state(scenario, options, engine=True)
         core = EngineCore(state, address)
@@ -127,13 +126,11 @@ def _engine(scenario: Scenario, options: Options, address: str, exit_file: Path,
 def _api(scenario: Scenario, options: Options, rank: int, address: str, sockets: dict[int, list[socket.socket]],
          ports: list[int], exit_file: Path, ready: int) -> None:
     """An API-server process's body."""
-    from ..connections import Listener, Policy, kserve_error, openai_error
+    from ..http.connections import Listener, Policy, kserve_error, openai_error
     from ..server import make_app
     from .frontend import EngineClient, attach, route_locally
 
     async def main() -> None:
-        from ...cli import settle_garbage_collector
-
         loop = asyncio.get_running_loop()
         state = _state(scenario, options, engine=False)
         client = EngineClient(state, address, rank)

@@ -34,8 +34,8 @@ from typing import Any
 import tornado.web
 from tornado import httputil
 
-from ..scenario.server import Server
-from .http1 import Connection, Exchange, nodelay
+from ...scenario.server import Server
+from .http1 import Connection, Exchange, Timeouts, nodelay
 
 log = logging.getLogger("aisim.serve")
 
@@ -243,15 +243,6 @@ class Gate(httputil.HTTPMessageDelegate):
         if not self.ended:
             self.ended = True
             self.exchange.finish()
-
-
-@dataclass(frozen=True)
-class Timeouts:
-    """A connection's timeouts in seconds (`Connection` applies them)."""
-
-    header: float
-    """For the request's headers, from the start of the wait for them (the idle timeout after a first request)."""
-    body: float
 
 
 @dataclass

@@ -25,14 +25,12 @@ import logging
 import socket
 from collections import deque
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import httptools
 from tornado import httputil
 from tornado.iostream import StreamClosedError
-
-if TYPE_CHECKING:
-    from .connections import Listener
 
 app_log = logging.getLogger("tornado.application")
 gen_log = logging.getLogger("tornado.general")
@@ -168,13 +166,49 @@ def _can_keep_alive(start: httputil.RequestStartLine, headers: httputil.HTTPHead
     return False
 
 
+@dataclass(frozen=True)
+class Timeouts:
+    """A connection's timeouts in seconds (`Connection` applies them)."""
+
+    header: float
+    """For the request's headers, from the start of the wait for them (the idle timeout after a first request)."""
+    body: float
+
+
+class Waiting(Protocol):
+    """Where a connection says whether it waits for a request (`connections.Registry`)."""
+
+    def wait(self, conn: Connection) -> None: ...
+
+    def busy(self, conn: Connection) -> None: ...
+
+
+class Host(Protocol):
+    """What a connection needs of the listener that accepted it (`connections.Listener`)."""
+
+    first: Timeouts
+    later: Timeouts
+    max_header_bytes: int
+
+    @property
+    def registry(self) -> Waiting: ...
+
+    def opened(self, conn: Connection) -> None: ...
+
+    def closed(self, conn: Connection) -> None: ...
+
+    def start_request(self, conn: Connection, exchange: Exchange) -> httputil.HTTPMessageDelegate: ...
+
+    def draining(self) -> bool: ...
+
+
 class Connection(asyncio.Protocol):
     """One client connection: parses requests as their bytes come and hands each, in turn, to its listener's
     application. It keeps the timeouts of `Listener`: the header timeout for the first request, the idle timeout
     between requests, and the body timeout from a request's headers until its body is in. It also knows whether
     it is waiting for a request, and since when (`waiting_since`, for the connection cap and draining)."""
 
-    def __init__(self, listener: Listener, address: Any) -> None:
+    def __init__(self, listener: Host, address: Any) -> None:
         self.listener = listener
         self.peer = Peer(address)
         self.transport: asyncio.Transport | None = None
