@@ -228,7 +228,7 @@ def _serve(args: argparse.Namespace) -> int:
         sys.stderr.write(f"aisim serve: {error}\n")
         return 2
     if args.tokenizer:
-        from .api.hf_tokenizer import load_tokenizer
+        from .api.content.hf_tokenizer import load_tokenizer
 
         try:
             load_tokenizer(args.tokenizer)
@@ -283,7 +283,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _tokenizer(args: argparse.Namespace) -> int:
     """`aisim tokenizer save DIR`: the built-in tokenizer's counting as a Hugging Face tokenizer folder."""
-    from .api.hf_tokenizer import save
+    from .api.content.hf_tokenizer import save
 
     try:
         written = save(args.directory)

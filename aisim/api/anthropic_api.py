@@ -48,8 +48,8 @@ from ..scenario.faults import Disconnect, MalformedChunk, Truncate
 from ..scenario.models import Model
 from . import errors
 from .chat import ChatHandler
+from .content.generation import Answer
 from .errors import ErrorAnswer
-from .generation import Answer
 from .handlers import BaseHandler
 from .http.credentials import bearer_token
 from .protocol import ChatRequest, _Body, ignore_eos, parse

@@ -9,7 +9,9 @@ from typing import Any
 from ..engine.live import Call
 from ..scenario.faults import Disconnect, MalformedChunk, Truncate
 from ..scenario.models import Model
-from .generation import Answer, Ask, answer
+from .content.generation import Answer, Ask, answer
+from .content.logprobs import token_logprobs
+from .content.tokenizer import chat_prompt_ids
 from .handlers import (
     FINGERPRINT,
     GenerationHandler,
@@ -17,11 +19,9 @@ from .handlers import (
     last_user,
     running_usage,
     sse_chunks,
-    token_logprobs,
     usage,
 )
 from .protocol import ChatRequest, ignore_eos
-from .tokenizer import chat_prompt_ids
 
 
 class ChatHandler(GenerationHandler):

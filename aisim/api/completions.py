@@ -12,15 +12,14 @@ import numpy as np
 
 from ..engine.workload import Arrival
 from . import disagg, errors
+from .content.generation import Answer, Ask, answer, prompt_logprobs
+from .content.logprobs import token_logprob, token_logprobs
 from .errors import ErrorAnswer
-from .generation import Answer, Ask, answer, prompt_logprobs
 from .handlers import (
     FINGERPRINT,
     GenerationHandler,
     running_usage,
     sse_chunks,
-    token_logprob,
-    token_logprobs,
     usage,
 )
 from .http.slices import Slices

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,9 +22,9 @@ from ..scenario.faults import ApiError as ApiErrorFault
 from ..scenario.faults import Timeout
 from ..scenario.models import Model
 from . import disagg, errors
+from .content.generation import Answer
 from .errors import ErrorAnswer
 from .faults import Context
-from .generation import Answer
 from .http import bodies
 from .http.connections import json_media_type
 from .http.credentials import bearer_token
@@ -437,42 +436,3 @@ def sse_chunks(head: dict[str, Any], running: Callable[[], dict[str, int]] | Non
 def running_usage(prompt: int, completion: int) -> dict[str, int]:
     """The cumulative `usage` of a chunk under vLLM's `continuous_usage_stats` (its three counts only)."""
     return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}
-
-
-ALTERNATIVES = (" the", ",", " and", ".", " a", " of", " to", " in", " is", " that", " it", " for", " with", " as",
-                " on", " was", " this", " be", " by", " or", " are")
-"""Common tokens (whole tokens of every BPE vocabulary) that stand in as the runners-up in `top_logprobs`."""
-
-MAX_LOGPROB = -1e-6
-"""The highest log-probability given: below 0, so that the runners-up have some probability left to share."""
-
-_LN2 = math.log(2)
-
-
-def token_logprobs(answer_: Answer, start: int, end: int, top: int) -> list[dict[str, Any]]:
-    """The chat `logprobs.content` items of tokens `start`..`end` of an answer (see `token_logprob`)."""
-    items = []
-    for index in range(start, end):
-        piece = answer_.pieces[index] if index < len(answer_.pieces) else ""
-        value = answer_.logprobs[index] if index < len(answer_.logprobs) else MAX_LOGPROB
-        items.append(token_logprob(piece, value, top, index))
-    return items
-
-
-def token_logprob(piece: str, value: float, top: int, index: int) -> dict[str, Any]:
-    """One token's log-probability with its `top` most likely tokens, a valid distribution: the sampled token
-    (probability p) comes first with its own log-probability, then runners-up (common tokens, varied by
-    position) with min(p, 1 - p) / 2, / 4, / 8, ...; so the list is sorted, the sampled token is the most
-    likely, and the probabilities add to less than 1 (runners-up are rounded down, so rounding cannot add any).
-    Plain float arithmetic per token: this runs for every streamed token that asks for log-probabilities."""
-    value = min(value, MAX_LOGPROB)
-    alternatives = [{"token": piece, "logprob": value, "bytes": list(piece.encode())}] if top else []
-    if top > 1:
-        left = math.log(min(-math.expm1(value), math.exp(value)))
-        others = [t for t in ALTERNATIVES if t != piece]
-        for k in range(top - 1):
-            token = others[(index + k) % len(others)]
-            logprob = math.floor((left - (k + 1) * _LN2) * 1e6) / 1e6
-            alternatives.append({"token": token, "logprob": logprob, "bytes": list(token.encode())})
-    return {"token": piece, "logprob": value, "bytes": list(piece.encode()), "top_logprobs": alternatives}
-

@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from .content.generation import Answer, Ask, answer
 from .errors import ErrorAnswer, invalid
-from .generation import Answer, Ask, answer
 from .handlers import (
     SHUTTING_DOWN,
     BaseHandler,

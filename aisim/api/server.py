@@ -28,7 +28,8 @@ from ..fleet.runtime import FleetRuntime
 from ..scenario import Scenario
 from ..scenario.distributions import DurationDistribution
 from ..scenario.models import Model
-from .content import ContentSource
+from .content.text import ContentSource
+from .content.tokenizer import Tokenizer, default_tokenizer
 from .faults import FaultBook
 from .http.connections import (
     Listener,
@@ -46,7 +47,6 @@ from .pod import PodIdentity, apply
 from .ratelimit import RateLimiter
 from .recording import Recording
 from .shared_memory import SharedMemory
-from .tokenizer import Tokenizer, default_tokenizer
 
 if TYPE_CHECKING:
     from .handlers import GenerationHandler
@@ -135,7 +135,7 @@ class ServerState:
         self._entropy, self._entropy_used = b"", 0
         if self.tokenizer_path is not None:
             # imported here: it imports the handlers, which import this module
-            from .hf_tokenizer import load_tokenizer
+            from .content.hf_tokenizer import load_tokenizer
 
             self.tokenizer = load_tokenizer(self.tokenizer_path)
         else:

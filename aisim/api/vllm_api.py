@@ -12,10 +12,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from .content.tokenizer import chat_prompt_ids
 from .errors import ErrorAnswer, invalid
 from .handlers import BaseHandler
 from .protocol import DetokenizeRequest, LoraRequest, TokenizeRequest, parse
-from .tokenizer import chat_prompt_ids
 
 VLLM_VERSION = "0.34.0"
 

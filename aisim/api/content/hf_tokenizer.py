@@ -28,8 +28,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from .content import LOREM_WORDS
-from .handlers import ALTERNATIVES
+from .logprobs import ALTERNATIVES
+from .text import LOREM_WORDS
 from .tokenizer import _RULES, Tokenizer, default_tokenizer
 
 UNKNOWN = " \u25a1"

@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..scenario.distributions import CountDistribution
-from ..scenario.models import (
+from ...scenario.distributions import CountDistribution
+from ...scenario.models import (
     Content,
     DatasetContent,
     EchoContent,

@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.sampling import sample
-from ..scenario.distributions import ConstantCount, UniformCount
-from .content import ContentSource
+from ...engine.sampling import sample
+from ...scenario.distributions import ConstantCount, UniformCount
 from .schema_values import MAX_TOKENS, bounded_value, json_object_value
+from .text import ContentSource
 from .tokenizer import Tokenizer
 
 DEFAULT_LENGTH = UniformCount(kind="uniform", min=16, max=256)

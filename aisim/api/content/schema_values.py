@@ -47,8 +47,8 @@ from jsonschema.exceptions import SchemaError, UnknownType
 from jsonschema.validators import Draft202012Validator, validator_for
 from referencing.exceptions import Unresolvable
 
-from .content import LOREM_WORDS, lorem_words
 from .patterns import pattern_string
+from .text import LOREM_WORDS, lorem_words
 
 Schema = dict[str, Any] | bool
 
