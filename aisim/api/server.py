@@ -42,7 +42,7 @@ from .http.connections import (
     security_headers,
 )
 from .http.slices import Intake
-from .metrics_feed import MetricsFeed
+from .metrics.feed import MetricsFeed
 from .pod import PodIdentity, apply
 from .ratelimit import RateLimiter
 from .recording import Recording
@@ -277,15 +277,8 @@ class ServerState:
 def make_app(state: ServerState, personalities: tuple[str, ...] = DEFAULT_PERSONALITIES,
              metrics_path: str = "/metrics") -> tornado.web.Application:
     """The Tornado application of one listener, speaking the given personalities."""
-    from . import (
-        admin_api,
-        anthropic_api,
-        dcgm_api,
-        kserve_api,
-        openai_api,
-        triton_metrics,
-        vllm_api,
-    )
+    from . import admin_api, anthropic_api, kserve_api, openai_api, vllm_api
+    from .metrics import dcgm, triton
 
     routes: list[Any] = []
     if "openai" in personalities or "vllm" in personalities:
@@ -301,9 +294,9 @@ def make_app(state: ServerState, personalities: tuple[str, ...] = DEFAULT_PERSON
     if "vllm-metrics" in personalities:
         routes.append((metrics_path, vllm_api.MetricsHandler))
     if "triton-metrics" in personalities:
-        routes.append((metrics_path, triton_metrics.MetricsHandler))
+        routes.append((metrics_path, triton.MetricsHandler))
     if "dcgm-metrics" in personalities:
-        routes += dcgm_api.routes(metrics_path)
+        routes += dcgm.routes(metrics_path)
     if "admin" in personalities and state.scenario.server.admin.enabled:
         routes += admin_api.routes()
     if "kserve" in personalities:

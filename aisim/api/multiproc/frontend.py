@@ -27,7 +27,7 @@ from ...engine.workload import Arrival
 from ...scenario.models import KServe
 from ..errors import ErrorAnswer
 from ..kserve_tensors import KServeError
-from ..metrics_feed import MetricsFeed
+from ..metrics.feed import MetricsFeed
 from ..recording import Recording
 from ..server import ServerState
 from . import wire

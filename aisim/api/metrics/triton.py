@@ -15,10 +15,10 @@ from collections.abc import Iterator
 
 import tornado.web
 
-from ..engine.batcher import TritonEngine
-from ..engine.deployment import ServedModel
-from ..engine.lifecycle import load_time_ns
-from .server import ServerState
+from ...engine.batcher import TritonEngine
+from ...engine.deployment import ServedModel
+from ...engine.lifecycle import load_time_ns
+from ..server import ServerState
 
 PER_MODEL = [
     ("nv_inference_request_success", "counter", "Number of successful inference requests, all batch sizes"),

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..telemetry.exposition import CONTENT_TYPE
-from .handlers import BaseHandler
+from ...telemetry.exposition import CONTENT_TYPE
+from ..handlers import BaseHandler
 
 
 class MetricsHandler(BaseHandler):

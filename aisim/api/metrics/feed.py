@@ -8,20 +8,14 @@ from collections.abc import Sequence
 from functools import partial
 from typing import TYPE_CHECKING
 
-from ..engine.batcher import TritonEngine
-from ..engine.live import Call
-from ..engine.replica import Replica, StepReport
-from ..engine.served import Engine
-from .vllm_metrics import (
-    CONTENT_TYPE,
-    CacheConfig,
-    Finished,
-    SchedulerState,
-    VllmMetrics,
-)
+from ...engine.batcher import TritonEngine
+from ...engine.live import Call
+from ...engine.replica import Replica, StepReport
+from ...engine.served import Engine
+from .vllm import CONTENT_TYPE, CacheConfig, Finished, SchedulerState, VllmMetrics
 
 if TYPE_CHECKING:
-    from .server import ServerState
+    from ..server import ServerState
 
 NS = 1e9
 PENDING_LIMIT = 4096
