@@ -42,11 +42,11 @@ from .http.connections import (
     security_headers,
 )
 from .http.slices import Intake
+from .kserve.shared_memory import SharedMemory
 from .metrics.feed import MetricsFeed
 from .pod import PodIdentity, apply
 from .ratelimit import RateLimiter
 from .recording import Recording
-from .shared_memory import SharedMemory
 
 if TYPE_CHECKING:
     from .handlers import GenerationHandler
@@ -277,7 +277,8 @@ class ServerState:
 def make_app(state: ServerState, personalities: tuple[str, ...] = DEFAULT_PERSONALITIES,
              metrics_path: str = "/metrics") -> tornado.web.Application:
     """The Tornado application of one listener, speaking the given personalities."""
-    from . import admin_api, anthropic_api, kserve_api, openai_api, vllm_api
+    from . import admin_api, anthropic_api, openai_api, vllm_api
+    from .kserve import http as kserve_api
     from .metrics import dcgm, triton
 
     routes: list[Any] = []
@@ -352,7 +353,7 @@ async def serve(state: ServerState, host: str | None = None, port: int | None = 
         personalities = tuple(listener.personalities)
         chosen = port if (index == 0 and port is not None) else listener_port(listener.port, port_offset)
         if "kserve-grpc" in personalities:  # HTTP/2 on a port of its own (validation keeps it alone)
-            from . import kserve_grpc
+            from .kserve import grpc as kserve_grpc
 
             grpc_server, bound_port = await kserve_grpc.start(state, address, chosen)
             state.grpc_servers.append(grpc_server)

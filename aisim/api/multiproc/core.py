@@ -375,7 +375,7 @@ async def serve_private(state: ServerState, host: str) -> list[int]:
     for listener in server.listeners:
         personalities = tuple(listener.personalities)
         if "kserve-grpc" in personalities:
-            from .. import kserve_grpc
+            from ..kserve import grpc as kserve_grpc
 
             grpc_server, bound = await kserve_grpc.start(state, "127.0.0.1", 0)
             state.grpc_servers.append(grpc_server)

@@ -26,7 +26,7 @@ from ...engine.live import Call, Live
 from ...engine.workload import Arrival
 from ...scenario.models import KServe
 from ..errors import ErrorAnswer
-from ..kserve_tensors import KServeError
+from ..kserve.tensors import KServeError
 from ..metrics.feed import MetricsFeed
 from ..recording import Recording
 from ..server import ServerState
@@ -444,7 +444,7 @@ async def forward(handler: tornado.web.RequestHandler, target: str, client: Engi
 def route_locally(app: tornado.web.Application, target: str, client: EngineClient) -> tornado.web.Application:
     """`app` (the single process's application of one listener) with every route but the generating ones and
     KServe's `/infer` handed on to the engine core (`Forward`)."""
-    from ..kserve_api import ModelHandler
+    from ..kserve.http import ModelHandler
 
     for rule in app.wildcard_router.rules:
         handler = rule.target

@@ -140,7 +140,7 @@ def _api(scenario: Scenario, options: Options, rank: int, address: str, sockets:
         for index, listener in enumerate(server.listeners):
             personalities = tuple(listener.personalities)
             if "kserve-grpc" in personalities:  # gRPC binds its own socket to the port held (with SO_REUSEPORT)
-                from .. import kserve_grpc
+                from ..kserve import grpc as kserve_grpc
 
                 port = sockets[index][0].getsockname()[1]
                 for held in sockets[index]:

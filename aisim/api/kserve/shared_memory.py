@@ -20,7 +20,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from .kserve_tensors import KServeError
+from .tensors import KServeError
 
 SHM_ROOT = "/dev/shm"
 """Where Linux keeps POSIX shared-memory objects: `shm_open("/key")` is the file `/dev/shm/key`."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..scenario.models import KServe, Model, Tensor
+from ...scenario.models import KServe, Model, Tensor
 
 BACKENDS = {"onnxruntime": ("onnxruntime_onnx", "onnxruntime", "model.onnx"),
             "tensorrt": ("tensorrt_plan", "tensorrt", "model.plan"),

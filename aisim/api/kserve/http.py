@@ -8,8 +8,8 @@ the scenario's (a model repository folder is read into the scenario first). The 
 Triton in `explicit` model control mode with every model loaded at start: the load and unload
 calls drive each model's lifecycle (LOADING lasts the simulated load time, and the call returns when
 it ends). Inference goes through the model's Triton engine (dynamic batcher and instances), so its
-timing and the statistics come from the simulation. What the server does is `kserve_models`, shared with
-the gRPC personality (`kserve_grpc`); this module is its HTTP wire.
+timing and the statistics come from the simulation. What the server does is `models`, shared with
+the gRPC personality (`grpc`); this module is its HTTP wire.
 """
 
 from __future__ import annotations
@@ -20,9 +20,10 @@ from typing import Any
 
 import tornado.web
 
-from .http.connections import json_media_type
-from .http.credentials import bearer_token
-from .kserve_models import (
+from ..http.connections import json_media_type
+from ..http.credentials import bearer_token
+from ..server import ServerState
+from .models import (
     EXTENSIONS,
     TRITON_VERSION,
     Inference,
@@ -37,7 +38,8 @@ from .kserve_models import (
     update_logging,
     update_trace,
 )
-from .kserve_tensors import (
+from .shared_memory import cuda_register, cuda_status
+from .tensors import (
     HEADER,
     InferRequest,
     KServeError,
@@ -51,8 +53,6 @@ from .kserve_tensors import (
     raw_request,
     read_json,
 )
-from .server import ServerState
-from .shared_memory import cuda_register, cuda_status
 
 
 class KServeHandler(tornado.web.RequestHandler):
@@ -127,7 +127,7 @@ class KServeHandler(tornado.web.RequestHandler):
         return ",".join(values) if values else None
 
     def json_body(self) -> Any:
-        """The request body as JSON (an empty body is `{}`), read within bounds (`kserve_tensors.read_json`)."""
+        """The request body as JSON (an empty body is `{}`), read within bounds (`tensors.read_json`)."""
         return read_json(self.request.body, self.state.scenario.server.max_body_size, {})
 
 

@@ -1,5 +1,5 @@
-"""What a KServe v2 / Triton server does, whatever the wire: shared by the HTTP (`kserve_api`) and gRPC
-(`kserve_grpc`) personalities, as Triton's two frontends share its core.
+"""What a KServe v2 / Triton server does, whatever the wire: shared by the HTTP (`http`) and gRPC
+(`grpc`) personalities, as Triton's two frontends share its core.
 
 Model resolution (`KServeModels`: names, ready versions, declared tensors), metadata, configuration,
 statistics, the repository index and load / unload, the log and trace settings, and the inference path
@@ -19,14 +19,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..engine.batcher import QUEUE_FULL, TritonEngine
-from ..engine.deployment import ServedModel
-from ..engine.lifecycle import State
-from ..engine.live import Call
-from ..engine.workload import Arrival
-from ..scenario.models import KServe, Model, Tensor, Version
-from ..scenario.repository import kserve_section
-from .kserve_tensors import (
+from ...engine.batcher import QUEUE_FULL, TritonEngine
+from ...engine.deployment import ServedModel
+from ...engine.lifecycle import State
+from ...engine.live import Call
+from ...engine.workload import Arrival
+from ...scenario.models import KServe, Model, Tensor, Version
+from ...scenario.repository import kserve_section
+from ..recording import Recording
+from ..server import ServerState
+from .config import model_config, model_config_types, platform_of
+from .shared_memory import SharedMemory
+from .tensors import (
     InferRequest,
     KServeError,
     Signature,
@@ -34,10 +38,6 @@ from .kserve_tensors import (
     generate_outputs,
     shm_parameters,
 )
-from .recording import Recording
-from .server import ServerState
-from .shared_memory import SharedMemory
-from .triton_config import model_config, model_config_types, platform_of
 
 TRITON_VERSION = "2.61.0"
 EXTENSIONS = ["classification", "sequence", "model_repository", "model_repository(unload_dependents)",

@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from ..scenario.models import Tensor
-from .http import bodies
+from ...scenario.models import Tensor
+from ..http import bodies
 
 NUMPY_TYPES: dict[str, str] = {
     "BOOL": "?", "UINT8": "<u1", "UINT16": "<u2", "UINT32": "<u4", "UINT64": "<u8", "INT8": "<i1", "INT16": "<i2",
@@ -64,7 +64,7 @@ class KServeError(Exception):
         """Headers the answer carries besides the body (an unsupported encoding names those read)."""
         self.grpc = grpc
         """The gRPC status code's name where Triton's gRPC frontend does not answer the HTTP status's own
-        (None: the code of `status`, see `kserve_grpc.GRPC_CODES`)."""
+        (None: the code of `status`, see `grpc.GRPC_CODES`)."""
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 A `grpc.aio` server on the server's own asyncio loop, beside the Tornado listeners, built on the protos
 and stubs `tritonclient[grpc]` ships (`pip install 'aisim[triton]'`, the extra the HTTP personality's
-`/config` already needs). What it answers comes from `kserve_models`, shared with the HTTP personality:
+`/config` already needs). What it answers comes from `models`, shared with the HTTP personality:
 the same model resolution, tensors and checks, dynamic batcher, statistics, repository control, log and
 trace settings and errors. Only the wire differs (`triton-kserve.md` §14):
 - tensors arrive in `raw_input_contents` (one per input, in order) or in typed `contents`
@@ -37,9 +37,11 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from .errors import ErrorAnswer
-from .http.credentials import bearer_token
-from .kserve_models import (
+from ..errors import ErrorAnswer
+from ..http.credentials import bearer_token
+from ..server import ServerState
+from .config import model_config_types
+from .models import (
     EXTENSIONS,
     TRITON_VERSION,
     Inference,
@@ -54,7 +56,8 @@ from .kserve_models import (
     update_logging,
     update_trace,
 )
-from .kserve_tensors import (
+from .shared_memory import cuda_register, cuda_status
+from .tensors import (
     BINARY_ONLY,
     NUMPY_TYPES,
     InferRequest,
@@ -64,9 +67,6 @@ from .kserve_tensors import (
     bytes_elements,
     shm_parameters,
 )
-from .server import ServerState
-from .shared_memory import cuda_register, cuda_status
-from .triton_config import model_config_types
 
 GRPC_CODES = {400: grpc.StatusCode.INVALID_ARGUMENT, 404: grpc.StatusCode.NOT_FOUND, 409: grpc.StatusCode.ALREADY_EXISTS,
               500: grpc.StatusCode.INTERNAL, 501: grpc.StatusCode.UNIMPLEMENTED, 503: grpc.StatusCode.UNAVAILABLE}
