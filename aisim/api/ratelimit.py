@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..scenario.server import RateLimits
 from ..scenario.units import Rate
-from .errors import ErrorAnswer, retry_headers
+from .openai.errors import ErrorAnswer, retry_headers
 
 
 def go_duration(ns: int) -> str:

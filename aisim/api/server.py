@@ -49,9 +49,9 @@ from .ratelimit import RateLimiter
 from .recording import Recording
 
 if TYPE_CHECKING:
-    from .handlers import GenerationHandler
     from .multiproc.frontend import EngineClient
-    from .responses import ResponseStore
+    from .openai.handlers import GenerationHandler
+    from .openai.responses import ResponseStore
 
 DEFAULT_PERSONALITIES = ("openai", "vllm", "vllm-metrics")
 LISTEN_BACKLOG = 2048
@@ -156,7 +156,7 @@ class ServerState:
         self.fleet = FleetRuntime(scenario, self.sim, self.pod.name if self.pod is not None else None, self.speed,
                                   self.runs_engine)
         # imported here: the handlers' modules import this one
-        from .responses import ResponseStore
+        from .openai.responses import ResponseStore
 
         self.responses = ResponseStore()
         self.triton_logging = {"log_file": "", "log_info": True, "log_warning": True, "log_error": True,
@@ -277,16 +277,19 @@ class ServerState:
 def make_app(state: ServerState, personalities: tuple[str, ...] = DEFAULT_PERSONALITIES,
              metrics_path: str = "/metrics") -> tornado.web.Application:
     """The Tornado application of one listener, speaking the given personalities."""
-    from . import admin_api, anthropic_api, openai_api, vllm_api
     from .kserve import http as kserve_api
     from .metrics import dcgm, triton
+    from .openai import admin as admin_api
+    from .openai import anthropic as anthropic_api
+    from .openai import routes as openai_api
+    from .openai import vllm as vllm_api
 
     routes: list[Any] = []
     if "openai" in personalities or "vllm" in personalities:
         routes += openai_api.routes()
     if "vllm" in personalities:
         routes += vllm_api.routes(state.lora_updates)
-        from . import lifecycle_api
+        from .openai import lifecycle as lifecycle_api
 
         fleet = state.scenario.server.fleet
         routes += lifecycle_api.routes(fleet.startup.sleep_mode, fleet.kv_events is not None and fleet.kv_events.enabled)

@@ -37,8 +37,8 @@ from google.protobuf.message import DecodeError
 from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
-from ..errors import ErrorAnswer
 from ..http.credentials import bearer_token
+from ..openai.errors import ErrorAnswer
 from ..server import ServerState
 from .config import model_config_types
 from .models import (

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...telemetry.exposition import CONTENT_TYPE
-from ..handlers import BaseHandler
+from ..openai.handlers import BaseHandler
 
 
 class MetricsHandler(BaseHandler):

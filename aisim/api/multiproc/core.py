@@ -24,9 +24,9 @@ import tornado.web
 
 from ...engine.live import END_EVENTS, Call
 from ...engine.workload import Arrival
-from ..errors import ErrorAnswer
 from ..faults import Context
 from ..http.connections import Listener, Policy, kserve_error, openai_error
+from ..openai.errors import ErrorAnswer
 from ..server import ServerState, make_app
 from . import wire
 from .frontend import NO_CONTENT_TYPE

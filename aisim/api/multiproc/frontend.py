@@ -25,9 +25,9 @@ from ...engine.lifecycle import State
 from ...engine.live import Call, Live
 from ...engine.workload import Arrival
 from ...scenario.models import KServe
-from ..errors import ErrorAnswer
 from ..kserve.tensors import KServeError
 from ..metrics.feed import MetricsFeed
+from ..openai.errors import ErrorAnswer
 from ..recording import Recording
 from ..server import ServerState
 from . import wire

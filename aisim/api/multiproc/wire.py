@@ -33,7 +33,7 @@ class Welcome(msgspec.Struct, tag=True, array_like=True):
 
 class Submit(msgspec.Struct, tag=True, array_like=True):
     """A request for the engine (the fields of `engine.workload.Arrival`), `cid` being the API server's id; the
-    fleet's fields last (`aisim.api.disagg.extend`), at their defaults for a request that has none."""
+    fleet's fields last (`aisim.api.openai.disagg.extend`), at their defaults for a request that has none."""
 
     cid: int
     kind: str

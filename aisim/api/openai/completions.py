@@ -10,19 +10,13 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.workload import Arrival
+from ...engine.workload import Arrival
+from ..content.generation import Answer, Ask, answer, prompt_logprobs
+from ..content.logprobs import token_logprob, token_logprobs
+from ..http.slices import Slices
 from . import disagg, errors
-from .content.generation import Answer, Ask, answer, prompt_logprobs
-from .content.logprobs import token_logprob, token_logprobs
 from .errors import ErrorAnswer
-from .handlers import (
-    FINGERPRINT,
-    GenerationHandler,
-    running_usage,
-    sse_chunks,
-    usage,
-)
-from .http.slices import Slices
+from .handlers import FINGERPRINT, GenerationHandler, running_usage, sse_chunks, usage
 from .protocol import CompletionRequest, EmbeddingRequest, ignore_eos
 
 

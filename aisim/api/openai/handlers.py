@@ -16,22 +16,22 @@ from typing import Any
 
 import tornado.web
 
-from ..engine.live import END_EVENTS, Call
-from ..engine.workload import Arrival
-from ..scenario.faults import ApiError as ApiErrorFault
-from ..scenario.faults import Timeout
-from ..scenario.models import Model
+from ...engine.live import END_EVENTS, Call
+from ...engine.workload import Arrival
+from ...scenario.faults import ApiError as ApiErrorFault
+from ...scenario.faults import Timeout
+from ...scenario.models import Model
+from ..content.generation import Answer
+from ..faults import Context
+from ..http import bodies
+from ..http.connections import json_media_type
+from ..http.credentials import bearer_token
+from ..http.http1 import Exchange
+from ..http.slices import Slices
+from ..server import ServerState
 from . import disagg, errors
-from .content.generation import Answer
 from .errors import ErrorAnswer
-from .faults import Context
-from .http import bodies
-from .http.connections import json_media_type
-from .http.credentials import bearer_token
-from .http.http1 import Exchange
-from .http.slices import Slices
 from .protocol import Body, Message, parse
-from .server import ServerState
 
 SHUTTING_DOWN = ErrorAnswer(503, "The server is shutting down: the request was ended at the end of its grace period.",
                          "ServiceUnavailableError")
@@ -253,7 +253,7 @@ class GenerationHandler(BaseHandler):
 
     def fleet_arrival(self, model: Model, arrival: Arrival, ids: tuple[int, ...] | None,
                       answer: Answer | None = None) -> Arrival:
-        """The arrival with what the fleet adds (`aisim.api.disagg`): the rank `X-data-parallel-rank` asks
+        """The arrival with what the fleet adds (`aisim.api.openai.disagg`): the rank `X-data-parallel-rank` asks
         for, the KV transfer `kv_transfer_params` ask for, the token ids of the prompt and of the answer to come
         (so that blocks the answer fills hash as vLLM's would); a 400 when the rank or the parameters are wrong."""
         fleet = self.state.fleet

@@ -21,8 +21,8 @@ import asyncio
 import json
 from typing import Any
 
-from ..engine.lifecycle import load_time_ns
-from ..fleet.runtime import FleetRuntime, replicas_of
+from ...engine.lifecycle import load_time_ns
+from ...fleet.runtime import FleetRuntime, replicas_of
 from .errors import invalid
 from .handlers import BaseHandler
 

@@ -7,7 +7,7 @@ import json
 import urllib.parse
 from typing import Any
 
-from ..scenario.models import Model
+from ...scenario.models import Model
 from . import errors
 from .chat import ChatHandler
 from .completions import CompletionHandler, EmbeddingHandler

@@ -22,11 +22,11 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ..engine.kv import SAMPLED_TOKEN
-from ..engine.live import Call
-from ..engine.workload import Arrival
-from ..fleet.runtime import FleetRuntime, replicas_of
-from ..scenario.models import Model
+from ...engine.kv import SAMPLED_TOKEN
+from ...engine.live import Call
+from ...engine.workload import Arrival
+from ...fleet.runtime import FleetRuntime, replicas_of
+from ...scenario.models import Model
 from . import errors
 
 PARAM = "kv_transfer_params"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .content.tokenizer import chat_prompt_ids
+from ..content.tokenizer import chat_prompt_ids
 from .errors import ErrorAnswer, invalid
 from .handlers import BaseHandler
 from .protocol import DetokenizeRequest, LoraRequest, TokenizeRequest, parse

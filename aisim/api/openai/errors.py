@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..scenario.faults import API_ERRORS
+from ...scenario.faults import API_ERRORS
 
 
 @dataclass

@@ -6,12 +6,12 @@ import json
 import time
 from typing import Any
 
-from ..engine.live import Call
-from ..scenario.faults import Disconnect, MalformedChunk, Truncate
-from ..scenario.models import Model
-from .content.generation import Answer, Ask, answer
-from .content.logprobs import token_logprobs
-from .content.tokenizer import chat_prompt_ids
+from ...engine.live import Call
+from ...scenario.faults import Disconnect, MalformedChunk, Truncate
+from ...scenario.models import Model
+from ..content.generation import Answer, Ask, answer
+from ..content.logprobs import token_logprobs
+from ..content.tokenizer import chat_prompt_ids
 from .handlers import (
     FINGERPRINT,
     GenerationHandler,

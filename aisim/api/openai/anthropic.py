@@ -43,15 +43,15 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from ..engine.live import Call
-from ..scenario.faults import Disconnect, MalformedChunk, Truncate
-from ..scenario.models import Model
+from ...engine.live import Call
+from ...scenario.faults import Disconnect, MalformedChunk, Truncate
+from ...scenario.models import Model
+from ..content.generation import Answer
+from ..http.credentials import bearer_token
 from . import errors
 from .chat import ChatHandler
-from .content.generation import Answer
 from .errors import ErrorAnswer
 from .handlers import BaseHandler
-from .http.credentials import bearer_token
 from .protocol import ChatRequest, _Body, ignore_eos, parse
 
 ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",

@@ -34,14 +34,14 @@ from typing import Any
 
 import tornado.iostream
 
-from ..engine.feed import Feed
-from ..scenario.units import QuantityError, parse_duration
-from ..telemetry.fields import FieldError, coerce, lookup
-from ..telemetry.sampler import GpuTelemetry
-from ..telemetry.xid import Xid
+from ...engine.feed import Feed
+from ...scenario.units import QuantityError, parse_duration
+from ...telemetry.fields import FieldError, coerce, lookup
+from ...telemetry.sampler import GpuTelemetry
+from ...telemetry.xid import Xid
+from ..http.credentials import bearer_token
 from .errors import ErrorAnswer
 from .handlers import SSE_HEADERS, BaseHandler
-from .http.credentials import bearer_token
 
 INJECTED = "Successfully injected field info."
 """What `dcgmi test --inject` prints on success."""

@@ -11,7 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .content.generation import Answer, Ask, answer
+from ..content.generation import Answer, Ask, answer
 from .errors import ErrorAnswer, invalid
 from .handlers import (
     SHUTTING_DOWN,
