@@ -67,9 +67,7 @@ def _verdict(result: Checked) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .engine.report import build_report
-    from .engine.simulation import EndlessWorkload, Simulation
-    from .engine.workload import TraceError
+    from .engine import EndlessWorkload, Simulation, TraceError, build_report
     from .render import Progress, report_table
     from .scenario.units import QuantityError, parse_duration
 
@@ -119,7 +117,7 @@ def _run(args: argparse.Namespace) -> int:
         if "--metrics" in outputs:
             _write_metrics(sim, args.metrics, outputs["--metrics"])
     if args.report:
-        from .engine.client_report import write_inference_perf
+        from .engine import write_inference_perf
 
         try:
             write_inference_perf(sim, Path(args.report[1]))
@@ -157,7 +155,7 @@ def _workload_import(args: argparse.Namespace) -> int:
 
 def _write_metrics(sim: object, path: str, out: TextIO) -> None:
     """`--metrics`: the sampled DCGM series as CSV (a `.csv` name), else the final dcgm-exporter exposition."""
-    from .engine.simulation import Simulation
+    from .engine import Simulation
     from .telemetry.exposition import series_csv
 
     assert isinstance(sim, Simulation) and sim.telemetry is not None
@@ -203,7 +201,7 @@ def _serve(args: argparse.Namespace) -> int:
     from .api.http.loop import run as run_loop
     from .api.http.loop import settle_garbage_collector
     from .api.pod import PodIdentity
-    from .api.server import RefusedToStart, ServerState, serve
+    from .api.server import RefusedToStart, local_state, serve
     from .fleet.runtime import FleetError
     from .scenario.distributions import DurationDistribution
 
@@ -246,7 +244,7 @@ def _serve(args: argparse.Namespace) -> int:
                                              PodIdentity.from_env(), args.tokenizer))
 
     async def main() -> None:
-        state = ServerState(scenario, checked.base_dir, seed=args.seed, network_delay=delay, speed=args.speed,
+        state = local_state(scenario, checked.base_dir, seed=args.seed, network_delay=delay, speed=args.speed,
                             record=args.record, pod=PodIdentity.from_env(), tokenizer_path=args.tokenizer)
         bound = await serve(state, args.host, args.port, args.port_offset)
         settle_garbage_collector()
@@ -298,7 +296,7 @@ FIT_MARGIN = 0.15
 
 
 def _memory(args: argparse.Namespace) -> int:
-    from .engine.memory import plan
+    from .engine import memory_plan
     from .render import memory_lines
     from .scenario.models import EngineLimits, Model
     from .scenario.presets import GPU_PROFILES, MODEL_FAMILIES, GpuProfile
@@ -338,7 +336,7 @@ def _memory(args: argparse.Namespace) -> int:
         cases.append((args.model, model, GPU_PROFILES[args.gpu], engine))
     results = []
     for name, model, gpu, engine in cases:
-        result = plan(model, gpu, engine)
+        result = memory_plan(model, gpu, engine)
         results.append((name, model, gpu, result))
     if args.json:
         payload = [{"model": name, "gpu": gpu.name, **_plan_dict(result)} for name, _, gpu, result in results]
@@ -365,8 +363,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _replay_snapshot(args: argparse.Namespace) -> int:
-    from .engine.pool.replay import ALLOCATORS, replay_all
-    from .engine.pool.snapshot import SnapshotError, load_snapshot
+    from .engine import ALLOCATORS, SnapshotError, load_snapshot, replay_all
     from .render import replay_table
     from .scenario.units import QuantityError, parse_size
 
@@ -420,15 +417,17 @@ def _tui(args: argparse.Namespace) -> int:
 
 def _tui_server(scenario: Scenario, base_dir: Path, args: argparse.Namespace) -> Server:
     """`aisim tui --serve`: the server's simulation and clock, and how to start serving (returns the URLs)."""
-    from .api.server import ServerState, serve
+    from .api.link import LocalEngine
+    from .api.server import local_state, serve
 
-    state = ServerState(scenario, base_dir, seed=args.seed, speed=args.speed)
+    state = local_state(scenario, base_dir, seed=args.seed, speed=args.speed)
+    assert isinstance(state.engine, LocalEngine)  # the engine runs in this process
 
     async def start() -> str:
         bound = await serve(state, args.host, args.port)
         return ", ".join(f"http://{host}:{port}" for host, port in bound)
 
-    return state.sim, state.live.clock, start
+    return state.sim, state.engine.clock, start
 
 
 def _schema(args: argparse.Namespace) -> int:
@@ -490,25 +489,25 @@ def _schedule(args: argparse.Namespace) -> int:
     """`aisim schedule`: the engine's scheduler on a trace, one vLLM step record per line."""
     import gzip
 
-    from .engine.schedule_trace import (
-        Limits,
-        Stuck,
-        TraceFormatError,
-        read_trace,
-        replay,
+    from .engine import (
+        ScheduleLimits,
+        ScheduleStuck,
+        ScheduleTraceError,
+        read_schedule,
+        replay_schedule,
     )
 
     opener = gzip.open if args.trace.endswith(".gz") else open
-    limits = Limits(args.num_gpu_blocks, args.block_size, args.max_num_seqs, args.max_num_batched_tokens,
+    limits = ScheduleLimits(args.num_gpu_blocks, args.block_size, args.max_num_seqs, args.max_num_batched_tokens,
                     not args.no_prefix_caching, args.async_scheduling, args.max_model_len)
     try:
         with opener(args.trace, "rt", encoding="utf-8") as trace:
-            requests = read_trace(trace)
+            requests = read_schedule(trace)
         with contextlib.ExitStack() as files:
             out = files.enter_context(open(args.steps, "w", encoding="utf-8")) if args.steps else None
             steps = preempted = hits = 0
             peak = 0.0
-            for record in replay(requests, limits):
+            for record in replay_schedule(requests, limits):
                 if out is not None:
                     out.write(json.dumps(record) + "\n")
                 steps += 1
@@ -518,7 +517,7 @@ def _schedule(args: argparse.Namespace) -> int:
     except OSError as error:
         sys.stderr.write(f"aisim schedule: {error.filename}: {error.strerror}\n")
         return 2
-    except (TraceFormatError, Stuck) as error:
+    except (ScheduleTraceError, ScheduleStuck) as error:
         sys.stderr.write(f"aisim schedule: {args.trace}: {error}\n")
         return 1
     sys.stdout.write(f"{len(requests)} requests in {steps} steps: {preempted} preemptions, {hits} prefix-hit tokens, "

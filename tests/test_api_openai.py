@@ -436,7 +436,7 @@ def test_stored_responses_are_retrieved_continued_and_deleted(client: openai.Ope
 def test_the_response_store_keeps_only_the_most_recent() -> None:
     """A server runs for days: the store forgets its oldest responses beyond its limit (10,000 by default)."""
     from aisim.api.openai.protocol import Message
-    from aisim.api.openai.responses import MAX_STORED, ResponseStore, StoredResponse
+    from aisim.api.openai.store import MAX_STORED, ResponseStore, StoredResponse
 
     store = ResponseStore(limit=3)
     for index in range(5):

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from ...engine.sampling import sample
+from ...engine import sample
 from ...scenario.distributions import ConstantCount, UniformCount
 from .schema_values import MAX_TOKENS, bounded_value, json_object_value
 from .text import ContentSource

@@ -38,8 +38,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from ..http.credentials import bearer_token
-from ..openai.errors import ErrorAnswer
-from ..server import ServerState
+from ..state import ServerState
 from .config import model_config_types
 from .models import (
     EXTENSIONS,
@@ -222,7 +221,7 @@ class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
         try:
             ending = call.ending if call.ending is not None else await call.end()
         except asyncio.CancelledError:
-            self.state.live.abort(call)
+            self.state.engine.abort(call)
             raise
         if not ended(inference, ending, time.monotonic() - started):
             raise asyncio.CancelledError
@@ -265,7 +264,7 @@ class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def SystemSharedMemoryStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def work() -> Any:
             response = pb.SystemSharedMemoryStatusResponse()
-            for region in self.state.shared_memory.status(request.name or None):
+            for region in self.state.kserve.shared_memory.status(request.name or None):
                 response.regions[region["name"]].CopyFrom(
                     pb.SystemSharedMemoryStatusResponse.RegionStatus(**region))
             return response
@@ -273,12 +272,12 @@ class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
     async def SystemSharedMemoryRegister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def work() -> Any:
-            self.state.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
+            self.state.kserve.shared_memory.register(request.name, request.key, request.offset, request.byte_size)
             return pb.SystemSharedMemoryRegisterResponse()
         return await self._guard(context, work)
 
     async def SystemSharedMemoryUnregister(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
-        self.state.shared_memory.unregister(request.name or None)
+        self.state.kserve.shared_memory.unregister(request.name or None)
         return pb.SystemSharedMemoryUnregisterResponse()
 
     async def CudaSharedMemoryStatus(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
@@ -323,7 +322,7 @@ class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
     async def LogSettings(self, request: Any, context: grpc.aio.ServicerContext) -> Any:
         async def work() -> Any:
             updates = {k: _parameter(v) for k, v in request.settings.items()}
-            settings = update_logging(self.state, updates) if updates else self.state.triton_logging
+            settings = update_logging(self.state.kserve, updates) if updates else self.state.kserve.logging
             response = pb.LogSettingsResponse()
             for key, value in settings.items():
                 entry = response.settings[key]
@@ -418,13 +417,9 @@ class ParseCheck(grpc.aio.ServerInterceptor):
 SERVICE = "inference.GRPCInferenceService"
 LOCAL_METHODS = frozenset({"ModelInfer", "ModelStreamInfer"})
 """What an API server of a split server (`aisim serve --api-server-count N`) serves itself: inference, per request
-and stateless (the engine is reached through `EngineClient`). Every other method is the whole server's (health,
-metadata, statistics, repository, shared memory, settings) and is handed on to the engine core (`Forward`), as
-an API server hands its HTTP routes on."""
-READS = frozenset({"ServerLive", "ServerMetadata", "ModelMetadata", "ModelConfig", "ModelStatistics",
-                   "RepositoryIndex", "SystemSharedMemoryStatus", "CudaSharedMemoryStatus"})
-"""Forwarded methods that change nothing an API server mirrors; after any other, every API server mirrors the
-engine core's state before the answer (a region just registered, a model just loaded is then served by all)."""
+and stateless (the engine is reached through the state's link). Every other method is the whole server's (health,
+metadata, statistics, repository, shared memory, settings) and is handed on to the engine core
+(`multiproc.grpc_relay`), as an API server hands its HTTP routes on (`runs_in`)."""
 
 
 def _local_handler(servicer: Servicer) -> grpc.GenericRpcHandler:
@@ -438,53 +433,18 @@ def _local_handler(servicer: Servicer) -> grpc.GenericRpcHandler:
             response_serializer=pb.ModelStreamInferResponse.SerializeToString)})
 
 
-class Forward(grpc.GenericRpcHandler):
-    """Every method but `LOCAL_METHODS`, handed on to the engine core's gRPC listener as it came (bytes in, bytes
-    out, the caller's metadata kept) and answered with its reply or its status."""
-
-    def __init__(self, target: str, core: Any) -> None:
-        self.target = target
-        self.core = core
-        self.channel: grpc.aio.Channel | None = None
-
-    def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
-        method = details.method
-        name = method.rsplit("/", 1)[-1]
-
-        async def forward(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-            if self.channel is None:
-                self.channel = grpc.aio.insecure_channel(self.target, options=[("grpc.max_receive_message_length", -1),
-                                                                                ("grpc.max_send_message_length", -1)])
-            metadata = tuple((k, v) for k, v in context.invocation_metadata() or ()
-                             if not k.startswith((":", "grpc-")) and k != "user-agent")
-            try:  # first what this API server sent before (an inference's record) reaches the engine core
-                await self.core.sync()
-            except ErrorAnswer as error:
-                await context.abort(grpc.StatusCode.UNAVAILABLE, error.message)
-            try:
-                answer: bytes = await self.channel.unary_unary(method)(request, metadata=metadata)
-            except grpc.aio.AioRpcError as error:
-                await context.abort(error.code(), error.details() or "")
-            if name not in READS:
-                try:
-                    await self.core.sync(everyone=name not in ("ServerReady", "ModelReady"))
-                except ErrorAnswer:
-                    pass
-            return answer
-
-        return grpc.unary_unary_rpc_method_handler(forward)
-
-
-async def start(state: ServerState, host: str, port: int, forward_to: str | None = None) -> tuple[grpc.aio.Server, int]:
+async def start(state: ServerState, host: str, port: int,
+                passed_on: grpc.GenericRpcHandler | None = None) -> tuple[grpc.aio.Server, int]:
     """A gRPC listener on the running loop; returns the server (stopped by `ServerState.stop`) and its port. With
-    `forward_to` (an API server: the engine core's private gRPC address), only `LOCAL_METHODS` are served here;
-    several API servers listen on one port (gRPC sets `SO_REUSEPORT`, and the kernel spreads the connections)."""
+    `passed_on` (an API server's relay to the engine core, `multiproc.grpc_relay`), only `LOCAL_METHODS` are served
+    here and every other method goes to it; several API servers listen on one port (gRPC sets `SO_REUSEPORT`, and
+    the kernel spreads the connections)."""
     server = grpc.aio.server(interceptors=[KeyCheck(state), ParseCheck()], options=[("grpc.max_receive_message_length", state.scenario.server.max_body_size),
                                       ("grpc.max_send_message_length", -1)])
-    if forward_to is None:
+    if passed_on is None:
         service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Servicer(state), server)
     else:
-        server.add_generic_rpc_handlers((_local_handler(Servicer(state)), Forward(forward_to, state.core)))
+        server.add_generic_rpc_handlers((_local_handler(Servicer(state)), passed_on))
     bound = server.add_insecure_port(f"{host}:{port}")
     if bound == 0:
         raise OSError(f"could not bind the gRPC listener to {host}:{port}")

@@ -22,7 +22,7 @@ import tornado.web
 
 from ..http.connections import json_media_type
 from ..http.credentials import bearer_token
-from ..server import ServerState
+from ..state import ServerState
 from .models import (
     EXTENSIONS,
     TRITON_VERSION,
@@ -68,6 +68,9 @@ class KServeHandler(tornado.web.RequestHandler):
     models: KServeModels
     methods: tuple[str, ...] = ("GET",)
     access = "key"
+    runs_in = "engine_core"
+    """Where a split server serves the route (`openai.handlers.BaseHandler.runs_in`): Triton's state is the whole
+    server's, so every route but inference is passed on to the engine core."""
 
     def initialize(self, methods: tuple[str, ...] = ("GET",)) -> None:
         self.state = self.settings["state"]
@@ -151,13 +154,10 @@ class ServerMetadataHandler(KServeHandler):
 
 
 class ModelHandler(KServeHandler):
-    """`/v2/models/{m}[/versions/{v}][/ready|/config|/stats|/infer]`."""
-
-    inference: Inference | None = None
-    """An inference in the engine (None before it is submitted)."""
+    """`/v2/models/{m}[/versions/{v}][/ready|/config|/stats]`."""
 
     def route_access(self) -> str:
-        """Model readiness is a health check (public); metadata, config, statistics and inference need a key."""
+        """Model readiness is a health check (public); metadata, config and statistics need a key."""
         return "public" if self.request.method == "GET" and self.path_args[2:3] == ["ready"] else "key"
 
     async def get(self, name: str, version: str | None, action: str | None) -> None:
@@ -176,8 +176,17 @@ class ModelHandler(KServeHandler):
         else:
             self.finish(json.dumps(self.models.metadata(name, version)))
 
-    def post(self, name: str, version: str | None, action: str | None = None) -> Awaitable[None] | None:
-        """`.../infer` (its route captures no action). A fast model has answered by the time the request is
+
+class InferHandler(KServeHandler):
+    """`POST /v2/models/{m}[/versions/{v}]/infer`: per request and stateless, so each API server of a split
+    server serves it itself (the engine through the link)."""
+
+    runs_in = "api_server"
+    inference: Inference | None = None
+    """An inference in the engine (None before it is submitted)."""
+
+    def post(self, name: str, version: str | None) -> Awaitable[None] | None:
+        """`.../infer`. A fast model has answered by the time the request is
         submitted: the answer then goes out at once, with no coroutines to run; otherwise this returns the wait."""
         try:  # `run`, inlined: this is the busiest route
             inference = self.inference = start_inference(self.models, name, model_version(version), self._read)
@@ -226,7 +235,7 @@ class ModelHandler(KServeHandler):
         """The client went away: its request leaves the batcher's queue, or its execution ends unseen
         (`TritonEngine.abort`), as a disconnected OpenAI client's request does."""
         if self.inference is not None and self.inference.call.ending is None:
-            self.state.live.abort(self.inference.call)
+            self.state.engine.abort(self.inference.call)
 
 
 class ModelStatsHandler(KServeHandler):
@@ -268,14 +277,14 @@ class LoggingHandler(KServeHandler):
     """`GET|POST /v2/logging`: the log settings, updated key by key (`update_logging`)."""
 
     def get(self) -> None:
-        self.finish(json.dumps(self.state.triton_logging))
+        self.finish(json.dumps(self.state.kserve.logging))
 
     def post(self) -> None:
         self.guarded(self._update)
 
     def _update(self) -> None:
         body = self.json_body()
-        self.finish(json.dumps(update_logging(self.state, body if isinstance(body, dict) else {})))
+        self.finish(json.dumps(update_logging(self.state.kserve, body if isinstance(body, dict) else {})))
 
 
 class TraceHandler(KServeHandler):
@@ -307,7 +316,7 @@ class SharedMemoryHandler(KServeHandler):
     def _act(self, kind: str, region: str | None, action: str) -> None:
         if (action == "status") != (self.request.method == "GET"):
             raise KServeError(405, "Method Not Allowed")
-        shared, system = self.state.shared_memory, kind == "system"
+        shared, system = self.state.kserve.shared_memory, kind == "system"
         if action == "status":
             self.finish(json.dumps(shared.status(region) if system else cuda_status(region)))
             return
@@ -348,7 +357,7 @@ def routes() -> list[Any]:
     get, post, both = ("GET",), ("POST",), ("GET", "POST")
     model = r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"
     return [
-        (model + r"/infer", ModelHandler, {"methods": post}),  # first: the busiest route (no literal route ends so)
+        (model + r"/infer", InferHandler, {"methods": post}),  # first: the busiest route (no literal route ends so)
         (r"/v2/health/live", LiveHandler, {"methods": get}),
         (r"/v2/health/ready", ReadyHandler, {"methods": get}),
         (r"/v2", ServerMetadataHandler, {"methods": get}),

@@ -19,17 +19,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ...engine.batcher import QUEUE_FULL, TritonEngine
-from ...engine.deployment import ServedModel
-from ...engine.lifecycle import State
-from ...engine.live import Call
-from ...engine.workload import Arrival
+from ...engine import QUEUE_FULL, Arrival, Call, ServedModel, State, TritonEngine
 from ...scenario.models import KServe, Model, Tensor, Version
 from ...scenario.repository import kserve_section
-from ..recording import Recording
-from ..server import ServerState
+from ..link import RequestLog
+from ..state import ServerState
 from .config import model_config, model_config_types, platform_of
 from .shared_memory import SharedMemory
+from .state import KServeState
 from .tensors import (
     InferRequest,
     KServeError,
@@ -263,11 +260,11 @@ async def repository_act(state: ServerState, repository: str | None, name: str, 
             served.request_load(done)
 
         await _unload(state, served)
-        problem = await state.live.act(rebuild)
+        problem = await state.engine.act(rebuild)
     else:
-        problem = await state.live.act(served.request_load)
-    if state.recording is not None:
-        state.recording.load(model.id, served.lifecycle.active, elapsed_s(), problem)
+        problem = await state.engine.act(served.request_load)
+    if state.engine.log is not None:
+        state.engine.log.load(model.id, served.lifecycle.active, elapsed_s(), problem)
     if problem:
         version = served.lifecycle.active
         raise KServeError(400, f"load failed for model '{name}': version {version} is at UNAVAILABLE state: "
@@ -277,7 +274,7 @@ async def repository_act(state: ServerState, repository: str | None, name: str, 
 async def _unload(state: ServerState, served: ServedModel) -> None:
     """Unload every loaded version, returning once they have drained."""
     unloaded_: Callable[[Callable[[bool], None]], None] = lambda done: served.request_unload(lambda: done(True))
-    await state.live.act(unloaded_)
+    await state.engine.act(unloaded_)
 
 
 def load_override(state: ServerState, served: ServedModel, parameters: dict[str, Any]) -> KServe | None:
@@ -325,7 +322,7 @@ def load_override(state: ServerState, served: ServedModel, parameters: dict[str,
                                f"{error.errors(include_url=False)[0]['msg']}") from None
 
 
-def update_logging(state: ServerState, body: dict[str, Any]) -> dict[str, Any]:
+def update_logging(kserve: KServeState, body: dict[str, Any]) -> dict[str, Any]:
     """The log settings updated key by key, checked as Triton's `HandleLogging` checks them (a null leaves a key
     as it is; a value of the wrong JSON type is TritonJson's 500); returns them all."""
     body = {k: v for k, v in body.items() if v is not None}
@@ -343,9 +340,9 @@ def update_logging(state: ServerState, body: dict[str, Any]) -> dict[str, Any]:
     if log_format not in ("default", "ISO8601"):
         raise KServeError(503, f"invalid argument for --log_format, got: {log_format}")
     for key, value in body.items():
-        if key in state.triton_logging:
-            state.triton_logging[key] = value
-    return state.triton_logging
+        if key in kserve.logging:
+            kserve.logging[key] = value
+    return kserve.logging
 
 
 TRACE_NUMBERS = {"trace_rate": (0, 2**32 - 1), "trace_count": (-1, 2**31 - 1), "log_frequency": (0, 2**32 - 1)}
@@ -384,8 +381,8 @@ def trace_settings(models: KServeModels, name: str | None) -> dict[str, Any]:
     state = models.state
     if name is not None and not ready_versions(models.served(name)):
         raise KServeError(404, f"Request for unknown model: '{name}' has no available versions")
-    settings = dict(state.triton_trace)
-    settings.update(state.triton_model_trace.get(name or "", {}))
+    settings = dict(state.kserve.trace)
+    settings.update(state.kserve.model_trace.get(name or "", {}))
     return settings
 
 
@@ -397,7 +394,7 @@ def update_trace(models: KServeModels, name: str | None, body: dict[str, Any]) -
         raise KServeError(501, "trace file location can not be updated through network protocol")
     known = [key for key in ("trace_level", "trace_rate", "trace_count", "log_frequency") if key in body]
     updates = {key: None if body[key] is None else _trace_setting(key, body[key]) for key in known}
-    target = state.triton_model_trace.setdefault(name, {}) if name else state.triton_trace
+    target = state.kserve.model_trace.setdefault(name, {}) if name else state.kserve.trace
     for key, value in updates.items():
         if body[key] is None:
             if name:
@@ -416,7 +413,8 @@ class Inference:
     request: InferRequest
     batch: int
     outputs: Outputs
-    recording: Recording | None
+    log: RequestLog | None
+    """The request log (None: not recording)."""
     call: Call
     shared: SharedMemory
     """The server's shared-memory regions (outputs asked into one are written there when the answer goes out)."""
@@ -431,7 +429,7 @@ def start_inference(models: KServeModels, name: str, version: str | None,
     model = served.model
     signature = models.signature(model, chosen)
     request = read(model.id, signature)
-    shared = models.state.shared_memory
+    shared = models.state.kserve.shared_memory
     for tensor in request.inputs:
         if tensor.shared_memory is not None:
             region, offset, size = tensor.shared_memory
@@ -439,27 +437,28 @@ def start_inference(models: KServeModels, name: str, version: str | None,
     batch = check_inputs(request, model.id, signature)
     outputs = generate_outputs(request, signature, batch, model.id, chosen)
     priority = request.parameters.get("priority", 0)
-    arrival = Arrival(0, "kserve", model.id, max(batch, 1), 0, int(priority) if isinstance(priority, int) else 0,
-                      -1, 0, version=chosen)
-    call = models.state.live.submit(arrival, live_tokens=False)
-    return Inference(model.id, chosen, request, batch, outputs, models.state.recording, call, shared)
+    arrival = Arrival.api(model.id, max(batch, 1), 0, priority=int(priority) if isinstance(priority, int) else 0,
+                          version=chosen, source="kserve")
+    engine = models.state.engine
+    call = engine.submit(arrival, live_tokens=False)
+    return Inference(model.id, chosen, request, batch, outputs, engine.log, call, shared)
 
 
 def ended(inference: Inference, ending: tuple[str, int], elapsed_s: float) -> bool:
     """An inference the engine has ended, written to the request log: True when it completed (its outputs are
     the answer), False when it was aborted (no one to answer); a failure raises Triton's error."""
-    call, request, recording = inference.call, inference.request, inference.recording
+    call, request, log = inference.call, inference.request, inference.log
     if ending[0] == "aborted":  # the client went away (or the server is stopping)
-        if recording is not None:
-            recording.infer(call, inference.model, inference.version, inference.batch, request.inputs, [], elapsed_s,
-                            end="aborted")
+        if log is not None:
+            log.infer(call, inference.model, inference.version, inference.batch, request.inputs, [], elapsed_s,
+                      end="aborted")
         return False
     if ending[0] == "failed":
         reason = call.request.error if call.request is not None else call.error or "failed"
         error = KServeError(503, f"{request.label}{QUEUE_FULL}") if reason == QUEUE_FULL else KServeError(500, reason)
-        if recording is not None:
-            recording.infer(call, inference.model, inference.version, inference.batch, request.inputs, [], elapsed_s,
-                            error.message)
+        if log is not None:
+            log.infer(call, inference.model, inference.version, inference.batch, request.inputs, [], elapsed_s,
+                      error.message)
         raise error
     _write_shared(inference)
     return True
@@ -484,6 +483,6 @@ def _write_shared(inference: Inference) -> None:
 
 def record_answer(inference: Inference, elapsed_s: float) -> None:
     """Write a completed inference to the request log (after its answer went out)."""
-    if inference.recording is not None:
-        inference.recording.infer(inference.call, inference.model, inference.version, inference.batch,
-                                  inference.request.inputs, inference.outputs, elapsed_s)
+    if inference.log is not None:
+        inference.log.infer(inference.call, inference.model, inference.version, inference.batch,
+                            inference.request.inputs, inference.outputs, elapsed_s)

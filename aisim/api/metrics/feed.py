@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import collections
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
-from typing import TYPE_CHECKING
 
-from ...engine.batcher import TritonEngine
-from ...engine.live import Call
-from ...engine.replica import Replica, StepReport
-from ...engine.served import Engine
+from ...engine import (
+    Call,
+    Engine,
+    Replica,
+    ServedModel,
+    Simulation,
+    StepReport,
+    TritonEngine,
+)
 from .vllm import CONTENT_TYPE, CacheConfig, Finished, SchedulerState, VllmMetrics
-
-if TYPE_CHECKING:
-    from ..server import ServerState
 
 NS = 1e9
 PENDING_LIMIT = 4096
@@ -25,7 +26,7 @@ PENDING_LIMIT = 4096
 class MetricsFeed:
     """One `VllmMetrics` for the server, kept current by the engine and the handlers."""
 
-    def __init__(self, state: ServerState) -> None:
+    def __init__(self, sim: Simulation, max_model_len: Callable[[ServedModel], int]) -> None:
         self.metrics = VllmMetrics()
         self.engines: dict[str, list[Engine]] = {}
         self._pending: collections.defaultdict[tuple[str, int], list[Finished]] = collections.defaultdict(list)
@@ -34,7 +35,7 @@ class MetricsFeed:
         self._count = 0
         self._stepped: set[tuple[str, int]] = set()
         """(model, engine) of the engines that report their steps (and so their tokens) themselves."""
-        for served in state.sim.served_models:
+        for served in sim.served_models:
             model = served.model
             caches = [CacheConfig(block_size=p.block_size, num_gpu_blocks=p.num_blocks if p.has_kv else None,
                                   gpu_memory_utilization=model.engine.gpu_memory_utilization,
@@ -44,7 +45,7 @@ class MetricsFeed:
                       for p in served.plans] or [CacheConfig(gpu_memory_utilization=model.engine.gpu_memory_utilization)]
             engines = list(served.engines)
             self.engines[model.id] = engines
-            self.metrics.add_model(model.id, max_model_len=state.max_model_len(model), cache=caches[: max(len(engines), 1)],
+            self.metrics.add_model(model.id, max_model_len=max_model_len(served), cache=caches[: max(len(engines), 1)],
                                    probe=partial(self._states, engines))
             for index, engine in enumerate(engines):
                 if isinstance(engine, Replica):

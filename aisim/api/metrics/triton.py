@@ -15,10 +15,8 @@ from collections.abc import Iterator
 
 import tornado.web
 
-from ...engine.batcher import TritonEngine
-from ...engine.deployment import ServedModel
-from ...engine.lifecycle import load_time_ns
-from ..server import ServerState
+from ...engine import ServedModel, TritonEngine, load_time_ns
+from ..state import ServerState
 
 PER_MODEL = [
     ("nv_inference_request_success", "counter", "Number of successful inference requests, all batch sizes"),
@@ -139,15 +137,15 @@ def load_seconds(state: ServerState, served: ServedModel, version: str) -> float
 def sample_gpus(state: ServerState) -> dict[str, tuple[float, float, int]]:
     """Each GPU's utilisation and mean power since the previous scrape, and its energy since start,
     from the device's activity and the telemetry power model (`aisim/telemetry/power.py`)."""
-    now = state.live.now()
+    now = state.engine.now()
     gauges = {}
     for device_id, device in state.sim.gpus.items():
         busy = device.activity(now).busy_ns
-        before_busy, before_time = state.triton_scrapes.get(device_id, (0, 0))
+        before_busy, before_time = state.kserve.scrapes.get(device_id, (0, 0))
         span = now - before_time
         utilisation = min(max((busy - before_busy) / span, 0.0), 1.0) if span > 0 else 0.0
         gauges[device_id] = (utilisation, device.power.power_w(utilisation), device.power.energy_mj(now, busy))
-        state.triton_scrapes[device_id] = (int(busy), now)
+        state.kserve.scrapes[device_id] = (int(busy), now)
     return gauges
 
 
@@ -155,6 +153,7 @@ class MetricsHandler(tornado.web.RequestHandler):
     """`GET /metrics` in Triton's dialect: no OpenAI headers (request id, API version) on the answer."""
 
     state: ServerState
+    runs_in = "engine_core"
 
     def initialize(self) -> None:
         self.state = self.settings["state"]

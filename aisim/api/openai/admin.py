@@ -30,11 +30,12 @@ import asyncio
 import json
 import math
 import secrets
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 import tornado.iostream
 
-from ...engine.feed import Feed
+from ...engine import Feed
 from ...scenario.units import QuantityError, parse_duration
 from ...telemetry.fields import FieldError, coerce, lookup
 from ...telemetry.sampler import GpuTelemetry
@@ -43,6 +44,7 @@ from ..http.credentials import bearer_token
 from .errors import ErrorAnswer
 from .handlers import SSE_HEADERS, BaseHandler
 
+T = TypeVar("T")
 INJECTED = "Successfully injected field info."
 """What `dcgmi test --inject` prints on success."""
 
@@ -97,19 +99,18 @@ class AdminHandler(BaseHandler):
         except KeyError as error:
             raise ErrorAnswer(404, str(error.args[0]), "invalid_request_error", "gpu", "gpu_not_found") from None
 
-    def act(self, work: Any) -> Any:
-        """Run `work` at the simulation's current instant and return its result."""
-        box: dict[str, Any] = {}
-        self.state.live.clock.inject(lambda: box.update(result=work()))
-        return box.get("result")
+    async def act(self, work: Callable[[], T]) -> T:
+        """Run `work` at the simulation's current instant and return its result (at once: the clock runs an
+        action injected from outside its own run before it returns)."""
+        return await self.state.engine.act(lambda done: done(work()))
 
     def answer(self, payload: dict[str, Any]) -> None:
         self.set_header("Content-Type", "application/json")
         self.finish(json.dumps(payload))
 
-    def run_guarded(self, work: Any) -> None:
+    async def run_guarded(self, work: Callable[[], Awaitable[None]]) -> None:
         try:
-            work()
+            await work()
         except ErrorAnswer as error:
             self.fail(error)
         except FieldError as error:
@@ -119,8 +120,8 @@ class AdminHandler(BaseHandler):
 class InjectHandler(AdminHandler):
     """`POST`, `GET` and `DELETE /admin/dcgm/inject`."""
 
-    def post(self) -> None:
-        def work() -> None:
+    async def post(self) -> None:
+        async def work() -> None:
             body = self.body()
             gpu = self.gpu(body.get("gpu"))
             if "field" not in body or "value" not in body:
@@ -128,12 +129,12 @@ class InjectHandler(AdminHandler):
             spec = lookup(body["field"])
             value = coerce(spec, body["value"])
             duration = self._duration(body.get("duration"))
-            override = self.act(lambda: self.telemetry.inject(gpu, spec.name, value, duration, source="admin"))
+            override = await self.act(lambda: self.telemetry.inject(gpu, spec.name, value, duration, source="admin"))
             self.answer({"message": INJECTED, "gpu": gpu, "dcgm_gpu": self.telemetry.board(gpu).identity.index,
                          "field": spec.name, "field_id": spec.id, "value": override.value, "since_ns": override.since,
                          "until_ns": override.until})
 
-        self.run_guarded(work)
+        await self.run_guarded(work)
 
     @staticmethod
     def _duration(value: Any) -> int | None:
@@ -158,45 +159,46 @@ class InjectHandler(AdminHandler):
                   for name, o in board.overrides.items() if o.active(now)]
         self.answer({"injections": active})
 
-    def delete(self) -> None:
-        self.run_guarded(lambda: self._clear(self.get_query_argument("gpu", None), self.get_query_argument("field", None)))
+    async def delete(self) -> None:
+        await self.run_guarded(lambda: self._clear(self.get_query_argument("gpu", None),
+                                                   self.get_query_argument("field", None)))
 
-    def _clear(self, gpu_value: Any, field: Any) -> None:
+    async def _clear(self, gpu_value: Any, field: Any) -> None:
         if gpu_value is None:
             raise _bad("`gpu` is required.", "gpu")
         gpu = self.gpu(gpu_value)
         name = None if field is None else lookup(field).name
-        cleared = self.act(lambda: self.telemetry.clear(gpu, name, source="admin"))
+        cleared = await self.act(lambda: self.telemetry.clear(gpu, name, source="admin"))
         self.answer({"gpu": gpu, "cleared": cleared})
 
 
 class ClearHandler(InjectHandler):
     """`POST /admin/dcgm/clear`: clear with a JSON body."""
 
-    def post(self) -> None:
-        def work() -> None:
+    async def post(self) -> None:
+        async def work() -> None:
             body = self.body()
-            self._clear(body.get("gpu"), body.get("field"))
+            await self._clear(body.get("gpu"), body.get("field"))
 
-        self.run_guarded(work)
+        await self.run_guarded(work)
 
 
 class XidHandler(AdminHandler):
     """`POST /admin/xid`: an XID error on a GPU now."""
 
-    def post(self) -> None:
-        def work() -> None:
+    async def post(self) -> None:
+        async def work() -> None:
             body = self.body()
             gpu = self.gpu(body.get("gpu"))
             code = body.get("code")
             if not isinstance(code, int) or isinstance(code, bool) or not 1 <= code <= 1023:
                 raise _bad("`code` must be an XID number from 1 to 1023.", "code")
             sim = self.state.sim
-            killed = self.act(lambda: sim.xid(gpu, code))
+            killed = await self.act(lambda: sim.xid(gpu, code))
             xid = Xid(code)
             self.answer({"gpu": gpu, "code": code, "message": xid.message, "effect": xid.effect, "killed": killed})
 
-        self.run_guarded(work)
+        await self.run_guarded(work)
 
 
 class EventsHandler(AdminHandler):
@@ -217,7 +219,7 @@ class EventsHandler(AdminHandler):
         feed = Feed(self.state.sim)
         sent = 0
         while not self.gone and (count <= 0 or sent < count):
-            records = feed.poll(self.state.live.now())
+            records = feed.poll(self.state.engine.now())
             self.write(b"data: " + json.dumps(records, separators=(",", ":")).encode() + b"\n\n")
             sent += 1
             try:

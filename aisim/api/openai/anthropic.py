@@ -43,7 +43,7 @@ from typing import Any, Literal
 
 from pydantic import Field, ValidationError
 
-from ...engine.live import Call
+from ...engine import Call
 from ...scenario.faults import Disconnect, MalformedChunk, Truncate
 from ...scenario.models import Model
 from ..content.generation import Answer
@@ -246,6 +246,7 @@ class MessagesHandler(AnthropicHandler, ChatHandler):
     """`POST /v1/messages`: chat's path (`ChatHandler.plan`), answered in Anthropic's shapes."""
 
     endpoint = "/v1/messages"
+    runs_in = "api_server"
 
     async def post(self) -> None:
         await self.guarded(self.messages)

@@ -6,7 +6,7 @@ import json
 import time
 from typing import Any
 
-from ...engine.live import Call
+from ...engine import Call
 from ...scenario.faults import Disconnect, MalformedChunk, Truncate
 from ...scenario.models import Model
 from ..content.generation import Answer, Ask, answer
@@ -28,6 +28,7 @@ class ChatHandler(GenerationHandler):
     """`POST /v1/chat/completions`."""
 
     endpoint = "/v1/chat/completions"
+    runs_in = "api_server"
 
     async def post(self) -> None:
         await self.guarded(self.chat)
@@ -156,7 +157,7 @@ class ChatHandler(GenerationHandler):
         else:
             self.finish()
             for call in self.calls:
-                self.state.live.abort(call)
+                self.state.engine.abort(call)
         return True
 
     @staticmethod

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from ...engine.workload import Arrival
+from ...engine import Arrival
 from ..content.generation import Answer, Ask, answer, prompt_logprobs
 from ..content.logprobs import token_logprob, token_logprobs
 from ..http.slices import Slices
@@ -24,6 +24,7 @@ class CompletionHandler(GenerationHandler):
     """`POST /v1/completions` (legacy text completions)."""
 
     endpoint = "/v1/completions"
+    runs_in = "api_server"
 
     async def post(self) -> None:
         await self.guarded(self.complete)
@@ -73,8 +74,8 @@ class CompletionHandler(GenerationHandler):
             await slices.turn()
         await self.network()
         ids = self.prompt_id_list or [None] * len(prompts)
-        await self.submit_sliced([self.fleet_arrival(model, Arrival(0, "api", model.id, prompts[i // body.n][1], a.tokens,
-                                                                    body.priority, -1, 0), ids[i // body.n], a)
+        await self.submit_sliced([self.fleet_arrival(model, Arrival.api(model.id, prompts[i // body.n][1], a.tokens,
+                                                                        priority=body.priority), ids[i // body.n], a)
                                   for i, a in enumerate(answers)], body.stream, slices)
         completion_id = "cmpl-" + state.new_id(12)
         created = int(time.time())
@@ -162,6 +163,7 @@ class EmbeddingHandler(GenerationHandler):
     """`POST /v1/embeddings`: deterministic unit vectors, timed by the engine as prefill-only requests."""
 
     endpoint = "/v1/embeddings"
+    runs_in = "api_server"
 
     async def post(self) -> None:
         await self.guarded(self.embed)
@@ -193,7 +195,7 @@ class EmbeddingHandler(GenerationHandler):
             await slices.turn()
         await self.admit(model, max(counts), 0)
         await self.network()
-        await self.submit_sliced([Arrival(0, "api", model.id, max(n, 1), 0, 0, -1, 0) for n in counts], False, slices)
+        await self.submit_sliced([Arrival.api(model.id, max(n, 1), 0) for n in counts], False, slices)
         if not await self.settle(self.calls, ["stop"] * len(self.calls), None):
             return
         data = []

@@ -22,9 +22,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from ...engine.kv import SAMPLED_TOKEN
-from ...engine.live import Call
-from ...engine.workload import Arrival
+from ...engine import SAMPLED_TOKEN, Arrival, Call
 from ...fleet.runtime import FleetRuntime, replicas_of
 from ...scenario.models import Model
 from . import errors

@@ -16,25 +16,23 @@ from typing import Any
 
 import tornado.web
 
-from ...engine.live import END_EVENTS, Call
-from ...engine.workload import Arrival
+from ...engine import END_EVENTS, Arrival, Call
 from ...scenario.faults import ApiError as ApiErrorFault
 from ...scenario.faults import Timeout
 from ...scenario.models import Model
 from ..content.generation import Answer
-from ..faults import Context
 from ..http import bodies
 from ..http.connections import json_media_type
 from ..http.credentials import bearer_token
 from ..http.http1 import Exchange
 from ..http.slices import Slices
-from ..server import ServerState
+from ..state import ServerState
 from . import disagg, errors
 from .errors import ErrorAnswer
 from .protocol import Body, Message, parse
 
 SHUTTING_DOWN = ErrorAnswer(503, "The server is shutting down: the request was ended at the end of its grace period.",
-                         "ServiceUnavailableError")
+                            "ServiceUnavailableError")
 FLUSH_BYTES = 256 * 1024
 """A large answer written in slices goes out once this much is waiting."""
 IDENTITY_CHUNK = tornado.web.OutputTransform.transform_chunk
@@ -59,11 +57,17 @@ class BaseHandler(tornado.web.RequestHandler):
     `access` says who may call a handler (the route table in README.md, "Who may call what"): `public`, or
     `key`, which needs one of `server.apiKeys` when any is configured (vLLM's rule: every `/v1` path). A `POST`
     to a handler with `json_body_required` needs a JSON `Content-Type`, as vLLM's do (so that a web page cannot
-    reach it with a form or a `text/plain` body, which browsers send without asking the server first)."""
+    reach it with a form or a `text/plain` body, which browsers send without asking the server first).
+
+    `runs_in` says where a split server (`aisim serve --api-server-count N`) serves the route: `engine_core` (the
+    default: the route reads or changes what is one for the whole server, so the API servers pass it on) or
+    `api_server` (each API server serves it itself: the generating routes, whose engine calls go through the
+    link). One process serves every route itself."""
 
     state: ServerState
     access = "key"
     json_body_required = True
+    runs_in = "engine_core"
 
     def initialize(self) -> None:
         self.state = self.settings["state"]
@@ -104,7 +108,7 @@ class BaseHandler(tornado.web.RequestHandler):
     def on_connection_close(self) -> None:
         self.gone = True
         for call in self.calls:
-            self.state.live.abort(call)
+            self.state.engine.abort(call)
 
     def prepare(self) -> None:
         """Authenticate, then check the body's media type (vLLM's order: its auth middleware runs first)."""
@@ -191,7 +195,7 @@ class GenerationHandler(BaseHandler):
         aborted); `follow` then ends a stream with `shutdown_events`, `guarded` a waiting request with a 503."""
         self.cut = True
         for call in self.calls:
-            self.state.live.abort(call)
+            self.state.engine.abort(call)
 
     def shutdown_events(self) -> str:
         """The end of a stream the shutdown cut: an error event, then `[DONE]` (vLLM's mid-stream error form)."""
@@ -212,15 +216,12 @@ class GenerationHandler(BaseHandler):
         return body, model, fault
 
     async def fault_for(self, model: Model) -> Any:
-        """The fault this request meets (None: none). Split across processes, the engine core picks it: the fault
-        book's counters and sequences are one for the whole server."""
+        """The fault this request meets (None: none), picked by the engine's side of the link: the fault book's
+        counters and sequences are one for the whole server."""
         override = self.request.headers.get("x-aisim-fault")
-        faults = self.state.faults
-        if not override and not faults.states:
+        if not override and not self.state.faults.states:
             return None
-        if self.state.core is not None:
-            return await self.state.core.pick_fault(tuple(model.names), self.endpoint, self.api_key_name, override)
-        return faults.pick(Context(tuple(model.names), self.endpoint, self.api_key_name, self.state.live.now()), override)
+        return await self.state.engine.pick_fault(tuple(model.names), self.endpoint, self.api_key_name, override)
 
     async def meet(self, fault: Any, model: Model) -> None:
         """Faults that act before the answer: an API error, or a hang then a closed connection."""
@@ -232,13 +233,10 @@ class GenerationHandler(BaseHandler):
             raise ConnectionDropped
 
     async def admit(self, model: Model, prompt_tokens: int, cap: int | None) -> int:
-        """Rate limits and the context window; returns the completion budget. Split across processes, the
-        engine core's limiter admits (one set of buckets for every API server)."""
+        """Rate limits and the context window; returns the completion budget. The engine's side of the link
+        admits (one set of buckets for the whole server)."""
         limit = self.state.max_model_len(model)
-        if self.state.core is not None and self.state.limiter.limits is not None:
-            headers = await self.state.core.admit(self.api_key_name, prompt_tokens + (cap or 0), model.id)
-        else:
-            headers = self.state.limiter.admit(self.api_key_name, prompt_tokens + (cap or 0), model.id, self.state.live.now())
+        headers = await self.state.engine.admit(self.api_key_name, prompt_tokens + (cap or 0), model.id)
         for name, value in headers.items():
             self.set_header(name, value)
         if prompt_tokens + (cap or 1) > limit:
@@ -246,9 +244,9 @@ class GenerationHandler(BaseHandler):
         return limit - prompt_tokens
 
     def submit(self, model: Model, prompt_tokens: int, answers: list[Answer], priority: int, stream: bool) -> list[Call]:
-        arrivals = [self.fleet_arrival(model, Arrival(0, "api", model.id, prompt_tokens, a.tokens, priority, -1, 0),
+        arrivals = [self.fleet_arrival(model, Arrival.api(model.id, prompt_tokens, a.tokens, priority=priority),
                                        self.prompt_ids, a) for a in answers]
-        self.calls = [self.state.live.submit(arrival, stream) for arrival in arrivals]
+        self.calls = [self.state.engine.submit(arrival, stream) for arrival in arrivals]
         return self.calls
 
     def fleet_arrival(self, model: Model, arrival: Arrival, ids: tuple[int, ...] | None,
@@ -291,7 +289,7 @@ class GenerationHandler(BaseHandler):
         turn at once, and two thousand of them would hold the loop for most of a second."""
         self.calls = []
         for arrival in arrivals:
-            self.calls.append(self.state.live.submit(arrival, stream))
+            self.calls.append(self.state.engine.submit(arrival, stream))
             await slices.turn()
         return self.calls
 
@@ -311,9 +309,10 @@ class GenerationHandler(BaseHandler):
         """Feed `/metrics` (and the request log, when recording) with a request that ended."""
         engine_reason = finish_reason if finish_reason in ("stop", "length") else "stop"  # tool calls end by EOS
         reason = {"finished": engine_reason, "aborted": "abort"}.get(end, "error")
-        self.state.metrics.finished(call, reason, max_tokens, times, n)
-        if self.state.recording is not None:
-            self.state.recording.request(call, end, self.endpoint, self.request.request_time())
+        engine = self.state.engine
+        engine.observe(call, reason, max_tokens, times, n)
+        if engine.log is not None:
+            engine.log.request(call, end, self.endpoint, self.request.request_time())
 
     async def settle(self, calls: list[Call], reasons: list[str], max_tokens: int | None, n: int = 1) -> bool:
         """Wait for every call, observe them, and raise the engine's error if one failed; False if the

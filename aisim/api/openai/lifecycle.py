@@ -21,7 +21,7 @@ import asyncio
 import json
 from typing import Any
 
-from ...engine.lifecycle import load_time_ns
+from ...engine import load_time_ns
 from ...fleet.runtime import FleetRuntime, replicas_of
 from .errors import invalid
 from .handlers import BaseHandler
@@ -63,7 +63,7 @@ class SleepHandler(BaseHandler):
             if mode == "abort":
                 for handler in list(state.handlers):
                     for call in handler.calls:
-                        state.live.abort(call)
+                        state.engine.abort(call)
             while any(h.calls and not all(c.ending for c in h.calls) for h in state.handlers):
                 await asyncio.sleep(0.01)
 
@@ -74,7 +74,7 @@ class SleepHandler(BaseHandler):
                 fleet.flush()
                 done(None)
 
-            await state.live.act(reset)
+            await state.engine.act(reset)
             self.finish(json.dumps({"status": "sleeping", "level": int(level)}))
 
         await self.guarded(work)
@@ -117,7 +117,7 @@ class ResetPrefixCacheHandler(BaseHandler):
                 fleet.flush()
                 done(all(results))
 
-            success = await self.state.live.act(reset)
+            success = await self.state.engine.act(reset)
             self.finish(json.dumps({"success": bool(success)}))
 
         await self.guarded(work)
