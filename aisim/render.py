@@ -186,7 +186,7 @@ def memory_lines(name: str, model: Any, gpu: Any, plan: Any, margin: float) -> s
 
 def replay_table(snapshot: str, results: list[dict[str, Any]]) -> str:
     """`aisim replay-snapshot`: one row per allocator model against the recorded trace, then one sentence each."""
-    from .engine.pool.oom import format_size
+    from .engine import format_size
 
     first = results[0]
     actions = ", ".join(f"{count:,} {name}" for name, count in first["actions"].items())

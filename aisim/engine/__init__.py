@@ -10,9 +10,7 @@ Arrival` loads the workload module, not the whole engine.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
-
+TYPE_CHECKING = False  # typing's own constant, without importing typing (the front door costs nothing)
 if TYPE_CHECKING:
     from .batcher import QUEUE_FULL, TritonEngine
     from .calibration import efficiency as calibrated_efficiency
@@ -146,13 +144,13 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     """A front-door name, its module loaded on first use."""
     try:
         module, attribute = _EXPORTS[name]
     except KeyError:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), attribute)
+    value = getattr(__import__(f"{__name__}.{module}", fromlist=[attribute]), attribute)
     globals()[name] = value
     return value
 

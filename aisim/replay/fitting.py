@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine.costmodel import Efficiency
+from ..engine import Efficiency
 
 FAILED_RESIDUAL = 10.0
 """The residual of a term a candidate could not produce (the request failed under it)."""

@@ -12,8 +12,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from ..engine.kernel import RealTimeClock
-from ..engine.simulation import Simulation
+from ..engine import RealTimeClock, Simulation
 from ..scenario import Scenario, check_file, render_text
 from .app import AisimTui
 from .source import AttachSource, LocalSource, Source
@@ -40,7 +39,7 @@ def build_source(args: argparse.Namespace, serving: Serving | None = None) -> So
             sys.stderr.write("aisim tui: --serve is not available here\n")
             return None
         return _served(serving(checked.scenario, checked.base_dir, args), checked.scenario.metadata.name, args.paused)
-    from ..engine.simulation import EndlessWorkload
+    from ..engine import EndlessWorkload
 
     sim = Simulation(checked.scenario, checked.base_dir, seed=args.seed, retain=False)
     try:
