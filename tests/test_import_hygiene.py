@@ -1,10 +1,210 @@
-"""The layers of DESIGN.md: the scenario package imports no engine; the engine no server or UI library; the
-telemetry model neither (the engine builds it, the API renders it); the API no UI and the TUI no server (the
-feed they share is the engine's). The TUI's board (records folded for the views) imports no UI library."""
+"""The layers of docs/architecture.md, read from every module's source (`tools/import_graph.py`): every import
+counts, nested ones, those inside functions and the type-only ones under `if TYPE_CHECKING:` included.
+
+- No arrow up the layers (`import_graph.LAYERS`), and none across one but those `import_graph.SIDEWAYS` allows.
+- The scenario package imports no engine; the engine, the scenario and telemetry import no server or UI library
+  (tornado, textual, rich), the engine no API or UI package either.
+- No package imports the engine's internals: only `aisim.engine` itself, its front door.
+- No module cycle at import time, function-level imports included.
+
+The last two hold only once the `aisim/api/` wings and the engine's front door land (issue 39, branch
+issue-39-api). Until then `ENGINE_INTERNALS_TODAY` and `CYCLES_TODAY` list the violations of `main` as it
+was: the test fails on any violation they do not list, and on any entry that no longer occurs, so the lists
+can only shrink. Whoever merges a change that removes violations removes their entries; both lists end empty.
+
+Below, the same layers checked at run time: each package imported alone in a fresh interpreter must not
+load what it may not use, third-party libraries' own imports included.
+"""
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from .conftest import ROOT
+
+
+def _load_tool() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("import_graph", ROOT / "tools" / "import_graph.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["import_graph"] = module  # dataclasses resolve their module by name
+    spec.loader.exec_module(module)
+    return module
+
+
+graph_tool = _load_tool()
+
+ENGINE_INTERNALS_TODAY = frozenset({
+    "aisim.api.admin_api -> aisim.engine.feed",
+    "aisim.api.anthropic_api -> aisim.engine.live",
+    "aisim.api.chat -> aisim.engine.live",
+    "aisim.api.completions -> aisim.engine.workload",
+    "aisim.api.disagg -> aisim.engine.kv",
+    "aisim.api.disagg -> aisim.engine.live",
+    "aisim.api.disagg -> aisim.engine.workload",
+    "aisim.api.generation -> aisim.engine.sampling",
+    "aisim.api.handlers -> aisim.engine.live",
+    "aisim.api.handlers -> aisim.engine.workload",
+    "aisim.api.kserve_models -> aisim.engine.batcher",
+    "aisim.api.kserve_models -> aisim.engine.deployment",
+    "aisim.api.kserve_models -> aisim.engine.lifecycle",
+    "aisim.api.kserve_models -> aisim.engine.live",
+    "aisim.api.kserve_models -> aisim.engine.workload",
+    "aisim.api.lifecycle_api -> aisim.engine.lifecycle",
+    "aisim.api.metrics_feed -> aisim.engine.batcher",
+    "aisim.api.metrics_feed -> aisim.engine.live",
+    "aisim.api.metrics_feed -> aisim.engine.replica",
+    "aisim.api.metrics_feed -> aisim.engine.served",
+    "aisim.api.multiproc.core -> aisim.engine.live",
+    "aisim.api.multiproc.core -> aisim.engine.workload",
+    "aisim.api.multiproc.frontend -> aisim.engine.lifecycle",
+    "aisim.api.multiproc.frontend -> aisim.engine.live",
+    "aisim.api.multiproc.frontend -> aisim.engine.workload",
+    "aisim.api.recording -> aisim.engine.live",
+    "aisim.api.recording -> aisim.engine.simulation",
+    "aisim.api.server -> aisim.engine.deployment",
+    "aisim.api.server -> aisim.engine.live",
+    "aisim.api.server -> aisim.engine.sampling",
+    "aisim.api.server -> aisim.engine.simulation",
+    "aisim.api.triton_metrics -> aisim.engine.batcher",
+    "aisim.api.triton_metrics -> aisim.engine.deployment",
+    "aisim.api.triton_metrics -> aisim.engine.lifecycle",
+    "aisim.cli -> aisim.engine.client_report",
+    "aisim.cli -> aisim.engine.memory",
+    "aisim.cli -> aisim.engine.pool.replay",
+    "aisim.cli -> aisim.engine.pool.snapshot",
+    "aisim.cli -> aisim.engine.report",
+    "aisim.cli -> aisim.engine.schedule_trace",
+    "aisim.cli -> aisim.engine.simulation",
+    "aisim.fleet.kv_events -> aisim.engine.kv",
+    "aisim.fleet.kv_events -> aisim.engine.replica",
+    "aisim.fleet.runtime -> aisim.engine.deployment",
+    "aisim.fleet.runtime -> aisim.engine.pd_router",
+    "aisim.fleet.runtime -> aisim.engine.replica",
+    "aisim.fleet.runtime -> aisim.engine.simulation",
+    "aisim.plan.evaluate -> aisim.engine.replica",
+    "aisim.plan.evaluate -> aisim.engine.simulation",
+    "aisim.plan.space -> aisim.engine.deployment",
+    "aisim.plan.space -> aisim.engine.memory",
+    "aisim.plan.space -> aisim.engine.workload",
+    "aisim.render -> aisim.engine.pool.oom",
+    "aisim.replay.calibrate -> aisim.engine.calibration",
+    "aisim.replay.calibrate -> aisim.engine.costmodel",
+    "aisim.replay.fitting -> aisim.engine.costmodel",
+    "aisim.replay.formats -> aisim.engine.workload",
+    "aisim.replay.simulate -> aisim.engine.kernel",
+    "aisim.replay.simulate -> aisim.engine.request",
+    "aisim.replay.simulate -> aisim.engine.simulation",
+    "aisim.replay.simulate -> aisim.engine.workload",
+    "aisim.tui.main -> aisim.engine.kernel",
+    "aisim.tui.main -> aisim.engine.simulation",
+    "aisim.tui.source -> aisim.engine.feed",
+    "aisim.tui.source -> aisim.engine.kernel",
+    "aisim.tui.source -> aisim.engine.simulation",
+    "aisim.tui.widgets.states -> aisim.engine.lifecycle",
+})
+"""Imports of engine modules from outside the engine on `main` before the front door (`source -> target`)."""
+
+CYCLES_TODAY = frozenset({
+    frozenset({"aisim.api.admin_api", "aisim.api.anthropic_api", "aisim.api.chat", "aisim.api.completions",
+               "aisim.api.dcgm_api", "aisim.api.handlers", "aisim.api.hf_tokenizer", "aisim.api.kserve_api",
+               "aisim.api.kserve_grpc", "aisim.api.kserve_models", "aisim.api.lifecycle_api", "aisim.api.openai_api",
+               "aisim.api.responses", "aisim.api.server", "aisim.api.triton_metrics", "aisim.api.vllm_api"}),
+    frozenset({"aisim.engine.calibration", "aisim.engine.costmodel", "aisim.engine.costmodel.model"}),
+})
+"""Module cycles (runtime and function-level imports) on `main` before the `api/` wings: the personalities and
+`ServerState` import each other; `calibration.py` sits outside `costmodel/`, which imports it back."""
+
+SERVER_AND_UI = ("tornado", "textual", "rich")
+
+
+@pytest.fixture(scope="module")
+def graph() -> list[Any]:
+    return graph_tool.edges()
+
+
+def _lines(edges: list[Any]) -> str:
+    return "\n".join(f"{e.source}:{e.line} imports {e.target} ({e.kind})" for e in edges)
+
+
+def test_no_import_goes_up_the_layers(graph: list[Any]) -> None:
+    up = graph_tool.upward(graph)
+    assert not up, f"imports up the layers (tools/import_graph.py LAYERS):\n{_lines(up)}"
+
+
+def test_no_import_goes_across_a_layer_but_those_allowed(graph: list[Any]) -> None:
+    across = graph_tool.sideways(graph)
+    assert not across, f"imports between packages of one layer (tools/import_graph.py SIDEWAYS):\n{_lines(across)}"
+
+
+def test_the_base_modules_import_nothing_from_aisim(graph: list[Any]) -> None:
+    base = [e for e in graph if e.source in graph_tool.BASE]
+    assert not base, f"modules every layer imports must import no aisim module:\n{_lines(base)}"
+
+
+def test_the_scenario_package_never_imports_the_engine(graph: list[Any]) -> None:
+    bad = [e for e in graph if e.source.startswith("aisim.scenario") and e.target.startswith("aisim.engine")]
+    assert not bad, _lines(bad)
+
+
+def test_the_engine_scenario_and_telemetry_never_import_a_server_or_ui_library() -> None:
+    imported = graph_tool.third_party()
+    bad = {module: sorted(names & set(SERVER_AND_UI)) for module, names in imported.items()
+           if module.startswith(("aisim.engine", "aisim.scenario", "aisim.telemetry")) and names & set(SERVER_AND_UI)}
+    assert not bad, bad
+
+
+def test_no_package_imports_the_engines_internals_beyond_todays(graph: list[Any]) -> None:
+    found = {f"{e.source} -> {e.target}" for e in graph_tool.engine_internals(graph)}
+    new = sorted(found - ENGINE_INTERNALS_TODAY)
+    gone = sorted(ENGINE_INTERNALS_TODAY - found)
+    assert not new, "import from the engine's front door (aisim.engine), not its modules:\n" + "\n".join(new)
+    assert not gone, "these no longer occur: remove them from ENGINE_INTERNALS_TODAY:\n" + "\n".join(gone)
+
+
+def test_no_module_cycle_beyond_todays(graph: list[Any]) -> None:
+    found = {frozenset(c) for c in graph_tool.cycles(graph, ("runtime", "function"))}
+    assert not found - CYCLES_TODAY, f"new module cycles: {[sorted(c) for c in found - CYCLES_TODAY]}"
+    assert not CYCLES_TODAY - found, f"no longer cycles, remove from CYCLES_TODAY: {[sorted(c) for c in CYCLES_TODAY - found]}"
+
+
+def test_the_analysis_sees_nested_function_and_type_only_imports(tmp_path: Path) -> None:
+    """The checks above are only as good as the walk: plant one violation of each kind in a small tree."""
+    package = tmp_path / "aisim"
+    for folder in ("engine", "api", "scenario"):
+        (package / folder).mkdir(parents=True)
+        (package / folder / "__init__.py").write_text("")
+    (package / "__init__.py").write_text("")
+    (package / "api" / "server.py").write_text("from ..engine import kv\n")
+    (package / "engine" / "kv.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from ..api import server\n"
+        "class Cache:\n    def m(self):\n        def inner():\n            import aisim.scenario.models\n"
+        "            from ..api.server import App\n")
+    (package / "scenario" / "models.py").write_text("import tornado.web\n")
+    known = graph_tool.modules(tmp_path)
+    graph = graph_tool.edges(known)
+    assert {(e.source, e.target, e.kind) for e in graph} == {
+        ("aisim.api.server", "aisim.engine.kv", "runtime"),
+        ("aisim.engine.kv", "aisim.api.server", "type"),
+        ("aisim.engine.kv", "aisim.api.server", "function"),
+        ("aisim.engine.kv", "aisim.scenario.models", "function"),
+    }
+    assert {(e.source, e.target) for e in graph_tool.upward(graph)} == {("aisim.engine.kv", "aisim.api.server")}
+    assert [sorted(c) for c in graph_tool.cycles(graph, ("runtime", "function"))] == [["aisim.api.server", "aisim.engine.kv"]]
+    assert graph_tool.cycles(graph, ("runtime",)) == []
+    assert [(e.source, e.target) for e in graph_tool.engine_internals(graph)] == [("aisim.api.server", "aisim.engine.kv")]
+    assert graph_tool.third_party(known)["aisim.scenario.models"] == {"tornado"}
+
+
+# --- at run time ------------------------------------------------------------------------------------------------
 
 FORBIDDEN = {
     "aisim.scenario": ["aisim.engine", "aisim.api", "aisim.tui", "tornado", "textual", "rich"],

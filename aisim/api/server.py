@@ -23,6 +23,7 @@ from ..engine.deployment import ServedModel
 from ..engine.live import Live
 from ..engine.sampling import Draws
 from ..engine.simulation import Simulation
+from ..errors import ServeError
 from ..fleet.data_parallel import with_data_parallel
 from ..fleet.runtime import FleetRuntime
 from ..scenario import Scenario
@@ -317,7 +318,7 @@ def make_app(state: ServerState, personalities: tuple[str, ...] = DEFAULT_PERSON
     return apply(app, state.pod)
 
 
-class RefusedToStart(Exception):
+class RefusedToStart(ServeError):
     """A configuration `serve` will not start with (an admin listener without a token, say)."""
 
 

@@ -449,7 +449,7 @@ class Replica:
         step = plan.step
         assert step is not None
         self.scheduler.advance(step)
-        for (request, tokens), state in zip(plan.batch, self.scheduler.update(step)):
+        for (request, _tokens), state in zip(plan.batch, self.scheduler.update(step)):
             if state == NO_TOKEN:
                 continue
             if state == DONE:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import RunError
 from ..scenario import Scenario
 from ..scenario.faults import DcgmField, OutOfMemory, SlowDown, Trigger, Xid
 from ..scenario.hardware import expand_devices
@@ -39,7 +40,7 @@ def wants_telemetry(scenario: Scenario) -> bool:
             or any(p in ("dcgm-metrics", "admin") for listener in scenario.server.listeners for p in listener.personalities))
 
 
-class EndlessWorkload(ValueError):
+class EndlessWorkload(RunError, ValueError):
     """The workload never stops and no stop time was given."""
 
 

@@ -26,6 +26,7 @@ from typing import SupportsInt
 
 import numpy as np
 
+from ..errors import InputError
 from ..scenario.workload import (
     MAX_DURATION,
     ClosedBatch,
@@ -80,8 +81,10 @@ class Arrival:
     """Record the blocks the request last held (a prefill for a remote decode returns their ids)."""
 
 
-class TraceError(ValueError):
+class TraceError(InputError, ValueError):
     """A trace row that cannot be read."""
+
+    where = ("trace",)
 
 
 def _gaps(source: Source, rng: np.random.Generator, size: int) -> np.ndarray:

@@ -22,6 +22,7 @@ from typing import Any
 from ..engine.deployment import load_failure
 from ..engine.memory import plan as memory_plan
 from ..engine.workload import SourceFeed
+from ..errors import RunError
 from ..scenario import Scenario
 from ..scenario.models import Model
 from ..scenario.plan import Plan
@@ -33,7 +34,7 @@ GPU_ID = "gpu"
 RATE_KINDS = ("poisson", "gamma", "constant")
 
 
-class PlanError(ValueError):
+class PlanError(RunError, ValueError):
     """The scenario cannot be planned (no model to plan, a workload that cannot be scaled)."""
 
 

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..engine import calibration
 from ..engine.costmodel import Efficiency
+from ..errors import RunError
 from ..scenario import Scenario
 from ..scenario.models import CostModel, Model
 from .drift import DriftReport, compare
@@ -34,7 +35,7 @@ from .records import LoggedRequest, RequestLog
 from .simulate import SimulationReplay, default_model
 
 
-class CalibrationError(ValueError):
+class CalibrationError(RunError, ValueError):
     """Nothing to fit: no simulated model in the log, or no measured latencies."""
 
 

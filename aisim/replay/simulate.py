@@ -19,6 +19,7 @@ from ..engine.kernel import URGENT, VirtualClock
 from ..engine.request import Request
 from ..engine.simulation import Simulation
 from ..engine.workload import Arrival
+from ..errors import RunError
 from ..scenario import Scenario
 from .records import LoggedLoad, LoggedRequest, RequestLog
 
@@ -30,7 +31,7 @@ ended (a fault repeating forever keeps the event queue from ever emptying)."""
 OUTCOME = {"completed": "completed", "failed": "failed", "aborted": "aborted", "": "unfinished"}
 
 
-class ReplayError(ValueError):
+class ReplayError(RunError, ValueError):
     """A log that cannot be replayed against a scenario (a model it does not serve)."""
 
 

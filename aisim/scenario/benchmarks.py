@@ -22,6 +22,9 @@ from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
+from ruamel.yaml.error import MarkedYAMLError
+
+from ..errors import InputError
 
 AIOHTTP_TOTAL_TIMEOUT_S = 300
 """aiohttp's `DEFAULT_TIMEOUT` (`ClientTimeout(total=5 * 60)`): what inference-perf's session uses without
@@ -30,7 +33,7 @@ STAGE_WARMUP_S = 1
 """inference-perf's `run_stage` starts a stage's first request 1 s after it queues them."""
 
 
-class ImportProblem(ValueError):
+class ImportProblem(InputError, ValueError):
     """A benchmark configuration that has no equivalent workload."""
 
 
@@ -119,7 +122,14 @@ def inference_perf_workload(config: dict[str, Any], model: str | None = None, na
 
 def read_yaml(path: Path) -> dict[str, Any]:
     """A configuration file as plain data."""
-    loaded = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
+    try:
+        loaded = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ImportProblem(f"{path}: not UTF-8 text") from None
+    except MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise ImportProblem(f"{path}{where}: not YAML: {error.problem or error.context}") from None
     if not isinstance(loaded, dict):
         raise ImportProblem(f"{path}: not a YAML mapping")
     return loaded

@@ -32,6 +32,7 @@ from typing import Any, cast
 
 import tornado.netutil
 
+from ...errors import AisimError
 from ...scenario import Scenario
 from ...scenario.distributions import DurationDistribution
 from ..loop import run as run_loop
@@ -93,7 +94,7 @@ def _engine(scenario: Scenario, options: Options, address: str, exit_file: Path,
     from .core import EngineCore, serve_private
 
     async def main() -> None:
-        from ...cli import settle_garbage_collector
+        from ...collector import settle_garbage_collector
 
         loop = asyncio.get_running_loop()
         state = _state(scenario, options, engine=True)
@@ -118,7 +119,8 @@ def _engine(scenario: Scenario, options: Options, address: str, exit_file: Path,
     try:
         run_loop(main())
     except BaseException as error:  # noqa: BLE001 - reported to the supervisor, which stops the server
-        traceback.print_exc()
+        if not isinstance(error, AisimError):  # an error for the user (a bad dataset) needs no traceback
+            traceback.print_exc()
         exit_file.write_text(f"{type(error).__name__}: {error}")
         os._exit(1)
     os._exit(0)
@@ -132,7 +134,7 @@ def _api(scenario: Scenario, options: Options, rank: int, address: str, sockets:
     from .frontend import EngineClient, attach, route_locally
 
     async def main() -> None:
-        from ...cli import settle_garbage_collector
+        from ...collector import settle_garbage_collector
 
         loop = asyncio.get_running_loop()
         state = _state(scenario, options, engine=False)
