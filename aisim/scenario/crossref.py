@@ -50,26 +50,26 @@ class Parts:
         return cls(list(scenario.gpus), list(scenario.models), [s.arrival for s in workload.sources], duration)
 
     @classmethod
-    def salvage(cls, data: Any) -> Parts:
-        """The parts of an invalid document that validate on their own."""
+    def salvage(cls, data: Any, base_dir: Path | None = None) -> Parts:
+        """The parts of an invalid document that validate on their own (relative paths against `base_dir`)."""
         if not isinstance(data, dict):
             return cls()
         workload = data["workload"] if isinstance(data.get("workload"), dict) else {}
         sources = workload.get("sources")
         arrivals = [s.get("arrival") if isinstance(s, dict) else None for s in sources] if isinstance(sources, list) else None
         duration = workload.get("duration")
-        return cls(_each(data.get("gpus"), Gpu), _each(data.get("models"), Model), _each(arrivals, Arrival),
+        return cls(_each(data.get("gpus"), Gpu), _each(data.get("models"), Model, base_dir), _each(arrivals, Arrival),
                    MAX_DURATION if duration is None else _each([duration], WorkloadDuration)[0])
 
 
-def _each(values: Any, kind: Any) -> list[Any]:
+def _each(values: Any, kind: Any, base_dir: Path | None = None) -> list[Any]:
     """Each item validated alone, None where it is not valid."""
     if not isinstance(values, list):
         return []
     items = []
     for value in values:
         try:
-            items.append(TypeAdapter(kind).validate_python(value))
+            items.append(TypeAdapter(kind).validate_python(value, context={"base_dir": base_dir}))
         except (ValidationError, TypeError, ValueError):
             items.append(None)
     return items

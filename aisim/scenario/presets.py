@@ -7,22 +7,28 @@ vLLM logs), which is what a pool can hand out: measured values where the referen
 otherwise the nominal size in GiB times 0.989, the ratio seen on 80 GB cards (approximate,
 marked in `capacity_source`). Efficiency haircuts are not here: they belong to the cost model.
 
-Model families carry the Hugging Face config numbers of the named checkpoints.
+Model families are the Hugging Face configs of the named checkpoints, shipped in `configs/` (read by
+`hfconfig.read_config`, as a scenario's `models[].config` is), and three hand-written non-decoder families.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
+
+from .architecture import DTYPE_BYTES, DType, ModelFamily, Task
+from .hfconfig import read_config
 
 GIB = 2**30
 GB = 10**9
 TB = 10**12
 TFLOPS = 10**12
 
-Task = Literal["generate", "embed", "classify"]
-DType = Literal["fp32", "fp16", "bf16", "fp8", "int8", "int4"]
-DTYPE_BYTES: dict[str, float] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+CONFIGS = Path(__file__).parent / "configs"
+"""Hugging Face configs of the built-in families."""
+__all__ = ["DTYPE_BYTES", "GPU_PROFILES", "MODEL_FAMILIES", "DType", "GpuProfile", "ModelFamily", "Task"]
 
 PCIE_PER_DIRECTION = {3: 15_750_000_000, 4: 32 * GB, 5: 64 * GB, 6: 128 * GB}
 """Theoretical x16 bandwidth per direction, by PCIe generation."""
@@ -112,52 +118,56 @@ GPU_PROFILES: dict[str, GpuProfile] = {
 }
 
 
-@dataclass(frozen=True)
-class ModelFamily:
-    """Architecture numbers of a model family (Hugging Face `config.json` of the checkpoint)."""
+FAMILY_CONFIGS: dict[str, str] = {
+    "llama-2-7b": "meta-llama--Llama-2-7b-hf",
+    "llama-3-8b": "meta-llama--Meta-Llama-3-8B",
+    "llama-2-70b": "meta-llama--Llama-2-70b-hf",
+    "codellama-34b": "codellama--CodeLlama-34b-Instruct-hf",
+    "llama-3-70b": "meta-llama--Meta-Llama-3-70B",
+    "mistral-7b": "mistralai--Mistral-7B-v0.1",
+    "qwen2-7b": "Qwen--Qwen2-7B",
+    "mixtral-8x7b": "mistralai--Mixtral-8x7B-v0.1",
+    "mixtral-8x22b": "mistralai--Mixtral-8x22B-v0.1",
+    "llama-3.1-8b": "meta-llama--Meta-Llama-3.1-8B",
+    "llama-3.1-70b": "meta-llama--Meta-Llama-3.1-70B",
+    "llama-3.1-70b-fp8": "nvidia--Llama-3.1-70B-Instruct-FP8",
+    "llama-3.1-405b": "meta-llama--Meta-Llama-3.1-405B",
+    "llama-4-scout": "meta-llama--Llama-4-Scout-17B-16E-Instruct",
+    "qwen3-8b": "Qwen--Qwen3-8B",
+    "qwen3-32b": "Qwen--Qwen3-32B",
+    "qwen3-32b-fp8": "Qwen--Qwen3-32B-FP8",
+    "qwen3-30b-a3b": "Qwen--Qwen3-30B-A3B",
+    "qwen3-30b-a3b-fp8": "Qwen--Qwen3-30B-A3B-FP8",
+    "qwen3-235b-a22b": "Qwen--Qwen3-235B-A22B",
+    "qwen3-235b-a22b-fp8": "Qwen--Qwen3-235B-A22B-FP8",
+    "deepseek-v3": "deepseek-ai--DeepSeek-V3",
+    "deepseek-r1": "deepseek-ai--DeepSeek-R1",
+    "kimi-k2": "moonshotai--Kimi-K2-Instruct",
+    "gpt-oss-20b": "openai--gpt-oss-20b",
+    "gpt-oss-120b": "openai--gpt-oss-120b",
+}
+"""Families read from the Hugging Face configs shipped in `configs/` (`<id>_config.json`, `/` written `--`): the
+newer ones copied unchanged from AIConfigurator's model configs (Apache-2.0, `configs/README.md`); those of the
+first families written from their published configs with the numbers aisim had (`torch_dtype` bfloat16)."""
 
-    name: str
-    task: Task
-    params: int
-    layers: int
-    hidden: int
-    heads: int
-    kv_heads: int
-    head_dim: int
-    intermediate: int
-    vocab: int
-    max_position: int
-    dtype: DType = "bf16"
-    experts: int = 1
-    experts_per_token: int = 1
-    active_params: int | None = None
-    """Parameters touched per token (MoE); equals `params` for dense models."""
-    flops_per_sample: int | None = None
-    """Forward FLOPs per input sample for non-token models (CNNs)."""
-    default_runtime: Literal["vllm", "tensorrt", "onnxruntime", "python"] = "vllm"
-    huggingface_id: str = ""
+
+def family_config(name: str) -> Path | None:
+    """The shipped config file of a family, or None for a hand-written one."""
+    stem = FAMILY_CONFIGS.get(name)
+    return CONFIGS / f"{stem}_config.json" if stem else None
 
 
-MODEL_FAMILIES: dict[str, ModelFamily] = {
+def _family(name: str) -> ModelFamily:
+    path = family_config(name)
+    assert path is not None
+    return dataclasses.replace(read_config(path, name=name), huggingface_id=FAMILY_CONFIGS[name].replace("--", "/"),
+                               source="")
+
+
+MODEL_FAMILIES: dict[str, ModelFamily] = {name: _family(name) for name in FAMILY_CONFIGS}
+MODEL_FAMILIES.update({
     f.name: f
     for f in (
-        ModelFamily("llama-2-7b", "generate", 6_738_415_616, 32, 4096, 32, 32, 128, 11008, 32000, 4096,
-                    huggingface_id="meta-llama/Llama-2-7b-hf"),
-        ModelFamily("llama-3-8b", "generate", 8_030_261_248, 32, 4096, 32, 8, 128, 14336, 128256, 8192,
-                    huggingface_id="meta-llama/Meta-Llama-3-8B"),
-        ModelFamily("llama-2-70b", "generate", 68_976_648_192, 80, 8192, 64, 8, 128, 28672, 32000, 4096,
-                    huggingface_id="meta-llama/Llama-2-70b-hf"),
-        ModelFamily("codellama-34b", "generate", 33_743_970_304, 48, 8192, 64, 8, 128, 22016, 32000, 16384,
-                    huggingface_id="codellama/CodeLlama-34b-Instruct-hf"),
-        ModelFamily("llama-3-70b", "generate", 70_553_706_496, 80, 8192, 64, 8, 128, 28672, 128256, 8192,
-                    huggingface_id="meta-llama/Meta-Llama-3-70B"),
-        ModelFamily("mistral-7b", "generate", 7_241_732_096, 32, 4096, 32, 8, 128, 14336, 32000, 32768,
-                    huggingface_id="mistralai/Mistral-7B-v0.1"),
-        ModelFamily("qwen2-7b", "generate", 7_615_616_512, 28, 3584, 28, 4, 128, 18944, 152064, 32768,
-                    huggingface_id="Qwen/Qwen2-7B"),
-        ModelFamily("mixtral-8x7b", "generate", 46_702_792_704, 32, 4096, 32, 8, 128, 14336, 32000, 32768,
-                    experts=8, experts_per_token=2, active_params=12_879_921_152,
-                    huggingface_id="mistralai/Mixtral-8x7B-v0.1"),
         ModelFamily("bge-large-en", "embed", 335_141_888, 24, 1024, 16, 16, 64, 4096, 30522, 512,
                     dtype="fp16", huggingface_id="BAAI/bge-large-en-v1.5"),
         ModelFamily("all-minilm-l6-v2", "embed", 22_713_216, 6, 384, 12, 12, 32, 1536, 30522, 512,
@@ -166,5 +176,6 @@ MODEL_FAMILIES: dict[str, ModelFamily] = {
                     flops_per_sample=8_200_000_000, default_runtime="onnxruntime",
                     huggingface_id="microsoft/resnet-50"),
     )
-}
-"""ResNet-50: 25.6 M parameters, about 4.1 GMAC (8.2 GFLOP) per 224x224 image; `vocab` is its 1,000 classes."""
+})
+"""ResNet-50: 25.6 M parameters, about 4.1 GMAC (8.2 GFLOP) per 224x224 image; `vocab` is its 1,000 classes.
+The encoders (BERT) and the CNN are hand-written: vLLM does not read them as decoder configs."""
