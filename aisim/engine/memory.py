@@ -165,6 +165,10 @@ class MemoryPlan:
         """How many requests of max_model_len tokens fit at once (`get_max_concurrency_for_kv_cache_config`)."""
         return self.num_blocks / self.request_blocks if self.max_model_len else 0.0
 
+    def fits(self, margin: float) -> bool:
+        """Whether one request of `max_model_len` tokens plus `margin` fits in the KV cache."""
+        return self.num_blocks >= self.request_blocks * (1 + margin)
+
     @property
     def kv_needed(self) -> int:
         """Bytes of KV cache one request of `max_model_len` tokens needs (`_max_memory_usage_bytes_from_groups`)."""

@@ -21,7 +21,8 @@ wrapper), else a ModelOpt `hf_quant_config.json` beside it:
 
 Modules left unquantized (`modules_to_not_convert`, `ignore`, `exclude_modules`, `ignored_layers`) keep the
 model dtype: names match as vLLM matches them (`re:` regular expressions, `*` wildcards, or dotted-name parts).
-Embeddings and routers are never quantized (vLLM's quantized methods apply to `LinearBase` and `FusedMoE`).
+Embeddings, the LM head and routers are never quantized (vLLM's quantized methods apply to `LinearBase` and
+`FusedMoE` layers; the routers are built without a quantization config).
 
 `models[].quantization` is vLLM's `--quantization`: `fp8` on an unquantized checkpoint quantizes it when it
 loads (per-tensor FP8 weights, dynamic activation scales: `Fp8Config(is_checkpoint_fp8_serialized=False)`),
@@ -54,6 +55,9 @@ QUANTIZATION_METHODS = ("fp8", "fbgemm_fp8", "mxfp4", "modelopt", "modelopt_fp4"
                         "gptq_marlin", "compressed-tensors", "bitsandbytes")
 """vLLM `--quantization` names aisim models."""
 
+QUANTIZED_ROLES = LINEAR_ROLES - {"lm_head"}
+"""What a method quantizes: `LinearBase` and `FusedMoE` layers. The LM head is a `ParallelLMHead` (an embedding
+class), which vLLM's FP8, ModelOpt, AWQ and compressed-tensors methods leave in the model dtype."""
 UNQUANTIZED = ("bf16", "fp16", "fp32")
 SCALE_BYTES = {"nvfp4": 1 / 16, "nvfp4_wo": 1 / 16, "mxfp4": 1 / 32}
 CHECKPOINT_METHODS = {"awq": "awq", "awq_marlin": "awq", "gptq": "gptq", "gptq_marlin": "gptq", "mxfp4": "mxfp4",
@@ -76,7 +80,7 @@ class Scheme:
 
     method: str
     format: str
-    roles: frozenset[str] = LINEAR_ROLES
+    roles: frozenset[str] = QUANTIZED_ROLES
     """Operator classes the method quantizes."""
     ignore: tuple[str, ...] = ()
     group: int = 0
