@@ -28,7 +28,7 @@ FP8_BLOCK = 128
 from .problems import PathPart, Problem
 from .source import Source
 from .units import DURATION_UNITS
-from .workload import MAX_DURATION, Arrival, ClosedBatch, WorkloadDuration
+from .workload import MAX_DURATION, Arrival, ClosedBatch, Concurrency, WorkloadDuration
 
 Report = Callable[[Sequence[PathPart], str, str], None]
 
@@ -278,10 +278,11 @@ def _check_arrivals(parts: Parts, report: Report) -> None:
         return
     limit = "the longest workload" if parts.duration == MAX_DURATION else "the workload's duration"
     for i, arrival in _present(parts.arrivals):
-        if isinstance(arrival, ClosedBatch) and arrival.at > parts.duration:
+        if isinstance(arrival, (ClosedBatch, Concurrency)) and arrival.at > parts.duration:
             report(
                 ["workload", "sources", i, "arrival", "at"],
-                f"the batch arrives at {_duration(arrival.at)}, after {limit} ({_duration(parts.duration)}), so it "
+                f"the {'batch arrives' if isinstance(arrival, ClosedBatch) else 'clients start'} at "
+                f"{_duration(arrival.at)}, after {limit} ({_duration(parts.duration)}), so it "
                 f"brings no request: at must be at most {_duration(parts.duration)}",
                 "arrival-time",
             )
