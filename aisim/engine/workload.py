@@ -319,7 +319,7 @@ class ClosedLoop:
     from an event at the instant the previous one ended, so the number in flight never dips between them."""
 
     def __init__(self, feed: Iterator[Arrival], arrival: Concurrency, rng: np.random.Generator,
-                 send: Callable[[Arrival, Callable[[Any], None]], bool], at: Callable[[int, Callable[[], None]], None],
+                 send: Callable[[Arrival, Callable[[Any], None]], bool], at: Callable[[int, Callable[[], None]], object],
                  now: Callable[[], int]) -> None:
         """`send(arrival, on_end)` submits a request (False: the workload's limit is reached); `at(time, action)`
         schedules an event; `now()` is the clock."""
