@@ -1,7 +1,11 @@
 """Built-in GPU hardware profiles and model families.
 
 GPU figures are datasheet peaks from `shared/reference/gpu-profiles.md` (dense tensor FLOP/s,
-decimal GB and TB/s). `capacity` is the total memory that software reports (`torch.cuda`,
+decimal GB and TB/s); B300, GB200, GB300 and RTX PRO 6000 come from AIConfigurator's system files (cited
+where they are defined). B200 and H200 agree with those files on FLOP/s, power and NVLink; AIConfigurator
+gives B200 7.7 TB/s (the reference's 8 TB/s is kept: its sources disagree) and PCIe Gen6 (kept at Gen5, the
+HGX board's link), and both files give nominal memory sizes (180 GiB, 141 GiB) where the capacity here is
+torch's measured 178.35 GiB (B200) or the nominal GB x 0.989 (H200). `capacity` is the total memory that software reports (`torch.cuda`,
 vLLM logs), which is what a pool can hand out: measured values where the reference gives them
 (80 GB cards 79.1 GiB, L4 22.04 GiB, RTX 4090 23.65 GiB, T4 14.75 GiB, B200 178.35 GiB), and
 otherwise the nominal size in GiB times 0.989, the ratio seen on 80 GB cards (approximate,
@@ -61,6 +65,8 @@ class GpuProfile:
     greatest_stream_priority: int = -5
     """Highest stream priority the device offers (CUDA range 0..-5 on Turing and later)."""
     capacity_source: str = "measured"
+    fp4_flops: int | None = None
+    """Dense FP4 (NVFP4) tensor FLOP/s on Blackwell; None without FP4 tensor cores (or not given)."""
 
     @property
     def host_link_bandwidth(self) -> int:
@@ -75,7 +81,7 @@ def approximate_capacity(memory: int) -> int:
 
 def _profile(name: str, memory_gb: float, capacity: int | None, bw_tb: float, fp16_tf: float,
              fp8_tf: float | None, pcie: int, link_gb: float | None, tdp_w: int, sms: int, cc: str,
-             **extra: object) -> GpuProfile:
+             capacity_source: str | None = None, **extra: object) -> GpuProfile:
     return GpuProfile(
         name=name,
         memory=int(memory_gb * GB),
@@ -88,7 +94,7 @@ def _profile(name: str, memory_gb: float, capacity: int | None, bw_tb: float, fp
         tdp_mw=tdp_w * 1000,
         sms=sms,
         compute_capability=cc,
-        capacity_source="measured" if capacity is not None else "approximate (nominal GiB x 0.989)",
+        capacity_source=capacity_source or ("measured" if capacity is not None else "approximate (nominal GiB x 0.989)"),
         **extra,  # type: ignore[arg-type]
     )
 
@@ -106,7 +112,27 @@ GPU_PROFILES: dict[str, GpuProfile] = {
         _profile("H100-NVL", 94, None, 3.9, 835, 1671, 5, 600, 400, 132, "9.0"),
         _profile("H200", 141, None, 4.8, 989, 1979, 5, 900, 700, 132, "9.0"),
         _profile("H200-NVL", 141, None, 4.8, 835, 1671, 5, 900, 600, 132, "9.0"),
-        _profile("B200", 180, int(178.35 * GIB), 8.0, 2250, 4500, 5, 1800, 1000, 148, "10.0"),
+        _profile("B200", 180, int(178.35 * GIB), 8.0, 2250, 4500, 5, 1800, 1000, 148, "10.0", fp4_flops=9000 * TFLOPS),
+        # Blackwell systems of AIConfigurator (`shared/data/aiconfigurator-vllm/systems/*.yaml`, Apache-2.0): capacity
+        # is the nvidia-smi total those files record; FLOP/s dense; NVLink both directions (2 x `intra_node_bw`).
+        # B300 (`b300_sxm.yaml`, Blackwell Ultra datasheet): 275,040 MiB, 7.75 TB/s (62 TB/s / 8), 2.25 PF BF16,
+        # 4.5 PF FP8, 14 PF FP4, 1,100 W, PCIe Gen6, sm_103; 160 SMs (Blackwell Ultra, inferred: not in the file).
+        _profile("B300", 288, 275_040 * 2**20, 7.75, 2250, 4500, 6, 1800, 1100, 160, "10.3", fp4_flops=14000 * TFLOPS,
+                 capacity_source="measured (nvidia-smi, AIConfigurator b300_sxm.yaml)"),
+        # GB200 (`gb200.yaml`, Blackwell datasheet): 189,471 MiB, 8 TB/s, 2.5 PF BF16, 5 PF FP8, 10 PF FP4, 1,200 W,
+        # PCIe Gen5 to Grace, NVLink 5 in the NVL72 rack, sm_100; 148 SMs as B200 (inferred).
+        _profile("GB200", 186, 189_471 * 2**20, 8.0, 2500, 5000, 5, 1800, 1200, 148, "10.0", fp4_flops=10000 * TFLOPS,
+                 capacity_source="measured (nvidia-smi, AIConfigurator gb200.yaml)"),
+        # GB300 (`gb300.yaml`, Blackwell Ultra datasheet): 284,208 MiB, 8 TB/s, 2.5 PF BF16, 5 PF FP8, 15 PF FP4,
+        # 1,400 W, PCIe Gen5, sm_103; 160 SMs (inferred).
+        _profile("GB300", 288, 284_208 * 2**20, 8.0, 2500, 5000, 5, 1800, 1400, 160, "10.3", fp4_flops=15000 * TFLOPS,
+                 capacity_source="measured (nvidia-smi, AIConfigurator gb300.yaml)"),
+        # RTX PRO 6000 Blackwell Server Edition (`rtx_pro_6000_server.yaml`): 97,887 MiB of GDDR7, 1.792 TB/s,
+        # 467.8 TF BF16 / 935.6 FP8 / 1,871 FP4 dense (the file's figures, scaled to the 2,430 MHz clock it
+        # observed), 600 W, PCIe Gen5 and no NVLink, compute capability 12.0; 188 SMs (24,064 CUDA cores / 128).
+        _profile("RTX-PRO-6000", 96, 97_887 * 2**20, 1.792, 467.8, 935.6, 5, None, 600, 188, "12.0",
+                 fp4_flops=int(1871.2 * TFLOPS), capacity_source="measured (nvidia-smi, AIConfigurator "
+                                                               "rtx_pro_6000_server.yaml)"),
         _profile("L4", 24, int(22.04 * GIB), 0.300, 121, 242, 4, None, 72, 58, "8.9"),
         _profile("L40S", 48, None, 0.864, 362, 733, 4, None, 350, 142, "8.9"),
         _profile("A10", 24, None, 0.600, 125, None, 4, None, 150, 72, "8.6"),
