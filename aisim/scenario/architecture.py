@@ -103,7 +103,8 @@ class ModelFamily:
     """Routed experts per MoE layer (1: dense)."""
     experts_per_token: int = 1
     active_params: int | None = None
-    """Parameters touched per token (MoE); equals `params` for dense models."""
+    """Parameters touched per text token (MoE: the routed experts it goes to); `params` less a multimodal encoder
+    for dense models."""
     flops_per_sample: int | None = None
     """Forward FLOPs per input sample for non-token models (CNNs)."""
     default_runtime: Literal["vllm", "tensorrt", "onnxruntime", "python"] = "vllm"

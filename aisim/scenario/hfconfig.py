@@ -165,7 +165,15 @@ def config_files(path: Path) -> tuple[Path, Path | None]:
     return config, quant if quant is not None and quant.is_file() else None
 
 
+MAX_CONFIG_BYTES = 64 * 2**20
+"""Largest config file read (the largest quantization file seen, MiniMax-M3-NVFP4's, is 3 MB)."""
+
+
 def _load(path: Path) -> dict[str, Any]:
+    if path.exists() and not path.is_file():
+        raise ConfigError(str(path), "", "not a regular file (a Hugging Face config.json, or a folder holding one)")
+    if path.is_file() and path.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(str(path), "", f"larger than {MAX_CONFIG_BYTES // 2**20} MiB: not a model config")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -224,7 +232,7 @@ def read_config(path: str | Path, quantization: str | None = None, name: str = "
     if vision:
         notes.append(f"its encoder ({vision / 1e9:.2f}B parameters) is counted from vision_config, approximately")
     return replace(arch, name=name or _default_name(config_path), params=params,
-                   active_params=params - _inactive(arch, modules), vision_params=vision, weight_groups=groups,
+                   active_params=params - vision - _inactive(arch, modules), vision_params=vision, weight_groups=groups,
                    quantization=scheme.method if scheme else "", kv_cache_quantization=scheme.kv_cache if scheme else "",
                    architecture=cls, source=where, notes=tuple(notes))
 
@@ -265,7 +273,8 @@ def _architecture(cls: str, r: _Reader, outer: Mapping[str, Any], naming: Naming
     )
     if cls in MLA:
         return _mla(base, r), naming
-    arch = replace(base, layer_types=_layer_types(cls, r, layers), sliding_window=_window(cls, r))
+    arch = replace(base, layer_types=_layer_types(cls, r, layers), sliding_window=_window(cls, r),
+                   attention_chunk=r.integer("attention_chunk_size", 0) if cls == "Llama4ForCausalLM" else 0)
     if cls == "GptOssForCausalLM":
         arch = replace(arch, sinks=True)
     if cls in DENSE:
@@ -394,12 +403,14 @@ def _attention(arch: ModelFamily, layer: str) -> Iterator[Module]:
     if arch.mla:
         heads, qk = arch.heads, arch.qk_nope_head_dim + arch.qk_rope_head_dim
         if arch.q_lora_rank:
-            yield Module(f"{attn}q_a_proj", "attention_latent", h * arch.q_lora_rank + arch.q_lora_rank)
+            yield Module(f"{attn}q_a_proj", "attention_latent", h * arch.q_lora_rank)
+            yield Module(f"{attn}q_a_layernorm", "norm", arch.q_lora_rank)
             yield Module(f"{attn}q_b_proj", "attention", arch.q_lora_rank * heads * qk)
         else:
             yield Module(f"{attn}q_proj", "attention", h * heads * qk)
         latent = arch.kv_lora_rank + arch.qk_rope_head_dim
-        yield Module(f"{attn}kv_a_proj_with_mqa", "attention_latent", h * latent + arch.kv_lora_rank)
+        yield Module(f"{attn}kv_a_proj_with_mqa", "attention_latent", h * latent)
+        yield Module(f"{attn}kv_a_layernorm", "norm", arch.kv_lora_rank)
         yield Module(f"{attn}kv_b_proj", "attention",
                      arch.kv_lora_rank * heads * (arch.qk_nope_head_dim + arch.v_head_dim))
         yield Module(f"{attn}o_proj", "attention", heads * arch.v_head_dim * h)
@@ -417,8 +428,9 @@ def _attention(arch: ModelFamily, layer: str) -> Iterator[Module]:
 
 def _experts(arch: ModelFamily, block: str, naming: Naming) -> Iterator[Module]:
     h, e, inter = arch.hidden, arch.experts, arch.expert_intermediate
-    bias = e * (2 * inter + h) if arch.sinks else 0  # gpt-oss's experts carry biases
-    yield Module(f"{block}experts", "experts", e * 3 * h * inter + bias)
+    yield Module(f"{block}experts", "experts", e * 3 * h * inter)
+    if arch.sinks:  # gpt-oss's experts carry biases, kept in the model dtype
+        yield Module(f"{block}experts.bias", "norm", e * (2 * inter + h))
     router_bias = e if arch.sinks else 0
     yield Module(f"{block}{naming.router}", "router", h * e + router_bias)
     if arch.shared_intermediate:
