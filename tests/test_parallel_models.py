@@ -172,6 +172,9 @@ def test_placement_validation_says_what_does_not_split() -> None:
     with_ep = _problems({"family": "qwen3-235b-a22b-fp8", "placement": {"gpus": ["g"], "tensorParallel": 8},
                          "engine": {"enableExpertParallel": True}})  # whole experts: no block is split
     assert [(severity, path) for severity, path, _ in with_ep] == [("warning", "$.models[0].placement.tensorParallel")]
+    [(severity, path, message)] = _problems({"family": "mixtral-8x7b", "engine": {"enableExpertParallel": True},
+                                             "placement": {"gpus": ["g"], "tensorParallel": 4, "dataParallel": 4}}, count=16)
+    assert (severity, path) == ("error", "$.models[0].engine.enableExpertParallel") and "exceeds the 8 experts" in message
 
 
 def test_which_gpu_runs_which_format() -> None:

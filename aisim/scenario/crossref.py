@@ -239,6 +239,14 @@ def _check_parallel(i: int, model: Model, devices: dict[str, Gpu], report: Repor
             warn([*here, "tensorParallel"], f"the {arch.kv_heads} KV heads are replicated over tensorParallel {tp}: "
                  f"each GPU holds one, {tp // arch.kv_heads} copies of each (the KV cache per GPU stops shrinking)",
                  "placement")
+    ep = model.expert_parallel_size()
+    if ep > arch.experts:
+        report(["models", i, "engine", "enableExpertParallel"], f"expert parallelism over {ep} GPUs (TP x DP) exceeds "
+               f"the {arch.experts} experts: some GPUs would hold none", "placement")
+    elif ep > 1 and arch.experts % ep:
+        warn(["models", i, "engine", "enableExpertParallel"], f"{arch.experts} experts do not split evenly over "
+             f"{ep} GPUs: some hold {-(-arch.experts // ep)}, the others {arch.experts // ep} (the fullest sets the "
+             "memory and the pace)", "placement")
     if model.engine.enable_expert_parallel and not arch.moe:
         warn(["models", i, "engine", "enableExpertParallel"], "the model has no experts: expert parallelism changes "
              "nothing", "placement")
