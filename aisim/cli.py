@@ -282,10 +282,13 @@ FIT_MARGIN = 0.15
 
 
 def _memory(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
     from .engine.memory import plan
     from .render import memory_lines
     from .scenario.models import EngineLimits, Model
     from .scenario.presets import GPU_PROFILES, MODEL_FAMILIES, GpuProfile
+    from .scenario.quantization import gpu_problem
 
     cases: list[tuple[str, Model, GpuProfile, EngineLimits]] = []
     if args.scenario:
@@ -297,22 +300,34 @@ def _memory(args: argparse.Namespace) -> int:
             gpu = devices[model.placement.gpus[0]].resolved()
             cases.append((model.id, model, gpu, model.engine))
     else:
-        if not args.model or not args.gpu:
-            raise UsageError("give a SCENARIO, or --model and --gpu")
-        if args.model not in MODEL_FAMILIES or args.gpu not in GPU_PROFILES:
-            unknown = args.model if args.model not in MODEL_FAMILIES else args.gpu
-            known = ", ".join(MODEL_FAMILIES if args.model not in MODEL_FAMILIES else GPU_PROFILES)
+        if not (args.model or args.config) or not args.gpu:
+            raise UsageError("give a SCENARIO, or --model (or --config) and --gpu")
+        if (args.model and args.model not in MODEL_FAMILIES) or args.gpu not in GPU_PROFILES:
+            unknown = args.gpu if args.gpu not in GPU_PROFILES else args.model
+            known = ", ".join(GPU_PROFILES if args.gpu not in GPU_PROFILES else MODEL_FAMILIES)
             raise UsageError(f"unknown {unknown!r}; choose one of {known}")
         limits = {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,
                   "max_model_len": args.max_model_len, "gpu_memory_utilization": args.gpu_memory_utilization,
-                  "block_size": args.block_size, "kv_cache_dtype": args.kv_cache_dtype}
+                  "block_size": args.block_size, "kv_cache_dtype": args.kv_cache_dtype,
+                  "enable_expert_parallel": args.enable_expert_parallel or None}
         engine = EngineLimits.model_validate({k: v for k, v in limits.items() if v is not None})
-        model = Model.model_validate({"id": args.model, "family": args.model, "engine": engine.model_dump(),
-                                      "placement": {"gpus": ["gpu"], "tensorParallel": args.tensor_parallel}})
+        source = {"family": args.model} if args.model else {"config": args.config}
+        placement = {"gpus": ["gpu"], "tensorParallel": args.tensor_parallel,
+                     **({"dataParallel": args.data_parallel} if args.data_parallel else {})}
+        try:
+            model = Model.model_validate({"id": args.model or Path(args.config).name, **source,
+                                          **({"quantization": args.quantization} if args.quantization else {}),
+                                          "engine": engine.model_dump(exclude_unset=True), "placement": placement},
+                                         context={"base_dir": Path.cwd()})
+        except ValidationError as error:
+            raise UsageError("; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors())) from None
         split = model.tensor_parallel_problem()
         if split:
             raise UsageError(f"--tensor-parallel: {split}")
-        cases.append((args.model, model, GPU_PROFILES[args.gpu], engine))
+        problem = gpu_problem(model.resolved(), GPU_PROFILES[args.gpu].compute_capability, GPU_PROFILES[args.gpu].vendor)
+        if problem:
+            raise UsageError(f"{args.gpu} cannot run it: {problem}")
+        cases.append((args.model or model.resolved().name, model, GPU_PROFILES[args.gpu], model.engine))
     results = []
     for name, model, gpu, engine in cases:
         result = plan(model, gpu, engine)
@@ -323,7 +338,7 @@ def _memory(args: argparse.Namespace) -> int:
     else:
         for name, model, gpu, result in results:
             sys.stdout.write(memory_lines(name, model, gpu, result, FIT_MARGIN) + "\n")
-    return 0 if all(r.kv_tokens >= r.max_model_len * (1 + FIT_MARGIN) for *_, r in results) else 1
+    return 0 if all(r.fits(FIT_MARGIN) for *_, r in results) else 1
 
 
 def _plan_dict(result: object) -> dict[str, object]:
@@ -331,7 +346,7 @@ def _plan_dict(result: object) -> dict[str, object]:
 
     data = dataclasses.asdict(result)  # type: ignore[call-overload]
     data.update(kv_tokens=result.kv_tokens, max_concurrency=round(result.max_concurrency, 2),  # type: ignore[attr-defined]
-                fits=result.kv_tokens >= result.max_model_len * (1 + FIT_MARGIN))  # type: ignore[attr-defined]
+                fits=result.fits(FIT_MARGIN))  # type: ignore[attr-defined]
     return data
 
 
@@ -577,8 +592,12 @@ def build_parser() -> argparse.ArgumentParser:
     memory = commands.add_parser("memory", help="predict weights, activations and KV-cache capacity, as vLLM sizes them")
     memory.add_argument("scenario", nargs="?", metavar="SCENARIO", help="a scenario: every simulated model in it")
     memory.add_argument("--model", help="a model family (llama-3-8b, ...)")
+    memory.add_argument("--config", metavar="PATH", help="a Hugging Face config.json, or a folder holding one")
+    memory.add_argument("--quantization", help="vLLM's --quantization (fp8 on an unquantized checkpoint, ...)")
     memory.add_argument("--gpu", help="a GPU profile (H100-SXM, ...)")
     memory.add_argument("--tensor-parallel", type=COUNT, default=1)
+    memory.add_argument("--data-parallel", type=COUNT, help="vLLM's --data-parallel-size (MoE: ranks share the experts)")
+    memory.add_argument("--enable-expert-parallel", action="store_true", help="vLLM's --enable-expert-parallel")
     memory.add_argument("--max-num-seqs", type=COUNT)
     memory.add_argument("--max-num-batched-tokens", type=COUNT)
     memory.add_argument("--max-model-len", type=COUNT)

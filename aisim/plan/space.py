@@ -135,8 +135,8 @@ def base_rate(scenario: Scenario, model: Model, base_dir: Path) -> float:
         elif arrival.kind in RATE_KINDS:
             total += arrival.rate.per_second  # type: ignore[union-attr]
         else:
-            raise PlanError(f"source {source.name!r}: a closed batch has no rate to scale; use poisson, gamma, "
-                            "constant or a trace")
+            raise PlanError(f"source {source.name!r}: a closed {'batch' if arrival.kind == 'batch' else 'loop'} has "
+                            "no rate to scale; use poisson, gamma, constant or a trace")
     if not total:
         raise PlanError(f"no workload source sends requests to {model.id!r}")
     return total
