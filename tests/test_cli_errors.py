@@ -157,7 +157,7 @@ def test_tokenizer_save_names_the_folder_it_cannot_write(capsys: pytest.CaptureF
 
 
 def test_memory_reports_bad_flags_with_status_2(capsys: pytest.CaptureFixture[str]) -> None:
-    assert _aisim(capsys, "memory")[::2] == (2, "aisim memory: give a SCENARIO, or --model and --gpu\n")
+    assert _aisim(capsys, "memory")[::2] == (2, "aisim memory: give a SCENARIO, or --model (or --config) and --gpu\n")
     assert _aisim(capsys, "memory", "--model", "bogus", "--gpu", "H100-SXM")[::2] == (
         2, f"aisim memory: unknown 'bogus'; choose one of {', '.join(MODEL_FAMILIES)}\n")
     assert _aisim(capsys, "memory", "--model", "llama-3-8b", "--gpu", "bogus")[::2] == (

@@ -21,14 +21,14 @@ from .document import Scenario
 from .hardware import BuddyPool, Gpu, expand_devices
 from .models import Model
 from .presets import GIB
-from .quantization import gpu_problem
-
-FP8_BLOCK = 128
-"""The weight block of block-quantized FP8 checkpoints (DeepSeek, Qwen3-FP8: `weight_block_size: [128, 128]`)."""
 from .problems import PathPart, Problem
+from .quantization import gpu_problem
 from .source import Source
 from .units import DURATION_UNITS
 from .workload import MAX_DURATION, Arrival, ClosedBatch, Concurrency, WorkloadDuration
+
+FP8_BLOCK = 128
+"""The weight block of block-quantized FP8 checkpoints (DeepSeek, Qwen3-FP8: `weight_block_size: [128, 128]`)."""
 
 Report = Callable[[Sequence[PathPart], str, str], None]
 
