@@ -2,6 +2,7 @@
 
     python bench/kernel_tables.py --extract /work/shared/data/aiconfigurator-vllm   # rewrite the data folder
     python bench/kernel_tables.py --check /work/shared/data/aiconfigurator-vllm     # packaged == source, to 1.7e-4
+    python bench/kernel_tables.py --fixture /work/shared/data/aiconfigurator-vllm   # the tests' source rows
     python bench/kernel_tables.py                                                   # the manifest and load times
 
 Version: per system, the newest vLLM version folder that holds measured tables (`reuse.yaml`-only folders do
@@ -156,13 +157,45 @@ def check(root: Path) -> int:
     return 0 if worst_all <= store.MAX_RELATIVE_ERROR * 1.0001 else 1
 
 
+FIXTURE = Path(__file__).resolve().parent.parent / "tests" / "data" / "kernel_tables"
+FIXTURE_ROWS = 3
+DROPPED = {"framework", "version", "device", "power", "power_limit", "model", "architecture"}
+
+
+def fixture(root: Path, out: Path = FIXTURE) -> None:
+    """A few source rows of every packaged table, as read from the parquet files (the tests' ground truth):
+    per table, `FIXTURE_ROWS` rows of distinct shapes spread over the file."""
+    manifest = json.loads((DATA / MANIFEST).read_text())
+    document: dict[str, Any] = {"source": f"ai-dynamo/aiconfigurator @ {SOURCE_COMMIT} (Apache-2.0)", "tables": []}
+    for system, info in manifest["systems"].items():
+        for name, table in info["tables"].items():
+            columns = read_columns([root / f for f in table["files"]])
+            derived, latency = select(SPECS[name], columns)
+            keep = np.isfinite(np.asarray(columns["latency"], np.float64))
+            for accept in SPECS[name].filters:
+                keep &= accept(columns)
+            kept = np.flatnonzero(keep)
+            shapes = first_rows(SPECS[name], derived)
+            shapes = shapes[latency[shapes] > 0]
+            rows = kept[shapes[np.unique(np.linspace(0, len(shapes) - 1, FIXTURE_ROWS).astype(int))]]
+            document["tables"].append({"system": system, "table": name, "columns": {
+                c: [v.item() if hasattr(v, "item") else v for v in np.asarray(columns[c])[rows]]
+                for c in sorted(columns) if c not in DROPPED}})
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "rows.json").write_text(json.dumps(document, indent=0, sort_keys=True) + "\n")
+    shutil.copyfile(root / "LICENSE-Apache-2.0.txt", out / "LICENSE-Apache-2.0.txt")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--extract", type=Path, metavar="ROOT", help="rewrite the packaged tables from ROOT")
     parser.add_argument("--check", type=Path, metavar="ROOT", help="compare the packaged tables with ROOT")
+    parser.add_argument("--fixture", type=Path, metavar="ROOT", help="rewrite the tests' source rows from ROOT")
     args = parser.parse_args()
     if args.extract:
         extract(args.extract)
+    if args.fixture:
+        fixture(args.fixture)
     if args.check:
         return check(args.check)
     print(manifest_text())

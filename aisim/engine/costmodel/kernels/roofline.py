@@ -33,6 +33,8 @@ ACTIVATION_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_block": 1.
                     "w4a16_mxfp4": 2.0, "w4a8_mxfp4_mxfp8": 1.0}
 KV_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0}
 UNLIMITED_WINDOW = 1 << 30
+Number = float | np.ndarray
+"""A size or a time: one number, or an array of them."""
 
 # DeepSeek-V3's multi-head latent attention (config.json: hidden_size, q_lora_rank, kv_lora_rank,
 # qk_nope_head_dim, qk_rope_head_dim, v_head_dim)
@@ -76,7 +78,15 @@ class Work:
     link: np.ndarray | float = 0.0
 
 
-def scale(seconds: np.ndarray, floor: float, ratio: np.ndarray | float) -> np.ndarray:
+def sizes_of(sizes: Sequence[Number]) -> list[Number]:
+    """Sizes as Python floats when every one is a number (a single query stays in fast scalar code), else
+    as float arrays broadcast together."""
+    if all(isinstance(s, int | float) for s in sizes):
+        return [float(s) for s in sizes]
+    return list(np.broadcast_arrays(*[np.asarray(s, dtype=np.float64) for s in sizes]))
+
+
+def scale(seconds: Number, floor: float, ratio: Number) -> Number:
     """A measured kernel moved to another amount of work or another GPU, `ratio` being the ratio of speeds
     of light: its fixed cost `floor` kept, the rest scaled. The one rule behind every estimate beyond the
     measurements: a larger size (`grid.py`), an unmeasured key (`tables.Table.seconds`), a 4-bit GEMM,
@@ -97,7 +107,7 @@ def causal_pairs(new: np.ndarray | float, prefix: np.ndarray | float, window: fl
     return _causal_pairs(np.asarray(new) + np.asarray(prefix), w) - _causal_pairs(np.asarray(prefix, dtype=float), w)
 
 
-def work(table: str, keys: Mapping[str, Any], sizes: Sequence[np.ndarray]) -> Work:
+def work(table: str, keys: Mapping[str, Any], sizes: Sequence[Number]) -> Work:
     """The work of one kernel of `table` with slice `keys` at `sizes` (the table's axes, in order)."""
     return _WORK[table](keys, *sizes)
 

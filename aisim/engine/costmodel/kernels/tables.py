@@ -22,7 +22,7 @@ import numpy as np
 from . import roofline, store
 from .build import SPECS, TableSpec
 from .grid import Grid
-from .roofline import Spec, causal_pairs, scale
+from .roofline import Number, Spec, causal_pairs, scale, sizes_of
 
 NEIGHBOURS = 2
 """Measured slices that lend their efficiency to an unmeasured key (`bench/kernel_fidelity.py` chose it)."""
@@ -43,10 +43,7 @@ class MissingKernel(LookupError):
     """No table, and no system to scale one from, answers this kernel."""
 
 
-Number = float | np.ndarray
-
-
-def _out(value: np.ndarray) -> Number:
+def _out(value: Number) -> Number:
     return float(value) if np.ndim(value) == 0 else value
 
 
@@ -80,6 +77,11 @@ class Table:
         self._grids: dict[int, Grid] = {}
         self.slices = [self._decode(row) for row in self._keys]
         """Every slice's keys (names as strings, numbers as ints), in packaged order."""
+        self._names = [k for k in spec.keys if k in self._vocab]
+        self._by_names: dict[tuple[Any, ...], list[int]] = {}
+        for i, s in enumerate(self.slices):
+            self._by_names.setdefault(tuple(s[k] for k in self._names), []).append(i)
+        self._chosen: dict[tuple[Any, ...], list[tuple[int, float]]] = {}
 
     def _decode(self, row: np.ndarray) -> dict[str, Any]:
         return {k: self._vocab[k][int(v)] if k in self._vocab else int(v) for k, v in zip(self.spec.keys, row, strict=True)}
@@ -107,11 +109,18 @@ class Table:
 
     def matches(self, keys: Mapping[str, Any]) -> list[int]:
         """Slices whose names equal the query's."""
-        return [i for i, s in enumerate(self.slices) if all(s[k] == keys[k] for k in self._vocab)]
+        return self._by_names.get(tuple(keys[k] for k in self._names), [])
 
     def neighbours(self, keys: Mapping[str, Any], exclude: frozenset[int] = frozenset()) -> list[tuple[int, float]]:
         """(slice, weight): the slice with exactly these keys, or the `NEIGHBOURS` nearest with the same names
-        (and the same padded sizes, rounded up: `TableSpec.padded`)."""
+        (and the same padded sizes, rounded up: `TableSpec.padded`). Remembered per keys."""
+        tag = (*(keys[k] for k in self.spec.keys), exclude)
+        found = self._chosen.get(tag)
+        if found is None:
+            found = self._chosen[tag] = self._nearest(keys, exclude)
+        return found
+
+    def _nearest(self, keys: Mapping[str, Any], exclude: frozenset[int]) -> list[tuple[int, float]]:
         candidates = [i for i in self.matches(keys) if i not in exclude]
         for key in self.spec.padded:
             sizes = sorted({self.slices[i][key] for i in candidates})
@@ -140,22 +149,23 @@ class Table:
         asked = {k: keys[k] for k in self._vocab}
         return f"{self._system.name} has no {self.spec.name} table for {asked} (measured: {have})"
 
-    def seconds(self, keys: Mapping[str, Any], sizes: Sequence[Number], exclude: frozenset[int] = frozenset()) -> np.ndarray:
+    def seconds(self, keys: Mapping[str, Any], sizes: Sequence[Number], exclude: frozenset[int] = frozenset()
+                ) -> Number:
         """Latency at `sizes` of the kernel with `keys`: its slice's, or its neighbours' moved to these keys
         (`scaled`), averaged in log space with inverse squared distance weights."""
         chosen = self.neighbours(keys, exclude)
         if len(chosen) == 1 and chosen[0][1] == 1.0:
             return self.grid(chosen[0][0]).seconds(*sizes)
-        q = np.broadcast_arrays(*[np.asarray(s, dtype=np.float64) for s in sizes])
+        q = sizes_of(sizes)
         wanted = self._system.seconds(roofline.work(self.spec.name, keys, q))
-        log_seconds = np.zeros(q[0].shape)
+        log_seconds: Number = 0.0
         total = 0.0
         for index, weight in chosen:
             grid = self.grid(index)
             sol = self._system.seconds(roofline.work(self.spec.name, self.slices[index], q))
-            log_seconds += weight * np.log2(scale(grid.seconds(*q), grid.floor, wanted / sol))
+            log_seconds = log_seconds + weight * np.log2(scale(grid.seconds(*q), grid.floor, wanted / sol))
             total += weight
-        return np.exp2(log_seconds / total)
+        return _out(np.exp2(log_seconds / total))
 
     def floor(self, keys: Mapping[str, Any]) -> float:
         """The fixed cost of the kernel with `keys`: the smallest latency of its nearest slice."""
@@ -234,17 +244,20 @@ class KernelTables:
         table = self.table(name)
         return table is not None and any(all(s[k] == v for k, v in names.items()) for s in table.slices)
 
-    def _seconds(self, name: str, keys: Mapping[str, Any], sizes: Sequence[Number]) -> np.ndarray:
+    def lookup(self, name: str, keys: Mapping[str, Any], sizes: Sequence[Number]) -> Number:
+        """Seconds of table `name`'s kernel with `keys` (every key of its `TableSpec`) at `sizes` (its axes, in
+        order): what the methods below call, for a caller holding a table's own keys."""
         table = self.table(name)
         if table is not None and table.matches(keys):
             return table.seconds(keys, sizes)
-        return self._borrow(name, keys)._seconds(name, keys, sizes)
+        return self._borrow(name, keys).lookup(name, keys, sizes)
 
-    def _floor(self, name: str, keys: Mapping[str, Any]) -> float:
+    def floor(self, name: str, keys: Mapping[str, Any]) -> float:
+        """The fixed cost of that kernel: its slice's smallest latency, seconds."""
         table = self.table(name)
         if table is not None and table.matches(keys):
             return table.floor(keys)
-        return self._borrow(name, keys)._floor(name, keys)
+        return self._borrow(name, keys).floor(name, keys)
 
     def _borrow(self, name: str, keys: Mapping[str, Any]) -> KernelTables:
         """The nearest measured system with this table and names, scaled to this one (cached per names)."""
@@ -264,7 +277,9 @@ class KernelTables:
                     found = ScaledTables(base, self.spec, self.system)
                     break
             else:
-                raise MissingKernel(f"no system measured {name} with {names}")
+                table = self.table(name)
+                here = {k: sorted(set(table.names(k))) for k in names} if table else f"no {name} table"
+                raise MissingKernel(f"no system measured {name} with {names} ({self.system} measured: {here})")
             self._borrowed[tag] = found
         return found
 
@@ -290,16 +305,16 @@ class KernelTables:
         sizes = (m, n, k)
         weight_only = INT4_GEMMS.get(dtype)
         if weight_only is None:
-            return _out(self._seconds("gemm", {"dtype": dtype}, sizes))
+            return _out(self.lookup("gemm", {"dtype": dtype}, sizes))
         return _out(self._transfer("gemm", {"dtype": "bfloat16"}, {"dtype": weight_only}, sizes))
 
     def _transfer(self, name: str, measured: Mapping[str, Any], wanted: Mapping[str, Any],
-                  sizes: Sequence[Number]) -> np.ndarray:
+                  sizes: Sequence[Number]) -> Number:
         """The kernel with keys `wanted` from the measured one with keys `measured`: its fixed cost kept,
         the rest scaled by the ratio of their speeds of light."""
-        q = np.broadcast_arrays(*[np.asarray(s, dtype=np.float64) for s in sizes])
+        q = sizes_of(sizes)
         ratio = self.spec.seconds(roofline.work(name, wanted, q)) / self.spec.seconds(roofline.work(name, measured, q))
-        return scale(self._seconds(name, measured, q), self._floor(name, measured), ratio)
+        return scale(self.lookup(name, measured, q), self.floor(name, measured), ratio)
 
     def context_attention(self, batch: Number, isl: Number, heads: int, kv_heads: int, head_dim: int,
                           kv_dtype: str = "bfloat16", window: int = 0, prefix: Number = 0) -> Number:
@@ -308,7 +323,7 @@ class KernelTables:
         keys = {"kv_dtype": kv_dtype, "kv_heads": 0 if kv_heads == heads else kv_heads, "head_dim": head_dim,
                 "window": window}
         full = np.asarray(isl, dtype=np.float64) + prefix
-        seconds = self._seconds("context_attention", keys, (heads, full, batch))
+        seconds = self.lookup("context_attention", keys, (heads, full, batch))
         if np.any(np.asarray(prefix) > 0):
             seconds = seconds * causal_pairs(isl, prefix, window) / causal_pairs(full, 0, window)
         return _out(seconds)
@@ -318,14 +333,14 @@ class KernelTables:
         """Decode attention of `batch` requests, each over `kv_len` tokens of KV cache (its own included)."""
         keys = {"kv_dtype": kv_dtype, "kv_heads": 0 if kv_heads == heads else kv_heads, "head_dim": head_dim,
                 "window": window}
-        return _out(self._seconds("generation_attention", keys, (heads, batch, kv_len)))
+        return _out(self.lookup("generation_attention", keys, (heads, batch, kv_len)))
 
     def mla_context(self, batch: Number, isl: Number, heads: int, kv_dtype: str = "bfloat16",
                     dtype: str = "bfloat16", gemm_dtype: str = "bfloat16", prefix: Number = 0) -> Number:
         """DeepSeek-style MLA prefill module (attention, RoPE, the latent's up-projection), `heads` on this GPU."""
         keys = {"dtype": dtype, "kv_dtype": kv_dtype, "gemm_dtype": gemm_dtype}
         full = np.asarray(isl, dtype=np.float64) + prefix
-        seconds = self._seconds("mla_context", keys, (heads, full, batch))
+        seconds = self.lookup("mla_context", keys, (heads, full, batch))
         if np.any(np.asarray(prefix) > 0):
             seconds = seconds * causal_pairs(isl, prefix, 0) / causal_pairs(full, 0, 0)
         return _out(seconds)
@@ -333,12 +348,12 @@ class KernelTables:
     def mla_generation(self, batch: Number, kv_len: Number, heads: int, kv_dtype: str = "bfloat16",
                        gemm_dtype: str = "bfloat16") -> Number:
         """DeepSeek-style MLA decode module (absorbed projections and latent attention), `heads` on this GPU."""
-        return _out(self._seconds("mla_generation", {"kv_dtype": kv_dtype, "gemm_dtype": gemm_dtype},
+        return _out(self.lookup("mla_generation", {"kv_dtype": kv_dtype, "gemm_dtype": gemm_dtype},
                                   (heads, batch, kv_len)))
 
     def mla_bmm(self, stage: str, tokens: Number, heads: int, dtype: str = "bfloat16") -> Number:
         """MLA decode's batched matmul into (`mla_gen_pre`) or out of (`mla_gen_post`) the latent space."""
-        return _out(self._seconds("mla_bmm", {"stage": stage, "dtype": dtype}, (heads, tokens)))
+        return _out(self.lookup("mla_bmm", {"stage": stage, "dtype": dtype}, (heads, tokens)))
 
     def moe(self, dtype: str, tokens: Number, hidden: int, inter: int, topk: int, experts: int, moe_tp: int = 1,
             moe_ep: int = 1, distribution: str = "balanced") -> Number:
@@ -347,7 +362,7 @@ class KernelTables:
         experts); `distribution`: balanced, power_law_1.01 or power_law_1.2 routing."""
         keys = {"dtype": dtype, "distribution": distribution, "topk": topk, "experts": experts, "hidden": hidden,
                 "inter": inter, "moe_tp": moe_tp, "moe_ep": moe_ep}
-        return _out(self._seconds("moe", keys, (tokens,)))
+        return _out(self.lookup("moe", keys, (tokens,)))
 
     def allreduce(self, nbytes: Number, gpus: int, graph: bool = True) -> Number:
         """vLLM's custom all-reduce of `nbytes` bytes per GPU over `gpus` GPUs of one node, in a CUDA graph
@@ -356,7 +371,7 @@ class KernelTables:
             return _out(np.zeros(np.shape(nbytes)))
         if gpus > self.spec.gpus_per_node:
             return self.nccl("all_reduce", nbytes, gpus)
-        return _out(self._seconds("allreduce", {"mode": "graph" if graph else "eager", "gpus": gpus}, (nbytes,)))
+        return _out(self.lookup("allreduce", {"mode": "graph" if graph else "eager", "gpus": gpus}, (nbytes,)))
 
     def nccl(self, op: str, nbytes: Number, gpus: int) -> Number:
         """An NCCL collective (all_reduce, all_gather, reduce_scatter, all_to_all) of `nbytes` bytes per GPU
@@ -370,8 +385,8 @@ class KernelTables:
         local = min(gpus, self.spec.gpus_per_node)
         keys = {"mode": "graph", "gpus": local}
         largest = float(self._largest_allreduce())
-        latency = self._floor("allreduce", keys)
-        bus = 2 * (local - 1) / local * largest / (float(self._seconds("allreduce", keys, (largest,))) - latency)
+        latency = self.floor("allreduce", keys)
+        bus = 2 * (local - 1) / local * largest / (float(self.lookup("allreduce", keys, (largest,))) - latency)
         if gpus > local and self.spec.scale_out:
             bus = min(bus, self.spec.scale_out)
         share = (gpus - 1) / gpus * (2 if op == "all_reduce" else 1)
@@ -386,7 +401,7 @@ class KernelTables:
     def quantize(self, kernel: str, m: Number, k: Number, dtype: str = "fp8") -> Number:
         """An activation quantisation kernel of vLLM's static FP8 path (`compute_scale`, `scale_matrix`)
         over an m x k activation."""
-        return _out(self._seconds("quantize", {"kernel": kernel, "dtype": dtype}, (m, k)))
+        return _out(self.lookup("quantize", {"kernel": kernel, "dtype": dtype}, (m, k)))
 
 
 class ScaledTables(KernelTables):
@@ -402,14 +417,14 @@ class ScaledTables(KernelTables):
         self.base_system = base.system
         self.source = f"{spec.name}: {base.system}'s tables scaled by datasheet roofline"
 
-    def _seconds(self, name: str, keys: Mapping[str, Any], sizes: Sequence[Number]) -> np.ndarray:
-        q = np.broadcast_arrays(*[np.asarray(s, dtype=np.float64) for s in sizes])
+    def lookup(self, name: str, keys: Mapping[str, Any], sizes: Sequence[Number]) -> Number:
+        q = sizes_of(sizes)
         work = roofline.work(name, keys, q)
         ratio = self.spec.seconds(work) / self.base.spec.seconds(work)
-        return scale(self.base._seconds(name, keys, q), self.base._floor(name, keys), ratio)
+        return scale(self.base.lookup(name, keys, q), self.base.floor(name, keys), ratio)
 
-    def _floor(self, name: str, keys: Mapping[str, Any]) -> float:
-        return self.base._floor(name, keys)
+    def floor(self, name: str, keys: Mapping[str, Any]) -> float:
+        return self.base.floor(name, keys)
 
     def has(self, name: str, **names: str) -> bool:
         return self.base.has(name, **names)
