@@ -26,8 +26,11 @@ from typing import Any
 import numpy as np
 
 from aisim.engine.costmodel.kernels import (
+    MEASURED,
     SYSTEM_NAMES,
     KernelTables,
+    coverage,
+    for_gpu,
     manifest_text,
     store,
 )
@@ -39,6 +42,7 @@ from aisim.engine.costmodel.kernels.build import (
     select,
 )
 from aisim.engine.costmodel.kernels.store import DATA, MANIFEST
+from aisim.scenario.presets import GPU_PROFILES
 
 SOURCE_COMMIT = "095f58a51"
 SPEC_FIELDS = {"gpu": ("mem_bw", "mem_capacity", "bfloat16_tc_flops", "fp8_tc_flops", "fp4_tc_flops", "int8_tc_flops",
@@ -186,11 +190,27 @@ def fixture(root: Path, out: Path = FIXTURE) -> None:
     shutil.copyfile(root / "LICENSE-Apache-2.0.txt", out / "LICENSE-Apache-2.0.txt")
 
 
+def print_coverage() -> None:
+    """The coverage matrix: per table and name, each system's and each GPU preset's source (M: measured here;
+    a system's name: scaled from its tables; -: missing)."""
+    gpus = {**{s: KernelTables.for_system(s) for s in SYSTEM_NAMES},
+            **{name: for_gpu(name) for name in GPU_PROFILES if name not in MEASURED}}
+    found = {gpu: coverage(tables) for gpu, tables in gpus.items()}
+    print("| table | name | " + " | ".join(gpus) + " |")
+    print("|---|---|" + "---|" * len(gpus))
+    for table, name in next(iter(found.values())):
+        cells = []
+        for source in (found[gpu][table, name] for gpu in gpus):
+            cells.append("M" if source == "measured" else "-" if source == "missing" else source.split()[-1])
+        print(f"| {table} | {name} | " + " | ".join(cells) + " |")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--extract", type=Path, metavar="ROOT", help="rewrite the packaged tables from ROOT")
     parser.add_argument("--check", type=Path, metavar="ROOT", help="compare the packaged tables with ROOT")
     parser.add_argument("--fixture", type=Path, metavar="ROOT", help="rewrite the tests' source rows from ROOT")
+    parser.add_argument("--coverage", action="store_true", help="which kernels each GPU has: measured, scaled, missing")
     args = parser.parse_args()
     if args.extract:
         extract(args.extract)
@@ -198,13 +218,25 @@ def main() -> int:
         fixture(args.fixture)
     if args.check:
         return check(args.check)
+    if args.coverage:
+        print_coverage()
+        return 0
     print(manifest_text())
     total = sum(p.stat().st_size for p in DATA.iterdir())
     print(f"\npackaged: {total / 1e6:.2f} MB in {DATA}")
+    print(f"{'system':20s} {'open':>8s} {'tables':>8s} {'grids':>8s}  (ms: open the file; decode every table; "
+          f"make every slice's grid)")
     for system in SYSTEM_NAMES:
         started = time.perf_counter()
-        KernelTables.load(system)
-        print(f"load {system:20s} {(time.perf_counter() - started) * 1e3:6.1f} ms")
+        tables = KernelTables.load(system)
+        opened = time.perf_counter()
+        decoded = [t for t in (tables.table(n) for n in SPECS) if t is not None]
+        loaded = time.perf_counter()
+        for table in decoded:
+            for index in range(len(table.slices)):
+                table.grid(index)
+        done = time.perf_counter()
+        print(f"{system:20s} {(opened - started) * 1e3:8.1f} {(loaded - opened) * 1e3:8.1f} {(done - loaded) * 1e3:8.1f}")
     return 0
 
 

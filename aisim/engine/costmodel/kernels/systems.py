@@ -42,16 +42,15 @@ UNCERTAINTY_OTHER_VENDOR = 0.40
 
 
 def donors(system: str) -> list[str]:
-    """Measured systems to borrow a table from, nearest first: the closest architecture, then the closest
-    memory bandwidth."""
-    own = system_spec(system) if system in SYSTEM_NAMES else None
+    """The other measured systems, nearest `system` first: the closest architecture, then the closest memory
+    bandwidth."""
+    own = system_spec(system)
     arch = ARCHITECTURE.get(system)
 
     def distance(other: str) -> tuple[float, float]:
         other_arch = ARCHITECTURE.get(other)
         gap = abs(other_arch - arch) if arch is not None and other_arch is not None else 1000.0
-        bandwidth = abs(system_spec(other).bandwidth / own.bandwidth - 1) if own else 0.0
-        return gap, bandwidth
+        return gap, abs(system_spec(other).bandwidth / own.bandwidth - 1)
 
     return sorted((s for s in SYSTEM_NAMES if s != system), key=distance)
 

@@ -260,9 +260,10 @@ class KernelTables:
         return self._borrow(name, keys).floor(name, keys)
 
     def _borrow(self, name: str, keys: Mapping[str, Any]) -> KernelTables:
-        """The nearest measured system with this table and names, scaled to this one (cached per names)."""
-        table = SPECS[name]
-        names = {k: keys[k] for k in table.keys if k in table.categorical}
+        """The measured system nearest this one (or the one it is scaled from) with this table and names,
+        scaled to this GPU (cached per names)."""
+        spec = SPECS[name]
+        names = {k: keys[k] for k in spec.keys if k in spec.categorical}
         tag = f"{name}{sorted(names.items())}"
         found = self._borrowed.get(tag)
         if found is None:
@@ -271,14 +272,14 @@ class KernelTables:
                 raise MissingKernel(f"{self.spec.name} has no tensor cores for {lacking[0]} ({name})")
             from .systems import donors
 
-            for donor in donors(self.system):
+            for donor in donors(self.base_system or self.system):
                 base = KernelTables.for_system(donor)
                 if base.has(name, **names):
                     found = ScaledTables(base, self.spec, self.system)
                     break
             else:
-                table = self.table(name)
-                here = {k: sorted(set(table.names(k))) for k in names} if table else f"no {name} table"
+                own = self.table(name)
+                here = {k: sorted(set(own.names(k))) for k in names} if own else f"no {name} table"
                 raise MissingKernel(f"no system measured {name} with {names} ({self.system} measured: {here})")
             self._borrowed[tag] = found
         return found
