@@ -176,7 +176,7 @@ def test_every_gpu_preset_is_priced_by_tables_or_the_scaling_rule() -> None:
         assert tables.gemm("bfloat16", 256, 4096, 4096) > 0
         assert tables.generation_attention(32, 2048, 32, 8, 128) > 0
         assert tables.context_attention(1, 2048, 32, 8, 128) > 0
-        assert 0 < uncertainty(profile) < 0.5
+        assert 0 < uncertainty(profile) <= 0.5
         if not tables.measured:
             assert uncertainty(profile) > uncertainty(GPU_PROFILES["H100-SXM"])
     assert set(MEASURED.values()) <= set(SYSTEM_NAMES) and set(SCALED.values()) <= set(SYSTEM_NAMES)

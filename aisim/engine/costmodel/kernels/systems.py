@@ -26,19 +26,30 @@ MEASURED = {"H100-SXM": "h100_sxm", "H200": "h200_sxm", "B200": "b200_sxm", "B30
             "GB300": "gb300", "A100-80GB": "a100_sxm", "L40S": "l40s", "RTX-PRO-6000": "rtx_pro_6000_server"}
 """aisim GPU presets priced by their own system's tables."""
 SCALED = {"A100-40GB": "a100_sxm", "A100-80GB-PCIe": "a100_sxm", "H100-PCIe": "h100_sxm", "H100-NVL": "h100_sxm",
-          "H200-NVL": "h200_sxm", "L4": "l40s", "RTX-4090": "l40s", "A10": "a100_sxm", "A10G": "a100_sxm",
-          "T4": "a100_sxm", "MI300X": "h100_sxm"}
-"""aisim GPU presets without tables -> the system they are scaled from: the same architecture where one
-was measured (Ampere A100 for the A10s, Ada L40S for L4 and RTX 4090), the closest otherwise (T4's Turing
-has no measured sibling; MI300X is priced from H100 through measured achieved bandwidth and throughput)."""
+          "H200-NVL": "h200_sxm", "L4": "l40s", "RTX-4090": "l40s", "A10": "l40s", "A10G": "l40s", "T4": "l40s",
+          "MI300X": "h100_sxm"}
+"""aisim GPU presets without tables -> the system they are scaled from: the same chip or architecture where
+one was measured (A100 for the other A100s, H100 and H200 for their PCIe and NVL cards, Ada's L40S for L4
+and RTX 4090); for the A10s and T4, power-limited GDDR6 PCIe cards like the L40S, the L40S too: datasheet
+ratios from an HBM card overstate such a card by half (L40S priced from A100's tables: +50 % signed median,
+`bench/kernel_fidelity.py --part gpu`). MI300X is priced from H100 through measured achieved bandwidth and
+throughput."""
 ARCHITECTURE = {"a100_sxm": 80, "l40s": 89, "h100_sxm": 90, "h200_sxm": 90, "b200_sxm": 100, "gb200": 100,
                 "b300_sxm": 103, "gb300": 103, "rtx_pro_6000_server": 120}
 """Compute capability x 10 of each measured NVIDIA system (b60 is Intel's)."""
+FAMILY = {75: "Turing", 80: "Ampere", 86: "Ampere", 87: "Ampere", 89: "Ada", 90: "Hopper", 100: "Blackwell",
+          103: "Blackwell", 120: "Blackwell RTX"}
 
 UNCERTAINTY_MEASURED = 0.05
+"""Held-back rows of a GPU's own tables: 2.7 % median error between grid points, 3.9 % beyond the largest
+measured size, 7.3 % for a held-back shape (an attention head layout, an MoE model) from its neighbours."""
 UNCERTAINTY_SAME_ARCHITECTURE = 0.15
-UNCERTAINTY_OTHER_ARCHITECTURE = 0.30
-UNCERTAINTY_OTHER_VENDOR = 0.40
+"""A measured GPU priced from a sibling's tables: median error 5-6 % (B300, GB200 and GB300 from B200 and
+B300), 9-11 % (H100 and H200 from each other)."""
+UNCERTAINTY_OTHER_ARCHITECTURE = 0.40
+"""Across architectures: 21-22 % (B200 from H200, RTX PRO 6000 from L40S), 42-54 % (L40S and A100 from each
+other)."""
+UNCERTAINTY_OTHER_VENDOR = 0.50
 
 
 def donors(system: str) -> list[str]:
@@ -82,11 +93,7 @@ def base_system(gpu: GpuProfile) -> str:
         return SCALED[gpu.name]
     if gpu.vendor != "nvidia":
         return "h100_sxm"
-    try:
-        major, minor = (int(x) for x in gpu.compute_capability.split(".")[:2])
-        arch = major * 10 + minor
-    except ValueError:
-        arch = 90
+    arch = _capability(gpu) or 90
     return min(ARCHITECTURE, key=lambda s: (abs(ARCHITECTURE[s] - arch),
                                             abs(system_spec(s).bandwidth / gpu.memory_bandwidth - 1)))
 
@@ -97,12 +104,18 @@ def uncertainty(gpu: GpuProfile) -> float:
         return UNCERTAINTY_MEASURED
     if gpu.vendor != "nvidia":
         return UNCERTAINTY_OTHER_VENDOR
-    base = base_system(gpu)
+    family = FAMILY.get(_capability(gpu))
+    same = family is not None and family == FAMILY.get(ARCHITECTURE[base_system(gpu)])
+    return UNCERTAINTY_SAME_ARCHITECTURE if same else UNCERTAINTY_OTHER_ARCHITECTURE
+
+
+def _capability(gpu: GpuProfile) -> int:
+    """Compute capability x 10 (90 for "9.0"); 0 when the profile does not give one NVIDIA-style."""
     try:
-        arch = int(float(gpu.compute_capability) * 10)
+        major, minor = (int(x) for x in gpu.compute_capability.split(".")[:2])
     except ValueError:
-        return UNCERTAINTY_OTHER_ARCHITECTURE
-    return UNCERTAINTY_SAME_ARCHITECTURE if ARCHITECTURE[base] // 10 == arch // 10 else UNCERTAINTY_OTHER_ARCHITECTURE
+        return 0
+    return major * 10 + minor
 
 
 @cache
