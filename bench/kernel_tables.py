@@ -192,7 +192,8 @@ def fixture(root: Path, out: Path = FIXTURE) -> None:
 
 def print_coverage() -> None:
     """The coverage matrix: per table and name, each system's and each GPU preset's source (M: measured here;
-    a system's name: scaled from its tables; -: missing)."""
+    M as X: this GPU's measurement of name X stands in; a system's name: scaled from its tables, with a name
+    standing in after "as"; -: missing)."""
     gpus = {**{s: KernelTables.for_system(s) for s in SYSTEM_NAMES},
             **{name: for_gpu(name) for name in GPU_PROFILES if name not in MEASURED}}
     found = {gpu: coverage(tables) for gpu, tables in gpus.items()}
@@ -201,7 +202,9 @@ def print_coverage() -> None:
     for table, name in next(iter(found.values())):
         cells = []
         for source in (found[gpu][table, name] for gpu in gpus):
-            cells.append("M" if source == "measured" else "-" if source == "missing" else source.split()[-1])
+            cells.append("M" if source == "measured" else "-" if source == "missing"
+                         else f"M as {source.split()[-1]}" if source.startswith("measured as")
+                         else source.removeprefix("scaled from "))
         print(f"| {table} | {name} | " + " | ".join(cells) + " |")
 
 

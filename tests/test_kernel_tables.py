@@ -91,6 +91,21 @@ def test_measured_rows_come_back_as_measured(entry: dict[str, Any]) -> None:
         assert CALLS[entry["table"]](tables, row) == pytest.approx(row["latency"] / 1e3, rel=TOLERANCE)
 
 
+def test_a_gpus_own_measurement_of_another_name_stands_in_before_another_gpus() -> None:
+    """A100's MoE was measured with skewed routing only, B60's all-reduce eager only: asked for balanced
+    routing or a CUDA graph, each answers with its own measurement."""
+    a100_moe = next(e for e in ROWS if e["system"] == "a100_sxm" and e["table"] == "moe")
+    b60_allreduce = next(e for e in ROWS if e["system"] == "b60" and e["table"] == "allreduce")
+    for entry, names in ((a100_moe, {"distribution": "balanced"}), (b60_allreduce, {"kernel_source": "x_graph"})):
+        tables = KernelTables.for_system(entry["system"])
+        rows = [r for r in _rows(entry) if r.get("distribution", "power_law_1.01") == "power_law_1.01"]
+        assert rows
+        for row in rows:
+            asked = CALLS[entry["table"]](tables, {**row, **names})
+            assert asked == pytest.approx(row["latency"] / 1e3, rel=TOLERANCE)
+    assert for_gpu("A100-80GB").source_of("moe") == "measured as power_law_1.01"
+
+
 def test_extraction_is_deterministic_and_its_package_answers_the_rows(tmp_path: Path) -> None:
     for entry in ROWS[:: max(1, len(ROWS) // 12)] + [e for e in ROWS if e["table"] in ("moe", "quantize")][:2]:
         spec = SPECS[entry["table"]]
@@ -128,6 +143,20 @@ def test_interpolation_moves_monotonically_between_measurements(system: str) -> 
                     sizes[axis] = np.linspace(low, high, 9)
                     values = np.asarray(grid.seconds(*sizes))
                     assert _between(values, values[0], values[-1]), (system, name, index, axis, low, high)
+
+
+def test_one_query_and_an_array_of_queries_agree() -> None:
+    """The scalar fast path (`Grid.at`) and the vectorised one answer the same, inside and beyond the grid."""
+    rng = np.random.default_rng(7)
+    tables = KernelTables.for_system("b200_sxm")
+    for name in ("gemm", "context_attention", "generation_attention", "moe", "allreduce"):
+        table = tables.table(name)
+        assert table is not None
+        grid = table.grid(len(table.slices) // 3)
+        points = [rng.uniform(a[0] * 0.5, a[-1] * 1.5, 40) for a in grid.axes]
+        together = np.asarray(grid.seconds(*points))
+        alone = [grid.seconds(*(float(p[i]) for p in points)) for i in range(40)]
+        assert together == pytest.approx(alone, rel=1e-12), name
 
 
 def test_time_grows_with_tokens_and_sequence_beyond_the_tables() -> None:
@@ -207,6 +236,8 @@ def test_what_a_gpu_cannot_run_is_refused_clearly() -> None:
         h100.gemm("fp6", 128, 4096, 4096)
     with pytest.raises(MissingKernel, match="fp8"):
         KernelTables.for_system("a100_sxm").gemm("fp8", 128, 4096, 4096)
+    with pytest.raises(MissingKernel, match="A10G has no tensor cores for fp8"):
+        for_gpu("A10G").moe("fp8", 64, 4096, 14336, 2, 8)  # its base, the L40S, has FP8 tables
     with pytest.raises(ValueError, match="all_to_all"):
         h100.nccl("broadcast", 1e6, 8)
 

@@ -13,11 +13,11 @@ A query interpolates axis by axis between the two grid points around it: affinel
 is close to affine in tokens, batch, rows, heads, KV length and bytes: a fixed cost plus the work), or as a
 power law, log time against log size, along a prefill's sequence length, where the causal work grows with
 its square (`TableSpec.power_law`). On rows held back from the tables each rule beats the other on its own
-axes (`bench/kernel_fidelity.py --space lin|log`). Between two measured sizes the answer moves monotonically from one
-measurement to the other, never beyond them; the measurements themselves are returned as measured, dips
-included (a kernel heuristic that picks a faster tile for a larger shape is what vLLM does; smoothing them
-away costs accuracy, `bench/kernel_fidelity.py`). Below an axis's range the query is clamped (the floor);
-above it, the same rule from the edge: `t(q) = floor + (t(edge) - floor) x SOL(q) / SOL(edge)`, so a GEMM of
+axes (`bench/kernel_fidelity.py --space lin|log`). Between two measured sizes the answer moves monotonically
+from one measurement to the other, never beyond them; the measurements themselves are returned as measured,
+dips included (a kernel heuristic that picks a faster tile for a larger shape is what vLLM does: a monotone
+envelope over the tables doubled the held-back error). Below an axis's range the query is clamped (the
+floor); above it, the same rule from the edge: `t(q) = floor + (t(edge) - floor) x SOL(q) / SOL(edge)`, so a GEMM of
 65,536 rows costs what 32,768 cost with its variable part scaled by the work. Holding the whole time in
 proportion instead (the fixed cost growing with the work) predicted the largest measured sizes from the
 next smaller ones with a signed median error of +5.1 % and a p90 |error| of 36 %, against +1.3 % and 18 %

@@ -1,12 +1,14 @@
 """Kernel latencies of one GPU system from its packaged tables: the query API.
 
 Every method takes a kernel's shape as vLLM runs it on one GPU and answers in seconds; sizes may be numpy
-arrays (broadcast together), so a step's cost over every token count is one call. A table's slice is chosen
-by its keys: names (dtypes, MoE routing, all-reduce mode) must match; numbers (KV heads, head size, window,
-an MoE shape, GPU count) may not have been measured, and then the nearest measured slices (in log2 of each
-key) lend their efficiency at the same sizes, `t = SOL(query) / mean efficiency` (weighted by inverse
-squared distance). A table or name this system lacks comes from the nearest system that has it, scaled by
-the roofline (`ScaledTables`), or raises `MissingKernel`.
+arrays (broadcast together), so a step's cost over every token count is one call, and a single query stays
+in Python floats (10-40 us). A table's slice is chosen by its keys: names (dtypes, MoE routing, all-reduce
+mode) must match; a head size is rounded up to a measured one (the kernel's compiled size); other numbers
+(KV heads, window, an MoE shape, GPU count) may not have been measured, and then the two nearest measured
+slices (in log2 of each key) are moved to the query's keys by `roofline.scale` (fixed cost kept, the rest
+scaled by the ratio of speeds of light) and averaged in log space, weighted by inverse squared distance. A
+table or name this system lacks comes from the nearest system that has it, scaled the same way to this GPU
+(`ScaledTables`), or raises `MissingKernel`, as does a dtype whose tensor cores the GPU lacks.
 """
 
 from __future__ import annotations
@@ -32,6 +34,11 @@ INT4_GEMMS = {"int4_wo": "int4_wo", "awq": "int4_wo", "gptq": "int4_wo", "w4a16_
 weights' bytes at 4 bits (`KernelTables.gemm`)."""
 NCCL_OPS = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all")
 DEFAULT_NAMES = {"distribution": "balanced", "mode": "graph", "kernel": "scale_matrix", "stage": "mla_gen_pre"}
+STAND_INS = {"mode": ("eager",), "distribution": ("power_law_1.01", "power_law_1.2", "balanced")}
+"""Names whose measurement on the same GPU stands in for an unmeasured one, before another GPU's: B60's
+all-reduce was measured eager only, A100's MoE with skewed routing only (on H100, B200 and L40S the skewed
+tables' median time is 0.97-1.01 of the balanced one's, against 20-50 % median errors between GPU
+architectures, `bench/kernel_fidelity.py --part gpu`)."""
 
 
 def precisions(names: Mapping[str, Any]) -> list[str]:
@@ -172,7 +179,7 @@ class Table:
         return self.grid(self.neighbours(keys)[0][0]).floor
 
     def stored(self, keys: Mapping[str, np.ndarray], sizes: Sequence[np.ndarray]) -> np.ndarray:
-        """The packaged latencies (seconds, before any smoothing) of measured rows, NaN where not measured."""
+        """The latencies packaged for these rows (seconds; not filled or interpolated), NaN where not measured."""
         columns = [np.array([self._vocab[k].index(str(v)) for v in keys[k]]) if k in self._vocab
                    else np.asarray(keys[k], dtype=np.int64) for k in self.spec.keys]
         rows = np.stack(columns, axis=1)
@@ -199,7 +206,6 @@ def _position(key: str, value: int) -> float:
     if key == "window" and value == 0:
         return 30.0
     return float(np.log2(max(value, 1)))
-
 
 
 class KernelTables:
@@ -236,7 +242,7 @@ class KernelTables:
             spec = SPECS[name]
             archive = self._archive
             present = archive is not None and f"{name}.keys" in getattr(archive, "files", archive)
-            self._tables[name] = Table(spec, archive, self.spec) if present and archive is not None else None
+            self._tables[name] = Table(spec, archive, self.spec) if present else None  # type: ignore[arg-type]
         return self._tables[name]
 
     def has(self, name: str, **names: str) -> bool:
@@ -247,17 +253,28 @@ class KernelTables:
     def lookup(self, name: str, keys: Mapping[str, Any], sizes: Sequence[Number]) -> Number:
         """Seconds of table `name`'s kernel with `keys` (every key of its `TableSpec`) at `sizes` (its axes, in
         order): what the methods below call, for a caller holding a table's own keys."""
-        table = self.table(name)
-        if table is not None and table.matches(keys):
-            return table.seconds(keys, sizes)
+        table, own = self.table(name), self._own_keys(name, keys)
+        if table is not None and own is not None:
+            return table.seconds(own, sizes)
         return self._borrow(name, keys).lookup(name, keys, sizes)
 
     def floor(self, name: str, keys: Mapping[str, Any]) -> float:
         """The fixed cost of that kernel: its slice's smallest latency, seconds."""
-        table = self.table(name)
-        if table is not None and table.matches(keys):
-            return table.floor(keys)
+        table, own = self.table(name), self._own_keys(name, keys)
+        if table is not None and own is not None:
+            return table.floor(own)
         return self._borrow(name, keys).floor(name, keys)
+
+    def _own_keys(self, name: str, keys: Mapping[str, Any]) -> Mapping[str, Any] | None:
+        """The keys this system's own table answers for: these, or with a `STAND_INS` name; None if neither."""
+        table = self.table(name)
+        if table is None or table.matches(keys):
+            return keys if table is not None else None
+        for key, names in STAND_INS.items():
+            for stand_in in names if key in keys else ():
+                if table.matches({**keys, key: stand_in}):
+                    return {**keys, key: stand_in}
+        return None
 
     def _borrow(self, name: str, keys: Mapping[str, Any]) -> KernelTables:
         """The measured system nearest this one (or the one it is scaled from) with this table and names,
@@ -293,6 +310,10 @@ class KernelTables:
             return "missing"
         if self.has(name, **keys):
             return "measured" if self.measured else f"scaled from {self.base_system}"
+        own = (self.base if isinstance(self, ScaledTables) else self)._own_keys(name, keys)
+        if own is not None:
+            stand_in = next(v for k, v in own.items() if keys[k] != v)
+            return f"measured as {stand_in}" if self.measured else f"scaled from {self.base_system} as {stand_in}"
         try:
             return f"scaled from {self._borrow(name, keys).base_system}"
         except MissingKernel:
@@ -419,6 +440,9 @@ class ScaledTables(KernelTables):
         self.source = f"{spec.name}: {base.system}'s tables scaled by datasheet roofline"
 
     def lookup(self, name: str, keys: Mapping[str, Any], sizes: Sequence[Number]) -> Number:
+        lacking = [d for d in precisions(keys) if not self.spec.supports(d)]
+        if lacking:
+            raise MissingKernel(f"{self.spec.name} has no tensor cores for {lacking[0]} ({name})")
         q = sizes_of(sizes)
         work = roofline.work(name, keys, q)
         ratio = self.spec.seconds(work) / self.base.spec.seconds(work)
