@@ -7,7 +7,8 @@ A latency is stored as a 16-bit code of its base-2 logarithm in milliseconds,
 so every stored time is within `MAX_RELATIVE_ERROR` (1.7e-4) of the measured one, far below the run-to-run
 noise of a kernel timing; code 0 marks a grid cell that was not measured. The codes are kept as two byte
 planes (high bytes, then low bytes): the high bytes of neighbouring cells repeat, which is what makes the
-planes compress to about 1.3 bytes a latency. Writing is deterministic: members in a fixed order, fixed
+planes compress to 1.4 bytes a measured latency, keys and unmeasured cells included (3.6 MB for 2.57 million
+latencies). Writing is deterministic: members in a fixed order, fixed
 timestamps, no host metadata, so the same tables give the same bytes.
 """
 
