@@ -1,10 +1,16 @@
-"""The `aisim` command."""
+"""The `aisim` command: a parser, and a dispatcher that reports any `AisimError` in one place.
+
+Each command's handler returns its exit status, or raises an `AisimError` (`aisim.errors`): `main` writes
+its report to stderr and exits with its status. Anything else that escapes a handler is a bug in aisim:
+one line names it (set `AISIM_TRACEBACK=1` to see the traceback) and the status is 1.
+"""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import json
+import os
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -12,8 +18,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from . import __version__
+from .errors import AisimError, InputError, OutputError, ServeError, UsageError, within
 from .fleet import options as fleet_options
-from .scenario import check_file, render_json, render_text, schema_text
+from .scenario import ScenarioError, check_file, render_json, render_text, schema_text
 
 if TYPE_CHECKING:
     from .scenario import Scenario
@@ -57,6 +64,17 @@ def _validate(args: argparse.Namespace) -> int:
     return 0 if all(r.valid for r in results) else 1
 
 
+def _scenario(path: str, *, warnings: bool = True, verdict: bool = False) -> tuple[Scenario, Path]:
+    """The scenario in `path` and its folder, its warnings written to stderr; a `ScenarioError` with its
+    problems (and, with `verdict`, `aisim validate`'s closing line) when it is not valid."""
+    checked = check_file(path)
+    shown = checked.problems if warnings else [p for p in checked.problems if p.severity == "error"]
+    if checked.scenario is None:
+        raise ScenarioError(shown, closing=_verdict(checked) if verdict else "")
+    sys.stderr.write(render_text(shown))
+    return checked.scenario, checked.base_dir
+
+
 def _verdict(result: Checked) -> str:
     """The closing line of a file's problems: `x.yaml: invalid (2 errors), 1 warning`."""
     errors = sum(p.severity == "error" for p in result.problems)
@@ -67,46 +85,29 @@ def _verdict(result: Checked) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .engine import EndlessWorkload, Simulation, TraceError, build_report
+    from .engine import Simulation, build_report
     from .render import Progress, report_table
-    from .scenario.units import QuantityError, parse_duration
+    from .scenario.units import parse_duration
 
-    checked = check_file(args.scenario)
-    sys.stderr.write(render_text(checked.problems))
-    if checked.scenario is None:
-        sys.stderr.write(_verdict(checked))
-        return 1
-    try:
+    scenario, base_dir = _scenario(args.scenario, verdict=True)
+    with within("--until"):
         until = parse_duration(args.until) if args.until else None
-    except QuantityError as error:
-        sys.stderr.write(f"aisim run: --until: {error}\n")
-        return 2
     if args.report and args.report[0] != "inference-perf":
-        sys.stderr.write(f"aisim run: --report: unknown format {args.report[0]!r}; the one there is: inference-perf\n")
-        return 2
-    sim = Simulation(checked.scenario, checked.base_dir, seed=args.seed, telemetry=True if args.metrics else None)
+        raise UsageError(f"--report: unknown format {args.report[0]!r}; the one there is: inference-perf")
+    sim = Simulation(scenario, base_dir, seed=args.seed, telemetry=True if args.metrics else None)
     if args.report:
         sim.timeline.per_token = True  # inference-perf's inter-token latencies need every token's time
-    try:
-        stop = sim.stop_time(until)
-    except EndlessWorkload as error:
-        sys.stderr.write(f"aisim run: {error}\n")
-        return 1
+    stop = sim.stop_time(until)
     with contextlib.ExitStack() as files:
         try:  # opened before the run: a path that cannot be written fails now, not after a long simulation
             outputs = {flag: files.enter_context(open(path, "w", encoding="utf-8")) for flag, path in
                        (("--timeline", args.timeline), ("--chrome-trace", args.chrome_trace), ("--metrics", args.metrics))
                        if path}
         except OSError as error:
-            sys.stderr.write(f"aisim run: cannot write {error.filename}: {error.strerror}\n")
-            return 2
+            raise OutputError(error) from None
         progress = Progress(stop) if sys.stderr.isatty() and not args.quiet else None
         started = time.perf_counter()
-        try:
-            sim.run(until, progress.update if progress else None)
-        except TraceError as error:
-            sys.stderr.write(f"aisim run: trace: {error}\n")
-            return 1
+        sim.run(until, progress.update if progress else None)
         wall = time.perf_counter() - started
         if progress:
             progress.close()
@@ -122,8 +123,7 @@ def _run(args: argparse.Namespace) -> int:
         try:
             write_inference_perf(sim, Path(args.report[1]))
         except OSError as error:
-            sys.stderr.write(f"aisim run: --report: cannot write {error.filename}: {error.strerror}\n")
-            return 2
+            raise OutputError(error, "--report") from None
     report = build_report(sim, wall if args.timing else None)
     if args.json:
         sys.stdout.write(json.dumps(report, indent=2, sort_keys=False) + "\n")
@@ -133,18 +133,13 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _workload_import(args: argparse.Namespace) -> int:
-    from .scenario.benchmarks import (
-        ImportProblem,
-        dump_yaml,
-        inference_perf_workload,
-        read_yaml,
-    )
+    from .scenario.benchmarks import dump_yaml, inference_perf_workload, read_yaml
 
     try:
-        workload = inference_perf_workload(read_yaml(Path(args.config)), args.model)
-    except (OSError, ImportProblem) as error:
-        sys.stderr.write(f"aisim workload import: {error}\n")
-        return 1
+        config = read_yaml(Path(args.config))
+    except OSError as error:
+        raise InputError(str(error)) from None
+    workload = inference_perf_workload(config, args.model)
     text = f"# imported by aisim workload import inference-perf {args.config}\n" + dump_yaml({"workload": workload})
     if args.output:
         Path(args.output).write_text(text, encoding="utf-8")
@@ -199,52 +194,44 @@ def _serve(args: argparse.Namespace) -> int:
     from pydantic import TypeAdapter, ValidationError
 
     from .api.http.loop import run as run_loop
-    from .api.http.loop import settle_garbage_collector
     from .api.pod import PodIdentity
-    from .api.server import RefusedToStart, local_state, serve
-    from .fleet.runtime import FleetError
+    from .api.server import local_state, serve
+    from .collector import settle_garbage_collector
     from .scenario.distributions import DurationDistribution
 
     if args.foreign:
         sys.stderr.write(f"aisim serve: ignoring options it does not simulate: {' '.join(args.foreign)}\n")
-    path = args.config or args.scenario or str(DEFAULT_SCENARIO)
-    checked = check_file(path)
-    sys.stderr.write(render_text(checked.problems))
-    if checked.scenario is None:
-        return 1
+    loaded, base_dir = _scenario(args.config or args.scenario or str(DEFAULT_SCENARIO))
     delay = None
     if args.delay_ms:
         try:
             delay = TypeAdapter(DurationDistribution).validate_python(args.delay_ms.replace(" ", "") + "ms")
         except ValidationError:
-            sys.stderr.write(f"aisim serve: --delay-ms: {args.delay_ms!r} is not a number or a range like 120-350\n")
-            return 2
+            raise UsageError(f"--delay-ms: {args.delay_ms!r} is not a number or a range like 120-350") from None
 
     try:
-        scenario = fleet_options.apply(checked.scenario, args)
+        scenario = fleet_options.apply(loaded, args)
     except ValueError as error:
-        sys.stderr.write(f"aisim serve: {error}\n")
-        return 2
+        raise UsageError(str(error)) from None
     if args.tokenizer:
         from .api.content.hf_tokenizer import load_tokenizer
 
         try:
             load_tokenizer(args.tokenizer)
         except (OSError, RuntimeError, ValueError) as error:  # (the tokenizers library raises a plain Exception too)
-            sys.stderr.write(f"aisim serve: {error}\n")
-            return 1
+            raise InputError(str(error)) from None
 
     count = scenario.server.api_server_count if args.api_server_count is None else args.api_server_count
     if count:
         from .api.multiproc.supervisor import Options
         from .api.multiproc.supervisor import serve as serve_split
 
-        return serve_split(scenario, Options(count, checked.base_dir, args.host, args.port,
+        return serve_split(scenario, Options(count, base_dir, args.host, args.port,
                                              args.port_offset, args.seed, delay, args.speed, args.record,
                                              PodIdentity.from_env(), args.tokenizer))
 
     async def main() -> None:
-        state = local_state(scenario, checked.base_dir, seed=args.seed, network_delay=delay, speed=args.speed,
+        state = local_state(scenario, base_dir, seed=args.seed, network_delay=delay, speed=args.speed,
                             record=args.record, pod=PodIdentity.from_env(), tokenizer_path=args.tokenizer)
         bound = await serve(state, args.host, args.port, args.port_offset)
         settle_garbage_collector()
@@ -273,9 +260,8 @@ def _serve(args: argparse.Namespace) -> int:
         run_loop(main())
     except KeyboardInterrupt:
         pass
-    except (OSError, RefusedToStart, FleetError) as error:
-        sys.stderr.write(f"aisim serve: {error}\n")
-        return 1
+    except OSError as error:  # an address in use, say
+        raise ServeError(str(error)) from None
     return 0
 
 
@@ -286,8 +272,7 @@ def _tokenizer(args: argparse.Namespace) -> int:
     try:
         written = save(args.directory)
     except OSError as error:
-        sys.stderr.write(f"aisim tokenizer: cannot write {error.filename}: {error.strerror}\n")
-        return 2
+        raise OutputError(error) from None
     sys.stdout.write("".join(f"{path}\n" for path in written))
     return 0
 
@@ -296,18 +281,17 @@ FIT_MARGIN = 0.15
 
 
 def _memory(args: argparse.Namespace) -> int:
+    from pydantic import ValidationError
+
     from .engine import memory_plan
     from .render import memory_lines
     from .scenario.models import EngineLimits, Model
     from .scenario.presets import GPU_PROFILES, MODEL_FAMILIES, GpuProfile
+    from .scenario.quantization import gpu_problem
 
     cases: list[tuple[str, Model, GpuProfile, EngineLimits]] = []
     if args.scenario:
-        checked = check_file(args.scenario)
-        sys.stderr.write(render_text([p for p in checked.problems if p.severity == "error"]))
-        if checked.scenario is None:
-            return 1
-        scenario: Scenario = checked.scenario
+        scenario, _ = _scenario(args.scenario, warnings=False)
         devices = scenario.gpu_devices()
         for model in scenario.models:
             if model.placement is None or model.mock:
@@ -315,25 +299,34 @@ def _memory(args: argparse.Namespace) -> int:
             gpu = devices[model.placement.gpus[0]].resolved()
             cases.append((model.id, model, gpu, model.engine))
     else:
-        if not args.model or not args.gpu:
-            sys.stderr.write("aisim memory: give a SCENARIO, or --model and --gpu\n")
-            return 2
-        if args.model not in MODEL_FAMILIES or args.gpu not in GPU_PROFILES:
-            unknown = args.model if args.model not in MODEL_FAMILIES else args.gpu
-            known = ", ".join(MODEL_FAMILIES if args.model not in MODEL_FAMILIES else GPU_PROFILES)
-            sys.stderr.write(f"aisim memory: unknown {unknown!r}; choose one of {known}\n")
-            return 2
+        if not (args.model or args.config) or not args.gpu:
+            raise UsageError("give a SCENARIO, or --model (or --config) and --gpu")
+        if (args.model and args.model not in MODEL_FAMILIES) or args.gpu not in GPU_PROFILES:
+            unknown = args.gpu if args.gpu not in GPU_PROFILES else args.model
+            known = ", ".join(GPU_PROFILES if args.gpu not in GPU_PROFILES else MODEL_FAMILIES)
+            raise UsageError(f"unknown {unknown!r}; choose one of {known}")
         limits = {"max_num_seqs": args.max_num_seqs, "max_num_batched_tokens": args.max_num_batched_tokens,
                   "max_model_len": args.max_model_len, "gpu_memory_utilization": args.gpu_memory_utilization,
-                  "block_size": args.block_size, "kv_cache_dtype": args.kv_cache_dtype}
+                  "block_size": args.block_size, "kv_cache_dtype": args.kv_cache_dtype,
+                  "enable_expert_parallel": args.enable_expert_parallel or None}
         engine = EngineLimits.model_validate({k: v for k, v in limits.items() if v is not None})
-        model = Model.model_validate({"id": args.model, "family": args.model, "engine": engine.model_dump(),
-                                      "placement": {"gpus": ["gpu"], "tensorParallel": args.tensor_parallel}})
+        source = {"family": args.model} if args.model else {"config": args.config}
+        placement = {"gpus": ["gpu"], "tensorParallel": args.tensor_parallel,
+                     **({"dataParallel": args.data_parallel} if args.data_parallel else {})}
+        try:
+            model = Model.model_validate({"id": args.model or Path(args.config).name, **source,
+                                          **({"quantization": args.quantization} if args.quantization else {}),
+                                          "engine": engine.model_dump(exclude_unset=True), "placement": placement},
+                                         context={"base_dir": Path.cwd()})
+        except ValidationError as error:
+            raise UsageError("; ".join(e["msg"].removeprefix("Value error, ") for e in error.errors())) from None
         split = model.tensor_parallel_problem()
         if split:
-            sys.stderr.write(f"aisim memory: --tensor-parallel: {split}\n")
-            return 2
-        cases.append((args.model, model, GPU_PROFILES[args.gpu], engine))
+            raise UsageError(f"--tensor-parallel: {split}")
+        problem = gpu_problem(model.resolved(), GPU_PROFILES[args.gpu].compute_capability, GPU_PROFILES[args.gpu].vendor)
+        if problem:
+            raise UsageError(f"{args.gpu} cannot run it: {problem}")
+        cases.append((args.model or model.resolved().name, model, GPU_PROFILES[args.gpu], model.engine))
     results = []
     for name, model, gpu, engine in cases:
         result = memory_plan(model, gpu, engine)
@@ -344,7 +337,7 @@ def _memory(args: argparse.Namespace) -> int:
     else:
         for name, model, gpu, result in results:
             sys.stdout.write(memory_lines(name, model, gpu, result, FIT_MARGIN) + "\n")
-    return 0 if all(r.kv_tokens >= r.max_model_len * (1 + FIT_MARGIN) for *_, r in results) else 1
+    return 0 if all(r.fits(FIT_MARGIN) for *_, r in results) else 1
 
 
 def _plan_dict(result: object) -> dict[str, object]:
@@ -352,7 +345,7 @@ def _plan_dict(result: object) -> dict[str, object]:
 
     data = dataclasses.asdict(result)  # type: ignore[call-overload]
     data.update(kv_tokens=result.kv_tokens, max_concurrency=round(result.max_concurrency, 2),  # type: ignore[attr-defined]
-                fits=result.kv_tokens >= result.max_model_len * (1 + FIT_MARGIN))  # type: ignore[attr-defined]
+                fits=result.fits(FIT_MARGIN))  # type: ignore[attr-defined]
     return data
 
 
@@ -363,24 +356,15 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _replay_snapshot(args: argparse.Namespace) -> int:
-    from .engine import ALLOCATORS, SnapshotError, load_snapshot, replay_all
+    from .engine import ALLOCATORS, load_snapshot, replay_all
     from .render import replay_table
-    from .scenario.units import QuantityError, parse_size
+    from .scenario.units import parse_size
 
-    try:
-        capacity = parse_size(args.capacity) if args.capacity else None
-        tolerance = parse_size(args.tolerance)
-    except QuantityError as error:
-        sys.stderr.write(f"aisim replay-snapshot: {error}\n")
-        return 2
+    capacity = parse_size(args.capacity) if args.capacity else None
+    tolerance = parse_size(args.tolerance)
     names = ALLOCATORS if args.allocator == "all" else (args.allocator,)
-    try:
-        snapshot = load_snapshot(args.snapshot)
-        results = replay_all(snapshot, names, device=args.device, capacity=capacity,
-                             sample_every=args.sample_every, tolerance=tolerance)
-    except SnapshotError as error:
-        sys.stderr.write(f"aisim replay-snapshot: {error}\n")
-        return 1
+    results = replay_all(load_snapshot(args.snapshot), names, device=args.device, capacity=capacity,
+                         sample_every=args.sample_every, tolerance=tolerance)
     records = [result.to_dict() for result in results]
     if args.json:
         sys.stdout.write(json.dumps({"snapshot": args.snapshot, "results": records}, indent=2) + "\n")
@@ -390,14 +374,10 @@ def _replay_snapshot(args: argparse.Namespace) -> int:
 
 
 def _inspect(args: argparse.Namespace) -> int:
-    from .inspect_onnx import InspectError, inspect_model, report_text, scenario_block
+    from .inspect_onnx import inspect_model, report_text, scenario_block
 
-    try:
-        report = inspect_model(args.model)
-        text = scenario_block(report, args.gpu) if args.scenario else None
-    except InspectError as error:
-        sys.stderr.write(f"aisim inspect: {error}\n")
-        return 1
+    report = inspect_model(args.model)
+    text = scenario_block(report, args.gpu) if args.scenario else None
     if not report.valid and (args.json or args.scenario):
         sys.stderr.write("".join(f"aisim inspect: checker: {e}\n" for e in report.checker_errors))
     if text is not None:
@@ -489,21 +469,15 @@ def _schedule(args: argparse.Namespace) -> int:
     """`aisim schedule`: the engine's scheduler on a trace, one vLLM step record per line."""
     import gzip
 
-    from .engine import (
-        ScheduleLimits,
-        ScheduleStuck,
-        ScheduleTraceError,
-        read_schedule,
-        replay_schedule,
-    )
+    from .engine import ScheduleLimits, read_schedule, replay_schedule
 
     opener = gzip.open if args.trace.endswith(".gz") else open
     limits = ScheduleLimits(args.num_gpu_blocks, args.block_size, args.max_num_seqs, args.max_num_batched_tokens,
                     not args.no_prefix_caching, args.async_scheduling, args.max_model_len)
     try:
-        with opener(args.trace, "rt", encoding="utf-8") as trace:
-            requests = read_schedule(trace)
-        with contextlib.ExitStack() as files:
+        with within(args.trace), contextlib.ExitStack() as files:
+            with opener(args.trace, "rt", encoding="utf-8") as trace:
+                requests = read_schedule(trace)
             out = files.enter_context(open(args.steps, "w", encoding="utf-8")) if args.steps else None
             steps = preempted = hits = 0
             peak = 0.0
@@ -515,11 +489,7 @@ def _schedule(args: argparse.Namespace) -> int:
                 hits += sum(record["prefix_hit_tokens"].values())
                 peak = max(peak, record["kv_usage"])
     except OSError as error:
-        sys.stderr.write(f"aisim schedule: {error.filename}: {error.strerror}\n")
-        return 2
-    except (ScheduleTraceError, ScheduleStuck) as error:
-        sys.stderr.write(f"aisim schedule: {args.trace}: {error}\n")
-        return 1
+        raise UsageError(f"{error.filename}: {error.strerror}") from None
     sys.stdout.write(f"{len(requests)} requests in {steps} steps: {preempted} preemptions, {hits} prefix-hit tokens, "
                      f"peak KV usage {peak:.1%}\n")
     return 0
@@ -589,7 +559,7 @@ def build_parser() -> argparse.ArgumentParser:
     imported.add_argument("config", metavar="CONFIG.yaml", help="the client's configuration file")
     imported.add_argument("--model", help="the scenario model the requests go to (default: the config's model name)")
     imported.add_argument("-o", "--output", metavar="FILE", help="write the workload here (default: stdout)")
-    imported.set_defaults(handler=_workload_import)
+    imported.set_defaults(handler=_workload_import, command="workload import")  # errors: "aisim workload import: ..."
 
     serve = commands.add_parser("serve", help="serve a scenario's APIs in real time (OpenAI, vLLM, metrics)")
     serve.add_argument("scenario", nargs="?", metavar="SCENARIO", help="scenario file (default: the built-in default)")
@@ -622,8 +592,12 @@ def build_parser() -> argparse.ArgumentParser:
     memory = commands.add_parser("memory", help="predict weights, activations and KV-cache capacity, as vLLM sizes them")
     memory.add_argument("scenario", nargs="?", metavar="SCENARIO", help="a scenario: every simulated model in it")
     memory.add_argument("--model", help="a model family (llama-3-8b, ...)")
+    memory.add_argument("--config", metavar="PATH", help="a Hugging Face config.json, or a folder holding one")
+    memory.add_argument("--quantization", help="vLLM's --quantization (fp8 on an unquantized checkpoint, ...)")
     memory.add_argument("--gpu", help="a GPU profile (H100-SXM, ...)")
     memory.add_argument("--tensor-parallel", type=COUNT, default=1)
+    memory.add_argument("--data-parallel", type=COUNT, help="vLLM's --data-parallel-size (MoE: ranks share the experts)")
+    memory.add_argument("--enable-expert-parallel", action="store_true", help="vLLM's --enable-expert-parallel")
     memory.add_argument("--max-num-seqs", type=COUNT)
     memory.add_argument("--max-num-batched-tokens", type=COUNT)
     memory.add_argument("--max-model-len", type=COUNT)
@@ -706,4 +680,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
-    return int(args.handler(args))
+    try:
+        return int(args.handler(args))
+    except AisimError as error:
+        sys.stderr.write(error.report(args.command))
+        return error.exit_status
+    except KeyboardInterrupt:
+        sys.stderr.write(f"aisim {args.command}: interrupted\n")
+        return 130
+    except Exception as error:
+        if os.environ.get("AISIM_TRACEBACK"):
+            raise
+        text = str(error).strip().splitlines()
+        sys.stderr.write(f"aisim {args.command}: unexpected {type(error).__name__}{': ' + text[0] if text else ''} "
+                         "(a bug in aisim; AISIM_TRACEBACK=1 shows where)\n")
+        return 1

@@ -145,9 +145,14 @@ def memory_lines(name: str, model: Any, gpu: Any, plan: Any, margin: float) -> s
     arch = model.resolved()
     tp = model.placement.tensor_parallel if model.placement else 1
     need = plan.max_model_len * (1 + margin)
-    fits = plan.kv_tokens >= need
-    title = (f"model {name} ({arch.dtype}, {arch.params / 1e9:.2f}B parameters) on {gpu.name} "
+    fits = plan.fits(margin)
+    kind = arch.dtype if not arch.quantization else f"{arch.dtype}, {arch.quantization}: " + ", ".join(
+        f"{role} {arch.format_of(role)}" for role in ("attention", "dense", "experts") if arch.role_params(role))
+    title = (f"model {name} ({kind}, {arch.params / 1e9:.2f}B parameters) on {gpu.name} "
              f"({plan.capacity / gib:.2f} GiB), tensor parallel {tp}")
+    dp, ep = model.data_parallel_size(), model.expert_parallel_size()
+    if dp > 1 or ep > 1:
+        title += f", data parallel {dp}" + (f", expert parallel {ep}" if ep > 1 else "")
     if plan.weights > plan.capacity:  # vLLM never gets to its memory profile: loading the weights fails
         return "\n".join([
             title,
@@ -174,13 +179,16 @@ def memory_lines(name: str, model: Any, gpu: Any, plan: Any, margin: float) -> s
     elif plan.has_kv:
         lines += [
             (f"GPU KV cache size: {plan.kv_tokens:,} tokens ({plan.num_blocks:,} blocks of {plan.block_size}, "
-            f"{plan.kv_bytes_per_token:,} bytes per token)"),
+            f"{plan.kv_bytes_per_token:,} bytes per token" + (f", {plan.groups} KV cache groups of full and "
+                                                               "sliding-window layers" if plan.groups > 1 else "")
+             + ")"),
             f"Maximum concurrency for {plan.max_model_len:,} tokens per request: {plan.max_concurrency:.2f}x",
             (f"fits: {'yes' if fits else 'NO'} (needs room for one {plan.max_model_len:,}-token request plus "
             f"{margin:.0%}: {need:,.0f} tokens)"),
         ]
     else:
         lines.append("no KV cache (the model has no attention layers)")
+    lines += [f"note: {note}" for note in arch.notes]
     return "\n".join(lines) + "\n"
 
 

@@ -25,7 +25,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.test_api_hostile import HOSTILE, PROBE, Served
+from tests.test_api_hostile import HOSTILE, PROBE, Served  # noqa: E402 - the checkout first on sys.path
 
 
 def probe(port: int, seconds: float, during: Callable[[], Awaitable[object]] | None = None) -> dict[str, float]:

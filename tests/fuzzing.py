@@ -67,7 +67,9 @@ NASTY: list[Any] = [
     Raw("1" + "0" * 30), 2**63, 2**64, -(2**63) - 1, -1, 0, 1.5, -0.0, 1e308, "١٢", "¹", "", "x" * 5000, "\x00",
     "../../etc/passwd", "%s%n", [], {}, [[]], {"": None}, True, False, None,
     "3KiB", "1MiB", "64GiB", "0B", "-1s", "0ms", "1e9/s", "0/s", "99999h", ["2MiB", "1MiB"], [0], "caching", "buddy",
-    "slab", "lognormal", "poisson", "trace", "H100-SXM", "llama-3-8b", 1e300, 2**31,
+    "slab", "lognormal", "poisson", "trace", "H100-SXM", "llama-3-8b", 1e300, 2**31, "fp8", "mxfp4", "awq",
+    "modelopt_fp4", "concurrency", "qwen3-30b-a3b", "deepseek-v3", "gpt-oss-120b", "B300", "RTX-PRO-6000", "/",
+    "../../../aisim/scenario/configs/deepseek-ai--DeepSeek-V3_config.json", "/dev/null", "/nonexistent/config.json",
 ]
 """Values that broke parsers and handlers somewhere (and scenario values near the engine's own limits)."""
 
@@ -79,7 +81,8 @@ KEYS = ["model", "messages", "prompt", "max_tokens", "n", "stream", "tokens", "l
         "allocator", "minBlock", "maxSplitSize", "sizeClasses", "slabSize", "roundupPower2Divisions", "count",
         "rate", "until", "interval", "maxModelLen", "gpuMemoryUtilization", "kind", "profile", "family", "stages",
         "timer", "gap", "promptSet", "timeout", "systemPrompts", "multiTurn", "entrypoint", "plan", "survive",
-        "slo", "search", "replicas", "tensorParallel", "connections", "maxOpen", "maxHeaderSize", "shutdownGrace"]
+        "slo", "search", "replicas", "tensorParallel", "connections", "maxOpen", "maxHeaderSize", "shutdownGrace",
+        "quantization", "dataParallel", "enableExpertParallel", "clients", "requests", "thinkTime", "kvCacheDtype"]
 
 leaves = st.one_of(
     st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.integers(-3, 300),

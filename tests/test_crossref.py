@@ -21,7 +21,7 @@ def test_duplicate_gpu_ids_and_model_names() -> None:
         "gpus:\n  - {id: g, profile: L4}\n  - {id: g, profile: T4}\n"
         "models:\n  - {id: m, latency: {total: 1s}}\n  - {id: x, aliases: [m], latency: {total: 1s}}\n"
     )
-    assert [(l, p, m) for l, _, p, m in found] == [
+    assert [(line, p, m) for line, _, p, m in found] == [
         (6, "$.gpus[1].id", "duplicate GPU id 'g'"),
         (9, "$.models[1].aliases[0]", "duplicate model name 'm'"),
     ]

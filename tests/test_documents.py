@@ -42,7 +42,7 @@ def test_shipped_scenarios_start_with_a_header_saying_what_they_show(path: Path)
 
 @pytest.mark.parametrize("path", INVALID, ids=lambda p: p.name)
 def test_invalid_documents_are_reported_where_the_mistake_is(path: Path) -> None:
-    expected = {(int(l), int(c), p, r) for l, c, p, r in EXPECT.findall(path.read_text())}
+    expected = {(int(line), int(c), p, r) for line, c, p, r in EXPECT.findall(path.read_text())}
     assert expected, f"{path.name} states no '# expect:' line"
     checked = check_file(path)
     found = {(p.line, p.column, p.path, p.rule) for p in checked.problems if p.severity == "error"}

@@ -28,7 +28,7 @@ from aisim.inspect_onnx import (
 from aisim.scenario import check_text
 
 onnx = pytest.importorskip("onnx")
-from onnx import GraphProto, TensorProto, helper, numpy_helper
+from onnx import GraphProto, TensorProto, helper, numpy_helper  # noqa: E402 - after importorskip
 
 OPSET = [helper.make_opsetid("", 17)]
 SCENARIO_HEAD = """apiVersion: aisim/v1

@@ -172,9 +172,9 @@ def test_an_inference_perf_config_imported_and_run_writes_its_per_stage_reports(
 
 def test_import_refuses_what_it_cannot_follow(python: str, tmp_path: Path) -> None:
     config = tmp_path / "config.yml"
-    config.write_text(INFERENCE_PERF.replace("type: constant", "type: concurrent"))
+    config.write_text(INFERENCE_PERF.replace("type: constant", "type: trace_replay"))
     refused = _aisim(python, "workload", "import", "inference-perf", str(config))
-    assert refused.returncode == 1 and "load.type: 'concurrent' is not supported" in refused.stderr
+    assert refused.returncode == 1 and "load.type: 'trace_replay' is not supported" in refused.stderr
 
 
 def _ttfts(cost_model: dict[str, Any], entrypoint: str = "server") -> tuple[Simulation, list[int], list[int]]:

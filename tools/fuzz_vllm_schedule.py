@@ -22,9 +22,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tools")]
 
-import record_vllm_schedule as recorder
+import record_vllm_schedule as recorder  # noqa: E402 - after the sys.path line
 
-from aisim.engine.schedule_trace import Limits, read_trace, replay
+from aisim.engine.schedule_trace import Limits, read_trace, replay  # noqa: E402
 
 
 def case(seed: int) -> tuple[list[dict[str, Any]], argparse.Namespace]:

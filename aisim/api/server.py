@@ -19,6 +19,7 @@ import tornado.netutil
 import tornado.web
 
 from ..engine import Draws, Simulation
+from ..errors import ServeError
 from ..fleet.data_parallel import with_data_parallel
 from ..fleet.runtime import FleetRuntime
 from ..scenario import Scenario
@@ -167,7 +168,7 @@ def open_listener(state: ServerState, app: tornado.httputil.HTTPServerConnection
     return http
 
 
-class RefusedToStart(Exception):
+class RefusedToStart(ServeError):
     """A configuration `serve` will not start with (an admin listener without a token, say)."""
 
 

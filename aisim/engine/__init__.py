@@ -26,19 +26,17 @@ if TYPE_CHECKING:
     from .pd_router import PdRouter
     from .pool import format_size
     from .pool.replay import ALLOCATORS, replay_all
-    from .pool.snapshot import SnapshotError, load_snapshot
+    from .pool.snapshot import load_snapshot
     from .replica import ENGINE_DEAD, Replica, StepReport
     from .report import build_report
     from .request import Request
     from .sampling import Draws, sample
     from .schedule_trace import Limits as ScheduleLimits
-    from .schedule_trace import Stuck as ScheduleStuck
-    from .schedule_trace import TraceFormatError as ScheduleTraceError
     from .schedule_trace import read_trace as read_schedule
     from .schedule_trace import replay as replay_schedule
     from .served import Engine
     from .simulation import EndlessWorkload, Simulation
-    from .workload import Arrival, SourceFeed, TraceError, timestamp_ns
+    from .workload import Arrival, SourceFeed, timestamp_ns
 
 _EXPORTS: dict[str, tuple[str, str]] = {
     # a scenario run on the virtual clock, and its reports
@@ -51,7 +49,6 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     # requests: arrivals, the workload's sources, the engine's own record of one
     "Arrival": ("workload", "Arrival"),
     "SourceFeed": ("workload", "SourceFeed"),
-    "TraceError": ("workload", "TraceError"),
     "timestamp_ns": ("workload", "timestamp_ns"),
     "Request": ("request", "Request"),
     "Draws": ("sampling", "Draws"),
@@ -82,12 +79,9 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "format_size": ("pool", "format_size"),
     "ALLOCATORS": ("pool.replay", "ALLOCATORS"),
     "replay_all": ("pool.replay", "replay_all"),
-    "SnapshotError": ("pool.snapshot", "SnapshotError"),
     "load_snapshot": ("pool.snapshot", "load_snapshot"),
     # the scheduler alone on a token trace (`aisim schedule`)
     "ScheduleLimits": ("schedule_trace", "Limits"),
-    "ScheduleStuck": ("schedule_trace", "Stuck"),
-    "ScheduleTraceError": ("schedule_trace", "TraceFormatError"),
     "read_schedule": ("schedule_trace", "read_trace"),
     "replay_schedule": ("schedule_trace", "replay"),
     # the cost model's constants (`aisim calibrate`)
@@ -117,15 +111,11 @@ __all__ = [
     "Replica",
     "Request",
     "ScheduleLimits",
-    "ScheduleStuck",
-    "ScheduleTraceError",
     "ServedModel",
     "Simulation",
-    "SnapshotError",
     "SourceFeed",
     "State",
     "StepReport",
-    "TraceError",
     "TritonEngine",
     "VirtualClock",
     "build_report",

@@ -18,6 +18,7 @@ import numpy as np
 from ..scenario.hardware import Gpu, expand_devices
 from ..scenario.models import KServe, Model, Version
 from ..scenario.presets import GIB
+from ..scenario.quantization import on_gpu
 from . import calibration, online, runtimes
 from .batcher import TritonEngine
 from .costmodel import CostModel, graph_capture_limit
@@ -34,7 +35,8 @@ from .lifecycle import (
     load_time_ns,
     sandbox_problem,
 )
-from .memory import MemoryPlan, activation_peak, plan
+from .lockstep import Lockstep
+from .memory import MemoryPlan, activation_peak, kv_bytes_per_token, plan
 from .pool import Allocator, OutOfMemoryError
 from .replica import Replica, StreamPlacement
 from .request import Request
@@ -67,8 +69,8 @@ def load_failure(plan_: MemoryPlan) -> str:
     if plan_.num_blocks <= 0:
         return ("ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` "
                 "when initializing the engine.")
-    if plan_.kv_tokens < plan_.max_model_len:
-        need = plan_.max_model_len * plan_.kv_bytes_per_token / GIB
+    if plan_.num_blocks < plan_.request_blocks:
+        need = plan_.kv_needed / GIB
         avail = plan_.kv_available / GIB
         return (f"ValueError: To serve at least one request with the model's max seq len ({plan_.max_model_len}), "
                 f"({need:.2f} GiB KV cache is needed, which is larger than the available KV cache memory "
@@ -167,7 +169,9 @@ class ServedModel:
         engines: list[Engine] = []
         placed: list[ReplicaMemory] = []
         plans, names = [], []
-        for start in range(0, len(devices) - tp + 1, tp):
+        ranks = model.placement.data_parallel or len(devices) // tp
+        lockstep: Lockstep | None = None
+        for start in range(0, min(ranks, len(devices) // tp) * tp, tp):
             group = tuple(devices[start:start + tp])
             profile = host.devices[group[0]].resolved()
             memory = plan(model, profile)
@@ -181,7 +185,8 @@ class ServedModel:
             plans.append(memory)
             names.append(profile.name)
             runtime = model.resolved_runtime()
-            tensors = ReplicaMemory([(d, host.pools[d]) for d in group], arch, tp, model.engine.cuda_graphs, runtime)
+            tensors = ReplicaMemory([(d, host.pools[d]) for d in group], arch, tp, model.engine.cuda_graphs, runtime,
+                                    expert_parallel=model.expert_parallel_size())
             checked = startup_problem(tensors.pools, memory, model.engine.gpu_memory_utilization) if runtime == "vllm" else ""
             failure = (checked or load_failure(memory) or runtimes.load_problem(model, version, profile)
                        or self._place(tensors, memory))
@@ -191,9 +196,12 @@ class ServedModel:
                 self.plans, self.gpu_names = plans, names
                 return failure
             placed.append(tensors)
-            cost = CostModel(arch, profile, efficiency, tp, memory.kv_bytes_per_token, cuda_graphs=model.engine.cuda_graphs,
+            cost = CostModel(on_gpu(arch, profile.compute_capability), profile, efficiency, tp,
+                             kv_bytes_per_token(arch, tp, model.engine.kv_cache_dtype), cuda_graphs=model.engine.cuda_graphs,
                              factor=version.latency_factor * runtimes.step_factor(model, version),
-                             graph_max_tokens=graph_capture_limit(memory.max_num_seqs, memory.max_num_batched_tokens))
+                             graph_max_tokens=graph_capture_limit(memory.max_num_seqs, memory.max_num_batched_tokens),
+                             expert_parallel=model.expert_parallel_size(),
+                             data_parallel=model.data_parallel_size() if model.lockstep() else 1)
             kv = KvCache(memory.num_blocks, memory.block_size, model.engine.enable_prefix_caching, memory.max_model_len)
             suffix = "" if version.version == model.versions[0].version else f"@v{version.version}"
             replica = Replica(
@@ -203,6 +211,9 @@ class ServedModel:
                 macro_steps=host.macro_steps, async_scheduling=model.engine.overlapped(),
             )
             replica.memory = tensors
+            if model.lockstep():
+                lockstep = lockstep or Lockstep(host.kernel, cost.step_ns(1, 1, 0, 1.0))
+                lockstep.add(replica)
             replica.on_crash = lambda replica, message, v=version.version: self._crashed(v, message)
             replica.placement = StreamPlacement([host.gpus[d] for d in group], host.detail, arch,
                                                 -(-memory.max_model_len // memory.block_size))

@@ -103,6 +103,8 @@ class ReplicaMemory:
     """`vllm`, `tensorrt` or `onnxruntime`: what loading puts in the pool and what a step allocates."""
     contexts: int = 1
     """TensorRT execution contexts per GPU (one per Triton model instance on it)."""
+    expert_parallel: int = 1
+    """An MoE model's expert-parallel size (its fused-MoE caches are not split by TP then)."""
     held: list[Tensor] = field(default_factory=list)
     """Weights, KV cache and CUDA graph pool: held until the replica unloads or dies."""
     step: list[Tensor] = field(default_factory=list)
@@ -152,7 +154,7 @@ class ReplicaMemory:
         self.held += [Tensor(pool, size, tag).computed() for tag, size in tensors]
 
     def _forward(self, tokens: int, requests: int) -> list[tuple[str, int]]:
-        return [t for t in activation_tensors(self.arch, tokens, requests, self.tensor_parallel) if t[0] != "logits"]
+        return [t for t in activation_tensors(self.arch, tokens, requests, self.tensor_parallel, self.expert_parallel) if t[0] != "logits"]
 
     def unload(self) -> None:
         """Free everything the replica holds, as its process exiting does (cached segments too)."""
@@ -224,7 +226,7 @@ class ReplicaMemory:
     def _eager_tensors(self, tokens: int, requests: int) -> Shape:
         """(tag, bytes) of what a step allocates: outside CUDA graphs, vLLM's forward pass; under them, only
         the logits; ONNX Runtime's session and the Python backend need one buffer per run."""
-        eager = activation_tensors(self.arch, tokens, requests, self.tensor_parallel)
+        eager = activation_tensors(self.arch, tokens, requests, self.tensor_parallel, self.expert_parallel)
         if self.runtime == "vllm" and self.cuda_graphs and tokens <= GRAPH_MAX_TOKENS:
             eager = [t for t in eager if t[0] == "logits"]
         elif self.runtime != "vllm":

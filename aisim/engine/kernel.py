@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from typing import NewType
 
-from . import collector
+from .. import collector
 
 Priority = NewType("Priority", int)
 URGENT = Priority(0)

@@ -40,6 +40,7 @@ from .gpu.meter import Activity
 from .gpu_memory import ReplicaMemory, record_levels
 from .kernel import LATE, EventHandle, Kernel
 from .kv import KvCache
+from .lockstep import Lockstep
 from .meter import ReplicaMeter
 from .pool import OutOfMemoryError
 from .request import Request
@@ -164,6 +165,8 @@ class Replica:
         """Its GPUs' engines and streams (None: steps take their cost-model time, nothing shared)."""
         self.meter: ReplicaMeter | None = None
         """Accounts its GPU work for telemetry (None: nobody reads it)."""
+        self.lockstep: Lockstep | None = None
+        """The data-parallel group whose steps it runs in (an MoE model's DP rank), or None."""
         self._phases = np.arange(MAX_RUN, dtype=np.int64) % kv.block_size
         self._phase_list: list[int] = self._phases.tolist()
         """k mod the block size for each step k of the longest decode run, made once."""
@@ -211,7 +214,7 @@ class Replica:
 
     def _kick(self) -> None:
         self._kicked = False
-        if self._plan is None:
+        if self._plan is None and not (self.lockstep is not None and self.lockstep.wait(self._kick)):
             self._start()
 
     def _arrive_in_flight(self, request: Request) -> None:
@@ -256,7 +259,7 @@ class Replica:
         """Whether its steps go through the GPUs' stream scheduler: when it shares a GPU with another
         replica (their kernels contend) or when kernels are simulated per layer."""
         placement = self.placement
-        if placement is None:
+        if placement is None or self.lockstep is not None:
             return False
         if placement.detail == "layer":
             return True
@@ -269,7 +272,7 @@ class Replica:
         """Launch the next step or run of decode steps; `decoding`: right after a decode run, when every
         running request is known to be decoding (nothing else changes the running list's progress)."""
         routed = self.routed
-        if self.macro_steps and not routed and self._decode_run_possible(decoding):
+        if self.macro_steps and not routed and self.lockstep is None and self._decode_run_possible(decoding):
             plan = self._plan_decode_run()
             if plan is not None:
                 if self._acquire(len(plan.batch), len(plan.batch)):
@@ -301,11 +304,13 @@ class Replica:
         else:
             duration = int(self.cost.step_ns(len(batch), new_tokens, context, pairs) * self.slowdown)
             ends = [now + duration]
-            handle = self.kernel.at(ends[0], self._finish_step)
+            handle = self.lockstep.placeholder() if self.lockstep else self.kernel.at(ends[0], self._finish_step)
         self._plan = _Plan(now, ends, batch, False, handle, kv_used=self.kv.used,
                            preemptions=self.stats.preemptions - preempted_before,
                            queries=self.kv.query_tokens - queries, hits=self.kv.hit_tokens - hits, stream=stream,
                            step=step)
+        if self.lockstep is not None:
+            self.lockstep.join(self, self._plan, ends[0] - now)
 
     def _launch(self, batch: list[tuple[Request, int]], new_tokens: int, context: int, pairs: float,
                 stream: str) -> EventHandle:
@@ -449,7 +454,7 @@ class Replica:
         step = plan.step
         assert step is not None
         self.scheduler.advance(step)
-        for (request, tokens), state in zip(plan.batch, self.scheduler.update(step)):
+        for (request, _tokens), state in zip(plan.batch, self.scheduler.update(step)):
             if state == NO_TOKEN:
                 continue
             if state == DONE:

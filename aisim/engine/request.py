@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -76,6 +76,8 @@ class Request:
     """The data-parallel rank (replica index) the client asked for; -1: any."""
     kept_blocks: list[int] | None = None
     """When a list, the KV cache writes there the blocks the request held when it last let them go."""
+    on_end: Callable[[Request], None] | None = None
+    """Called once when the request ends, whatever its outcome (a closed-loop client sending its next request)."""
 
     @property
     def to_compute(self) -> int:
@@ -99,6 +101,8 @@ class Request:
         else:
             timeline.add(time_ns, "request_finished", self.id, outcome, self.generated)
         self.notify("finished" if outcome == "completed" else outcome, time_ns)
+        if self.on_end is not None:
+            self.on_end(self)
 
     def notify(self, event: str, time_ns: int) -> None:
         """Tell the watcher, if any, what happened at `time_ns`."""

@@ -16,6 +16,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import InputError, RunError
 from .kv import KvCache
 from .request import Request
 from .scheduler import DONE, LAST_TOKEN, Scheduler, Step
@@ -24,11 +25,11 @@ MAX_MODEL_LEN = 32768
 """The recorder's model context (its config's `max_position_embeddings`)."""
 
 
-class TraceFormatError(ValueError):
+class TraceFormatError(InputError, ValueError):
     """A trace line that is not {"req_id", "arrival_step", "prompt_token_ids", "max_tokens"}."""
 
 
-class Stuck(RuntimeError):
+class Stuck(RunError, RuntimeError):
     """Nothing runs and the head of the queue can never be admitted: vLLM would wait for ever."""
 
 

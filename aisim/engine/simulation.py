@@ -11,9 +11,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ..errors import RunError
 from ..scenario import Scenario
 from ..scenario.faults import DcgmField, OutOfMemory, SlowDown, Trigger, Xid
 from ..scenario.hardware import expand_devices
+from ..scenario.workload import Concurrency
 from ..telemetry.board import gpu_uuid
 from ..telemetry.sampler import GpuTelemetry, Source
 from .deployment import Host, ServedModel
@@ -24,7 +26,7 @@ from .pool import Allocator, make_allocator
 from .replica import Replica
 from .request import Request, Watcher
 from .timeline import Timeline
-from .workload import Arrival, SourceFeed
+from .workload import Arrival, ClosedLoop, SourceFeed
 from .xid import apply_xid
 
 ROLLING_RECORDS = 100_000
@@ -39,7 +41,7 @@ def wants_telemetry(scenario: Scenario) -> bool:
             or any(p in ("dcgm-metrics", "admin") for listener in scenario.server.listeners for p in listener.personalities))
 
 
-class EndlessWorkload(ValueError):
+class EndlessWorkload(RunError, ValueError):
     """The workload never stops and no stop time was given."""
 
 
@@ -237,8 +239,24 @@ class Simulation:
             return
         classes = {c.name: c for c in self.scenario.priority_classes}
         for index, source in enumerate(workload.sources):
-            feed = iter(SourceFeed(index, source, self._source_rngs[index], self.base_dir, classes, workload.duration))
-            self._next_arrival(feed)
+            rng = self._source_rngs[index]
+            feed = iter(SourceFeed(index, source, rng, self.base_dir, classes, workload.duration))
+            if isinstance(source.arrival, Concurrency):
+                ClosedLoop(feed, source.arrival, rng.spawn(1)[0], self._send_closed,
+                           lambda time, action: self.kernel.at(time, action, URGENT), lambda: self.kernel.now).start()
+            else:
+                self._next_arrival(feed)
+
+    def _send_closed(self, arrival: Arrival, on_end: Callable[[Request], None]) -> bool:
+        """A closed-loop client's request, unless the workload's request limit is reached."""
+        workload = self.scenario.workload
+        assert workload is not None
+        if (workload.requests is not None and self._arrived >= workload.requests) or \
+                (workload.duration is not None and self.kernel.now > workload.duration):
+            return False
+        self._arrived += 1
+        self.submit(arrival, on_end=on_end)
+        return True
 
     def _next_arrival(self, feed: Iterator[Arrival]) -> None:
         limit = self.scenario.workload.requests if self.scenario.workload else None
@@ -254,15 +272,16 @@ class Simulation:
         self.submit(arrival)
         self._next_arrival(feed)
 
-    def submit(self, arrival: Arrival, watcher: Watcher | None = None, live_tokens: bool = True) -> Request:
+    def submit(self, arrival: Arrival, watcher: Watcher | None = None, live_tokens: bool = True,
+               on_end: Callable[[Request], None] | None = None) -> Request:
         """A request reaches the server now (from the workload, or from an API handler that watches it;
-        `live_tokens=False` when the handler needs the tokens only at the end)."""
+        `live_tokens=False` when the handler needs the tokens only at the end; `on_end` is told when it ends)."""
         now = self.kernel.now
         served = self.models[arrival.model]
         request = Request(self.submitted, served.model.id, arrival.source, now, arrival.prompt, arrival.output,
                           arrival.priority, arrival.group, arrival.prefix, stream=arrival.stream, watcher=watcher,
                           live_tokens=live_tokens, stage=arrival.stage, token_ids=arrival.token_ids, rank=arrival.rank,
-                          kept_blocks=[] if arrival.keep_blocks else None)
+                          kept_blocks=[] if arrival.keep_blocks else None, on_end=on_end)
         self.submitted += 1
         if not served.generates:
             request.output = 0

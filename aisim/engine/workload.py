@@ -2,7 +2,8 @@
 
 Each source yields `Arrival`s in time order from its own seeded generator: Poisson (exponential
 gaps), gamma (gaps with a chosen coefficient of variation), constant rate, a closed batch at one
-instant, or a trace file (CSV like the Azure LLM trace, or JSONL). Token lengths come from the
+instant, or a trace file (CSV like the Azure LLM trace, or JSONL). A closed loop (`concurrency`) yields
+its requests' lengths in order; `ClosedLoop` sends each when a client's previous request ends. Token lengths come from the
 source's distributions or from the trace; shared prefixes and model mixes are drawn per request.
 
 A request has at least one prompt token (vLLM refuses an empty prompt, and the engine would never
@@ -16,19 +17,22 @@ of simulated time even when the workload is limited by request counts only.
 from __future__ import annotations
 
 import csv
+import dataclasses
 import datetime
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
-from typing import SupportsInt
+from typing import Any, SupportsInt
 
 import numpy as np
 
+from ..errors import InputError
 from ..scenario.workload import (
     MAX_DURATION,
     ClosedBatch,
+    Concurrency,
     ConstantRate,
     Gamma,
     Poisson,
@@ -37,7 +41,7 @@ from ..scenario.workload import (
     Stages,
     Trace,
 )
-from .sampling import sample
+from .sampling import Draws, sample
 
 CHUNK = 1024
 NS = 1_000_000_000
@@ -87,8 +91,10 @@ class Arrival:
         return cls(0, source, model, prompt, output, priority, -1, 0, version=version)
 
 
-class TraceError(ValueError):
+class TraceError(InputError, ValueError):
     """A trace row that cannot be read."""
+
+    where = ("trace",)
 
 
 def _gaps(source: Source, rng: np.random.Generator, size: int) -> np.ndarray:
@@ -236,6 +242,11 @@ class SourceFeed:
             size = arrival.requests
             yield np.full(size, arrival.at, dtype=np.int64), *self._lengths(size)
             return
+        if isinstance(arrival, Concurrency):  # the times are when the clients may start: `ClosedLoop` sends them
+            for first in range(0, arrival.requests, CHUNK):
+                size = min(CHUNK, arrival.requests - first)
+                yield np.full(size, arrival.at, dtype=np.int64), *self._lengths(size, first)
+            return
         last = 0
         sent = 0
         while True:
@@ -310,3 +321,32 @@ def poisson_timer(rate: float, duration_ns: int, count: int, rng: np.random.Gene
         sent += len(out[-1])
         now = int(times[-1])
     return np.concatenate(out)
+
+
+class ClosedLoop:
+    """`arrival: {kind: concurrency}`: `clients` clients, each sending its next request when its previous one ends
+    (any outcome: `Request.on_end`), after a think time, until the feed's requests are all sent. A request is sent
+    from an event at the instant the previous one ended, so the number in flight never dips between them."""
+
+    def __init__(self, feed: Iterator[Arrival], arrival: Concurrency, rng: np.random.Generator,
+                 send: Callable[[Arrival, Callable[[Any], None]], bool], at: Callable[[int, Callable[[], None]], object],
+                 now: Callable[[], int]) -> None:
+        """`send(arrival, on_end)` submits a request (False: the workload's limit is reached); `at(time, action)`
+        schedules an event; `now()` is the clock."""
+        self.feed = feed
+        self.arrival = arrival
+        self.think = Draws(arrival.think_time, rng) if arrival.think_time is not None else None
+        self._send, self._at, self._now = send, at, now
+
+    def start(self) -> None:
+        for _ in range(self.arrival.clients):
+            self._at(self.arrival.at, self._next)
+
+    def _next(self) -> None:
+        arrival = next(self.feed, None)
+        if arrival is not None:
+            self._send(dataclasses.replace(arrival, time=self._now()), self._ended)
+
+    def _ended(self, request: Any) -> None:
+        del request
+        self._at(self._now() + (self.think.next() if self.think is not None else 0), self._next)

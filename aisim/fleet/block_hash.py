@@ -17,12 +17,14 @@ import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ..errors import ServeError
+
 DEFAULT_SEED = "vllm-none-hash"
 """vLLM's `DEFAULT_NONE_HASH_SEED`."""
 INT_MASK = (1 << 64) - 1
 
 
-class HashUnavailable(ValueError):
+class HashUnavailable(ServeError, ValueError):
     """The chosen algorithm needs a package that is not installed."""
 
 

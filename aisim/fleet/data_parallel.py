@@ -1,11 +1,16 @@
 """`--data-parallel-size N`: each simulated vLLM model runs N engine replicas (ranks) behind one server, as
 `vllm serve --data-parallel-size N` runs N engine cores. Rank r runs on copies of the model's GPUs named
 `<gpu>-dp<r>` (same hardware, memory pool and streams); replica index and rank are the same number, which the
-`engine` label of `/metrics` and the `data_parallel_rank` of the KV events carry."""
+`engine` label of `/metrics` and the `data_parallel_rank` of the KV events carry.
+
+`server.fleet.dataParallelSize: N` is `placement.dataParallel` given for every model at once: the placement's
+`dataParallel` becomes N times its ranks (an MoE model's ranks then step together, as vLLM's do). The scenario
+may give one or the other, not both (`crossref`)."""
 
 from __future__ import annotations
 
 from ..scenario import Scenario
+from ..scenario.hardware import expand_devices
 from ..scenario.models import Model
 
 
@@ -19,6 +24,7 @@ def with_data_parallel(scenario: Scenario, size: int) -> Scenario:
     if size <= 1:
         return scenario
     gpus = {gpu.id: gpu for gpu in scenario.gpus}
+    devices = scenario.gpu_devices()
     added = []
     models = []
     for model in scenario.models:
@@ -34,7 +40,10 @@ def with_data_parallel(scenario: Scenario, size: int) -> Scenario:
                     gpus[copy] = gpus[name].model_copy(update={"id": copy})
                     added.append(gpus[copy])
                 placed.append(copy)
-        models.append(model.model_copy(update={"placement": model.placement.model_copy(update={"gpus": placed})}))
+        own = len(expand_devices(model.placement.gpus, devices)) // model.placement.tensor_parallel
+        ranks = (model.placement.data_parallel or own) * size
+        models.append(model.model_copy(update={"placement": model.placement.model_copy(
+            update={"gpus": placed, "data_parallel": ranks})}))
     server = scenario.server.model_copy(update={"fleet": scenario.server.fleet.model_copy(
         update={"data_parallel_size": size})})
     return scenario.model_copy(update={"gpus": [*scenario.gpus, *added], "models": models, "server": server})

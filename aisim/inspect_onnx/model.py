@@ -13,6 +13,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from ..errors import InputError
 from .flops import COUNTED, Dims, layer_cost
 from .optable import DEFAULT_DOMAINS, OpBehaviour, behaviour
 from .types import TRITON_DATATYPES
@@ -21,7 +22,7 @@ from .weights import Weights, graphs, weights
 MISSING_ONNX = "aisim inspect needs the onnx package: pip install 'aisim[inspect]'"
 
 
-class InspectError(Exception):
+class InspectError(InputError):
     """A model file that cannot be read; the message says why."""
 
 

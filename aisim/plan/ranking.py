@@ -50,7 +50,7 @@ def pareto(results: list[dict[str, Any]]) -> list[str]:
     points = [(r["at_max"].get("ttft") or r["at_max"].get("itl") or 0.0, -r["goodput"]["requests_per_s_per_gpu"], r["key"])
               for r in results if r["status"] == "meets"]
     front, best = [], None
-    for latency, goodput, key in sorted(points):
+    for _latency, goodput, key in sorted(points):
         if best is None or goodput < best:
             front.append(key)
             best = goodput

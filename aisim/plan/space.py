@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..engine import SourceFeed, load_failure, memory_plan
+from ..errors import RunError
 from ..scenario import Scenario
 from ..scenario.models import Model
 from ..scenario.plan import Plan
@@ -31,7 +32,7 @@ GPU_ID = "gpu"
 RATE_KINDS = ("poisson", "gamma", "constant")
 
 
-class PlanError(ValueError):
+class PlanError(RunError, ValueError):
     """The scenario cannot be planned (no model to plan, a workload that cannot be scaled)."""
 
 
@@ -132,8 +133,8 @@ def base_rate(scenario: Scenario, model: Model, base_dir: Path) -> float:
         elif arrival.kind in RATE_KINDS:
             total += arrival.rate.per_second  # type: ignore[union-attr]
         else:
-            raise PlanError(f"source {source.name!r}: a closed batch has no rate to scale; use poisson, gamma, "
-                            "constant or a trace")
+            raise PlanError(f"source {source.name!r}: a closed {'batch' if arrival.kind == 'batch' else 'loop'} has "
+                            "no rate to scale; use poisson, gamma, constant or a trace")
     if not total:
         raise PlanError(f"no workload source sends requests to {model.id!r}")
     return total

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from ..engine import Efficiency, calibrated_efficiency
+from ..errors import RunError
 from ..scenario import Scenario
 from ..scenario.models import CostModel, Model
 from .drift import DriftReport, compare
@@ -33,7 +34,7 @@ from .records import LoggedRequest, RequestLog
 from .simulate import SimulationReplay, default_model
 
 
-class CalibrationError(ValueError):
+class CalibrationError(RunError, ValueError):
     """Nothing to fit: no simulated model in the log, or no measured latencies."""
 
 

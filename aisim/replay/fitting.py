@@ -19,13 +19,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..engine import Efficiency
+from ..errors import MissingDependency
 
 FAILED_RESIDUAL = 10.0
 """The residual of a term a candidate could not produce (the request failed under it)."""
 INSTALL_HINT = "aisim calibrate needs scipy: pip install 'aisim[calibrate]'"
 
 
-class MissingScipy(ImportError):
+class MissingScipy(MissingDependency, ImportError):
     """scipy is not installed."""
 
 

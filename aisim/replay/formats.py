@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from ..engine import timestamp_ns
+from ..errors import InputError
 from .records import LoggedLoad, LoggedRequest, RequestLog, TensorShape
 
 LOG_FORMAT = "aisim-request-log"
@@ -37,7 +38,7 @@ UNITS_NS = {"s": NS, "ms": 1_000_000, "us": 1_000}
 Format = Literal["auto", "aisim", "azure", "jsonl"]
 
 
-class LogError(ValueError):
+class LogError(InputError, ValueError):
     """A log that cannot be read: the file, the line and what is wrong."""
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..engine import URGENT, Arrival, Request, Simulation, VirtualClock
+from ..errors import RunError
 from ..scenario import Scenario
 from .records import LoggedLoad, LoggedRequest, RequestLog
 
@@ -27,7 +28,7 @@ ended (a fault repeating forever keeps the event queue from ever emptying)."""
 OUTCOME = {"completed": "completed", "failed": "failed", "aborted": "aborted", "": "unfinished"}
 
 
-class ReplayError(ValueError):
+class ReplayError(RunError, ValueError):
     """A log that cannot be replayed against a scenario (a model it does not serve)."""
 
 

@@ -6,6 +6,7 @@ inference-perf (`kubernetes-sigs/inference-perf`; its `config.py` in release 0.4
 | inference-perf | scenario |
 | --- | --- |
 | `load.type` `constant` / `poisson`, `load.stages[].rate`, `.duration` | `arrival: {kind: stages, timer, stages}` |
+| `load.type: concurrent`, one stage's `concurrency_level`, `num_requests` | `arrival: {kind: concurrency, clients, requests}` |
 | `load.interval` (1 s by default) | `gap`: the interval plus the 1 s a stage gives its queue before its first request |
 | `load.request_timeout` (none: aiohttp's total timeout of 300 s applies) | the source's `timeout` |
 | `data.type: shared_prefix`, `data.shared_prefix.*` | `promptSet` |
@@ -13,7 +14,8 @@ inference-perf (`kubernetes-sigs/inference-perf`; its `config.py` in release 0.4
 | `server.model_name` | the source's `model` (unless `--model` gives one) |
 
 A setting the simulator cannot follow (another load or data type, a length distribution inside
-`shared_prefix`) is an `ImportProblem` naming the key.
+`shared_prefix`, several concurrent stages: each starts when the previous one's requests have ended) is an
+`ImportProblem` naming the key.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
+from ruamel.yaml.error import MarkedYAMLError
+
+from ..errors import InputError
 
 AIOHTTP_TOTAL_TIMEOUT_S = 300
 """aiohttp's `DEFAULT_TIMEOUT` (`ClientTimeout(total=5 * 60)`): what inference-perf's session uses without
@@ -30,7 +35,7 @@ STAGE_WARMUP_S = 1
 """inference-perf's `run_stage` starts a stage's first request 1 s after it queues them."""
 
 
-class ImportProblem(ValueError):
+class ImportProblem(InputError, ValueError):
     """A benchmark configuration that has no equivalent workload."""
 
 
@@ -77,8 +82,9 @@ def _normal(distribution: dict[str, Any], where: str) -> dict[str, Any] | int:
 def inference_perf_workload(config: dict[str, Any], model: str | None = None, name: str = "inference-perf") -> dict[str, Any]:
     """The scenario `workload` equivalent to an inference-perf configuration (a parsed YAML mapping)."""
     load_type = _get(config, "load.type", "constant")
-    if load_type not in ("constant", "poisson"):
-        raise ImportProblem(f"load.type: {load_type!r} is not supported; aisim imports 'constant' and 'poisson'")
+    if load_type not in ("constant", "poisson", "concurrent"):
+        raise ImportProblem(f"load.type: {load_type!r} is not supported; aisim imports 'constant', 'poisson' and "
+                            "'concurrent'")
     stages = _get(config, "load.stages", [])
     if not stages or _get(config, "load.sweep") is not None:
         raise ImportProblem("load.stages: give the stages (a sweep's stages depend on a live saturation probe)")
@@ -86,14 +92,12 @@ def inference_perf_workload(config: dict[str, Any], model: str | None = None, na
     if not model_id:
         raise ImportProblem("server.model_name: absent; give the scenario's model with --model")
     timeout = _get(config, "load.request_timeout", AIOHTTP_TOTAL_TIMEOUT_S)
-    source: dict[str, Any] = {
-        "name": name, "model": str(model_id), "timeout": _seconds(float(timeout)),
-        "arrival": {
-            "kind": "stages", "timer": load_type,
-            "stages": [{"rate": f"{float(s['rate']):g}/s", "duration": _seconds(float(s["duration"]))} for s in stages],
-            "gap": _seconds(float(_get(config, "load.interval", 1.0)) + STAGE_WARMUP_S),
-        },
-    }
+    source: dict[str, Any] = {"name": name, "model": str(model_id), "timeout": _seconds(float(timeout)),
+                              "arrival": _concurrent(stages) if load_type == "concurrent" else {
+                                  "kind": "stages", "timer": load_type,
+                                  "stages": [{"rate": f"{float(s['rate']):g}/s",
+                                              "duration": _seconds(float(s["duration"]))} for s in stages],
+                                  "gap": _seconds(float(_get(config, "load.interval", 1.0)) + STAGE_WARMUP_S)}}
     data_type = _get(config, "data.type", "mock")
     if data_type == "shared_prefix":
         shared = _get(config, "data.shared_prefix", {})
@@ -117,9 +121,30 @@ def inference_perf_workload(config: dict[str, Any], model: str | None = None, na
     return {"sources": [source]}
 
 
+def _concurrent(stages: list[Any]) -> dict[str, Any]:
+    """inference-perf's `concurrent` load (`ConcurrentLoadStage`): `concurrency_level` workers sending `num_requests`
+    requests, each sending its next as soon as its previous one ends: a closed loop."""
+    if len(stages) != 1:
+        raise ImportProblem(f"load.stages: {len(stages)} concurrent stages; aisim imports one (each stage starts when "
+                            "the previous one's requests have all ended, which a workload's arrivals cannot say)")
+    stage = stages[0] if isinstance(stages[0], dict) else {}
+    try:
+        clients, requests = int(stage["concurrency_level"]), int(stage["num_requests"])
+    except (KeyError, TypeError, ValueError):
+        raise ImportProblem("load.stages[0]: a concurrent stage gives concurrency_level and num_requests") from None
+    return {"kind": "concurrency", "clients": clients, "requests": requests}
+
+
 def read_yaml(path: Path) -> dict[str, Any]:
     """A configuration file as plain data."""
-    loaded = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
+    try:
+        loaded = YAML(typ="safe").load(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ImportProblem(f"{path}: not UTF-8 text") from None
+    except MarkedYAMLError as error:
+        mark = error.problem_mark or error.context_mark
+        where = f":{mark.line + 1}:{mark.column + 1}" if mark else ""
+        raise ImportProblem(f"{path}{where}: not YAML: {error.problem or error.context}") from None
     if not isinstance(loaded, dict):
         raise ImportProblem(f"{path}: not a YAML mapping")
     return loaded

@@ -22,9 +22,13 @@ from .hardware import BuddyPool, Gpu, expand_devices
 from .models import Model
 from .presets import GIB
 from .problems import PathPart, Problem
+from .quantization import gpu_problem
 from .source import Source
 from .units import DURATION_UNITS
-from .workload import MAX_DURATION, Arrival, ClosedBatch, WorkloadDuration
+from .workload import MAX_DURATION, Arrival, ClosedBatch, Concurrency, WorkloadDuration
+
+FP8_BLOCK = 128
+"""The weight block of block-quantized FP8 checkpoints (DeepSeek, Qwen3-FP8: `weight_block_size: [128, 128]`)."""
 
 Report = Callable[[Sequence[PathPart], str, str], None]
 
@@ -50,26 +54,26 @@ class Parts:
         return cls(list(scenario.gpus), list(scenario.models), [s.arrival for s in workload.sources], duration)
 
     @classmethod
-    def salvage(cls, data: Any) -> Parts:
-        """The parts of an invalid document that validate on their own."""
+    def salvage(cls, data: Any, base_dir: Path | None = None) -> Parts:
+        """The parts of an invalid document that validate on their own (relative paths against `base_dir`)."""
         if not isinstance(data, dict):
             return cls()
         workload = data["workload"] if isinstance(data.get("workload"), dict) else {}
         sources = workload.get("sources")
         arrivals = [s.get("arrival") if isinstance(s, dict) else None for s in sources] if isinstance(sources, list) else None
         duration = workload.get("duration")
-        return cls(_each(data.get("gpus"), Gpu), _each(data.get("models"), Model), _each(arrivals, Arrival),
+        return cls(_each(data.get("gpus"), Gpu), _each(data.get("models"), Model, base_dir), _each(arrivals, Arrival),
                    MAX_DURATION if duration is None else _each([duration], WorkloadDuration)[0])
 
 
-def _each(values: Any, kind: Any) -> list[Any]:
+def _each(values: Any, kind: Any, base_dir: Path | None = None) -> list[Any]:
     """Each item validated alone, None where it is not valid."""
     if not isinstance(values, list):
         return []
     items = []
     for value in values:
         try:
-            items.append(TypeAdapter(kind).validate_python(value))
+            items.append(TypeAdapter(kind).validate_python(value, context={"base_dir": base_dir}))
         except (ValidationError, TypeError, ValueError):
             items.append(None)
     return items
@@ -87,8 +91,13 @@ def check(parts: Parts, data: Any, source: Source, base_dir: Path) -> list[Probl
     def report(path: Sequence[PathPart], message: str, rule: str) -> None:
         problems.append(source.problem(path, message, rule))
 
+    def warn(path: Sequence[PathPart], message: str, rule: str) -> None:
+        problems.append(source.problem(path, message, rule, severity="warning"))
+
     devices = _check_gpus(parts, report)
     _check_models(parts, devices, report)
+    for i, model in _present(parts.models):
+        _check_parallel(i, model, devices, report, warn, _fleet_data_parallel(data))
     _check_arrivals(parts, report)
     return problems
 
@@ -179,11 +188,11 @@ def _check_placement(i: int, model: Model, devices: dict[str, Gpu], report: Repo
     if split:
         report(["models", i, "placement", "tensorParallel"], split, "placement")
     if placed and not model.mock:
-        weights = model.weight_bytes() / placement.tensor_parallel
+        weights = model.weight_bytes_per_gpu()
         smallest = min(placed, key=lambda g: g.resolved().capacity)
         capacity = smallest.resolved().capacity
         if weights > capacity:
-            where: list[PathPart] = ["models", i, "family"] if model.family else ["models", i, "architecture"]
+            where = _architecture_path(i, model)
             report(
                 where,
                 f"weights alone ({weights / GIB:.2f} GiB per GPU at tensorParallel {placement.tensor_parallel}) "
@@ -192,16 +201,96 @@ def _check_placement(i: int, model: Model, devices: dict[str, Gpu], report: Repo
             )
 
 
+def _architecture_path(i: int, model: Model) -> list[PathPart]:
+    """Where a model's architecture comes from: its `family`, `config` or `architecture` key."""
+    key = "family" if model.family else "config" if model.config else "architecture"
+    return ["models", i, key]
+
+
+def _fleet_data_parallel(data: Any) -> int:
+    server = data.get("server") if isinstance(data, dict) else None
+    fleet = server.get("fleet") if isinstance(server, dict) else None
+    size = fleet.get("dataParallelSize") if isinstance(fleet, dict) else None
+    return size if isinstance(size, int) and not isinstance(size, bool) else 1
+
+
+def _check_parallel(i: int, model: Model, devices: dict[str, Gpu], report: Report, warn: Report, fleet_dp: int) -> None:
+    """What vLLM refuses (or does differently) for this parallel layout and quantization: GPUs for TP x DP, KV
+    heads that do not split, FP8 blocks that do not divide a shard, formats the GPU cannot run; the data-parallel
+    size given twice."""
+    placement = model.placement
+    if placement is None or model.mock or model.resolved_runtime() != "vllm":
+        return
+    arch = model.resolved()
+    tp, dp = placement.tensor_parallel, placement.data_parallel
+    here: list[PathPart] = ["models", i, "placement"]
+    count = len(expand_devices(placement.gpus, devices))
+    if dp is not None and count and tp * dp > count:
+        report([*here, "dataParallel"], f"tensorParallel {tp} x dataParallel {dp} needs {tp * dp} GPUs, the placement "
+               f"has {count}", "placement")
+    if dp is not None and dp > 1 and fleet_dp > 1:
+        report([*here, "dataParallel"], "give the data-parallel size once: placement.dataParallel or "
+               "server.fleet.dataParallelSize (the same vLLM --data-parallel-size)", "placement")
+    if arch.kv_heads and not arch.mla and tp > arch.kv_heads:
+        if tp % arch.kv_heads:
+            report([*here, "tensorParallel"], f"tensorParallel {tp} neither divides nor is a multiple of the "
+                   f"{arch.kv_heads} KV heads (vLLM's QKVParallelLinear needs one or the other)", "placement")
+        else:
+            warn([*here, "tensorParallel"], f"the {arch.kv_heads} KV heads are replicated over tensorParallel {tp}: "
+                 f"each GPU holds one, {tp // arch.kv_heads} copies of each (the KV cache per GPU stops shrinking)",
+                 "placement")
+    ep = model.expert_parallel_size()
+    if ep > arch.experts:
+        report(["models", i, "engine", "enableExpertParallel"], f"expert parallelism over {ep} GPUs (TP x DP) exceeds "
+               f"the {arch.experts} experts: some GPUs would hold none", "placement")
+    elif ep > 1 and arch.experts % ep:
+        warn(["models", i, "engine", "enableExpertParallel"], f"{arch.experts} experts do not split evenly over "
+             f"{ep} GPUs: some hold {-(-arch.experts // ep)}, the others {arch.experts // ep} (the fullest sets the "
+             "memory and the pace)", "placement")
+    if model.engine.enable_expert_parallel and not arch.moe:
+        warn(["models", i, "engine", "enableExpertParallel"], "the model has no experts: expert parallelism changes "
+             "nothing", "placement")
+    _check_fp8_blocks(i, model, report)
+    for name in dict.fromkeys(placement.gpus):
+        gpu = devices.get(name)
+        if gpu is None:
+            continue
+        profile = gpu.resolved()
+        problem = gpu_problem(arch, profile.compute_capability, profile.vendor)
+        if problem:
+            where: list[PathPart] = ["models", i, "quantization"] if model.quantization else _architecture_path(i, model)
+            report(where, f"GPU {name!r} ({gpu.profile or gpu.id}) cannot run it: {problem}", "quantization")
+            break
+
+
+def _check_fp8_blocks(i: int, model: Model, report: Report) -> None:
+    """vLLM's check on block-quantized FP8 layers (`Fp8LinearMethod.create_weights`, `validate_fp8_block_shape`): each
+    GPU's share of an MLP's intermediate size must be a whole number of 128-wide blocks."""
+    arch = model.resolved()
+    if not any(g.format == "fp8_block" for g in arch.weight_groups):
+        return
+    tp = model.placement.tensor_parallel if model.placement else 1
+    shards = [("dense MLP", arch.intermediate, tp)] if arch.layers > arch.moe_layers else []
+    if arch.moe and model.expert_parallel_size() == 1:
+        shards.append(("experts' MLP", arch.expert_intermediate, model.moe_tensor_parallel_size()))
+    for what, size, split in shards:
+        if split > 1 and (size % split or size // split % FP8_BLOCK):
+            report(_architecture_path(i, model), f"the {what}'s intermediate size {size} over {split} GPUs is "
+                   f"{size / split:g} per GPU, not a multiple of the FP8 weight block ({FP8_BLOCK}): vLLM refuses to "
+                   "load it (with an MoE model, enableExpertParallel keeps each expert whole)", "placement")
+
+
 def _check_arrivals(parts: Parts, report: Report) -> None:
     """A closed batch arrives before the workload stops drawing arrivals (after that it brings no request)."""
     if parts.duration is None:
         return
     limit = "the longest workload" if parts.duration == MAX_DURATION else "the workload's duration"
     for i, arrival in _present(parts.arrivals):
-        if isinstance(arrival, ClosedBatch) and arrival.at > parts.duration:
+        if isinstance(arrival, (ClosedBatch, Concurrency)) and arrival.at > parts.duration:
             report(
                 ["workload", "sources", i, "arrival", "at"],
-                f"the batch arrives at {_duration(arrival.at)}, after {limit} ({_duration(parts.duration)}), so it "
+                f"the {'batch arrives' if isinstance(arrival, ClosedBatch) else 'clients start'} at "
+                f"{_duration(arrival.at)}, after {limit} ({_duration(parts.duration)}), so it "
                 f"brings no request: at must be at most {_duration(parts.duration)}",
                 "arrival-time",
             )

@@ -111,13 +111,13 @@ def _validate(source: Source, base_dir: Path, problems: list[Problem]) -> Scenar
                                                    "folder of `server.modelRepository`", "required"))
     scenario = None
     try:
-        scenario = Scenario.model_validate(data)
+        scenario = Scenario.model_validate(data, context={"base_dir": base_dir})
     except ValidationError as error:
         problems.extend(pydantic_problems(source, error, covered))
         problems.extend(common_problems(source, data, covered))
     except (TypeError, ValueError, RecursionError) as error:  # defensive: never a traceback
         problems.append(source.problem([], f"cannot be read as a scenario: {error}", "document"))
-    parts = crossref.Parts.of(scenario) if scenario else crossref.Parts.salvage(data)
+    parts = crossref.Parts.of(scenario) if scenario else crossref.Parts.salvage(data, base_dir)
     problems.extend(crossref.check(parts, data, source, base_dir))
     if scenario is not None and not any(p.severity == "error" for p in problems):
         problems.extend(planned_warnings(scenario, source))

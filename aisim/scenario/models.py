@@ -3,14 +3,25 @@
 from __future__ import annotations
 
 import dataclasses
+from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, ClassVar, Literal, TypeAlias
 
-from pydantic import Field, PrivateAttr, model_validator
+from pydantic import (
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
+from .architecture import ConfigError
 from .base import Spec
 from .distributions import CountDistribution, DurationDistribution
 from .hardware import Identifier
-from .presets import DTYPE_BYTES, MODEL_FAMILIES, DType, ModelFamily, Task
+from .hfconfig import read_config
+from .presets import MODEL_FAMILIES, DType, ModelFamily, Task, family_config
+from .quantization import QUANTIZATION_METHODS
 from .units import Bandwidth, ByteSize, Count, Duration
 
 ModelName = Annotated[str, Field(pattern=r"^[^\s]+$", min_length=1, max_length=256)]
@@ -22,6 +33,26 @@ else:
 """A built-in family's name: a Literal of `MODEL_FAMILIES`' keys, built at import time (so the schema
 lists them); a type checker cannot evaluate it and sees a plain str."""
 Runtime = Literal["vllm", "tensorrt", "onnxruntime", "python"]
+Quantization = Literal[QUANTIZATION_METHODS]  # type: ignore[valid-type]
+"""vLLM's `--quantization` names aisim models (`aisim.scenario.quantization`)."""
+
+
+@lru_cache(maxsize=256)
+def _read(path: str, quantization: str | None, mtime: float) -> ModelFamily:
+    """A config read once per file version and quantization (`mtime` keys the cache)."""
+    del mtime
+    return read_config(path, quantization)
+
+
+def read_model_config(path: str | Path, quantization: str | None = None) -> ModelFamily:
+    """The architecture of a config file or folder (`hfconfig.read_config`), cached; raises `ConfigError`."""
+    target = Path(path)
+    file = target / "config.json" if target.is_dir() else target
+    try:
+        mtime = file.stat().st_mtime
+    except OSError:
+        mtime = 0.0
+    return _read(str(path), quantization, mtime)
 
 
 
@@ -67,6 +98,13 @@ class Placement(Spec):
     """GPU ids (a GPU entry's id names all its devices)."""
     tensor_parallel: int = Field(1, ge=1, le=64)
     """Tensor-parallel degree; weights and KV heads split over this many GPUs."""
+    data_parallel: int | None = Field(None, ge=1, le=64)
+    """vLLM's `--data-parallel-size`: ranks of `tensorParallel` GPUs each, taken from `gpus` in order. A dense
+    model's ranks are independent engines behind vLLM's load balancer; an MoE model's ranks run their forward
+    passes in lockstep (an idle rank runs a dummy batch) because their MoE layers are one (expert- or
+    tensor-parallel over TP x DP GPUs). Absent: as many independent engines as the GPUs hold (each
+    `tensorParallel` of them one engine). `server.fleet.dataParallelSize: N` is the same thing for every model,
+    on copies of its GPUs."""
     stream: Identifier = "default"
     """CUDA stream this model's steps run on."""
 
@@ -94,6 +132,9 @@ class EngineLimits(Spec):
     """Waiting-queue order; `priority` honours request priorities."""
     long_prefill_token_threshold: int | None = Field(None, ge=1)
     """Cap on one long prompt's share of a step's token budget."""
+    enable_expert_parallel: bool = False
+    """vLLM's `--enable-expert-parallel`: an MoE model's experts are split whole over expert-parallel size = TP x DP
+    GPUs (the MoE's tensor-parallel size is then 1) instead of each expert being split by tensor parallelism."""
     cuda_graphs: bool = True
     """Replay steps of up to 512 tokens as CUDA graphs (one launch instead of one per kernel)."""
     entrypoint: Literal["server", "offline"] = "server"
@@ -373,8 +414,14 @@ class Model(Spec):
     """Other ids that reach the same model."""
     family: FamilyName | None = None
     """Built-in architecture family (see `aisim.scenario.presets`)."""
+    config: str | None = Field(None, min_length=1)
+    """A Hugging Face `config.json` (or a folder holding one; a ModelOpt `hf_quant_config.json` beside it is read
+    too), relative to the scenario file: the architecture and quantization as vLLM reads them (`docs/models.md`)."""
+    quantization: Quantization | None = None
+    """vLLM's `--quantization`: `fp8` quantizes an unquantized checkpoint as it loads; other methods must match the
+    checkpoint's (absent: the checkpoint's own)."""
     architecture: Architecture | None = None
-    """Explicit architecture; required without a family, overrides with one."""
+    """Explicit architecture; required without a family or config, overrides with one."""
     task: Task | None = None
     """`generate`, `embed` or `classify`; defaults to the family's task."""
     runtime: Runtime | None = None
@@ -402,15 +449,53 @@ class Model(Spec):
 
     _resolved: ModelFamily | None = PrivateAttr(None)
 
+    @field_validator("config")
+    @classmethod
+    def _readable_config(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """Resolve the path (against the scenario's folder, `context["base_dir"]`) and read the config now, so a
+        config aisim cannot model is a problem at `models[i].config`; the absolute path is kept."""
+        if value is None:
+            return None
+        base = (info.context or {}).get("base_dir")
+        path = Path(value).expanduser()
+        if not path.is_absolute() and base is not None:
+            path = Path(base) / path
+        path = path.resolve()
+        try:
+            read_model_config(path)
+        except ConfigError as error:
+            raise ValueError(str(error)) from None
+        return str(path)
+
+    @field_validator("quantization")
+    @classmethod
+    def _applies(cls, value: str | None, info: ValidationInfo) -> str | None:
+        """vLLM's check that `--quantization` fits the checkpoint (a config's, or a family's shipped config)."""
+        if value is None:
+            return None
+        path = info.data.get("config") or (family_config(info.data["family"]) if info.data.get("family") else None)
+        if path is None:
+            if "config" in info.data and "family" in info.data:
+                raise ValueError("quantization needs a `config` (or a family with a config): an explicit "
+                                 "architecture has no checkpoint to quantize")
+            return value
+        try:
+            read_model_config(path, value)
+        except (ConfigError, ValueError) as error:
+            raise ValueError(str(error)) from None
+        return value
+
     @model_validator(mode="after")
     def _has_architecture(self) -> Model:
-        if self.family is None:
+        if self.family is not None and self.config is not None:
+            raise ValueError("give one of family, config")
+        if self.family is None and self.config is None:
             given = self.architecture.model_fields_set if self.architecture else set()
             needed = () if self.latency is not None else Architecture.REQUIRED_WITHOUT_FAMILY
             missing = [n for n in needed if n not in given]
             if missing:
                 names = ", ".join(Architecture.model_fields[m].alias or m for m in missing)
-                raise ValueError(f"without a family (and without a latency override), architecture must give {names}")
+                raise ValueError(f"without a family or config (and without a latency override), architecture must give {names}")
         return self
 
     @property
@@ -440,10 +525,19 @@ class Model(Spec):
 
     def _resolve(self) -> ModelFamily:
         given = {k: v for k, v in (self.architecture or Architecture()).model_dump().items() if v is not None}
-        if self.family is not None:
+        if self.config is not None:
+            base = read_model_config(self.config, self.quantization)
+        elif self.family is not None and self.quantization is not None:
+            path = family_config(self.family)
+            assert path is not None
+            base = dataclasses.replace(read_model_config(path, self.quantization), name=self.family)
+        elif self.family is not None:
             base = MODEL_FAMILIES[self.family]
         else:
             base = ModelFamily(self.id, self.task or "generate", 0, 1, 1, 0, 0, 0, 0, 1, 0)
+        if set(given) - {"max_position"}:
+            # explicit numbers replace the config's: the weights become `params` in `dtype` again
+            given.update(weight_groups=(), quantization="")
         resolved = dataclasses.replace(base, **given)
         if self.task is not None:
             resolved = dataclasses.replace(resolved, task=self.task)
@@ -452,6 +546,32 @@ class Model(Spec):
     def resolved_runtime(self) -> Runtime:
         """The runtime personality: the model's own, or its family's default."""
         return self.runtime or self.resolved().default_runtime
+
+    def data_parallel_size(self) -> int:
+        """vLLM's data-parallel size: `placement.dataParallel`, 1 when not given (independent engines)."""
+        return self.placement.data_parallel or 1 if self.placement else 1
+
+    def lockstep(self) -> bool:
+        """Whether its data-parallel ranks step together: an MoE model with `dataParallel` above 1."""
+        return self.data_parallel_size() > 1 and not self.mock and self.resolved().moe
+
+    def expert_parallel_size(self) -> int:
+        """GPUs the routed experts are split over whole: TP x DP with `enableExpertParallel` on an MoE model, else 1."""
+        if not self.engine.enable_expert_parallel or self.mock or not self.resolved().moe:
+            return 1
+        tp = self.placement.tensor_parallel if self.placement else 1
+        return tp * self.data_parallel_size()
+
+    def moe_tensor_parallel_size(self) -> int:
+        """GPUs each expert is split over: 1 with expert parallelism, else TP x DP (vLLM flattens DP into the
+        MoE's tensor parallelism)."""
+        tp = self.placement.tensor_parallel if self.placement else 1
+        return 1 if self.expert_parallel_size() > 1 else tp * self.data_parallel_size()
+
+    def weight_bytes_per_gpu(self) -> int:
+        """Bytes of weights each GPU of a rank holds."""
+        tp = self.placement.tensor_parallel if self.placement else 1
+        return self.resolved().weight_bytes_per_gpu(tp, self.expert_parallel_size(), self.moe_tensor_parallel_size())
 
     def tensor_parallel_problem(self) -> str | None:
         """vLLM's check at start-up (`ModelConfig.verify_with_parallel_config`), in its words: the attention
@@ -463,6 +583,5 @@ class Model(Spec):
         return None
 
     def weight_bytes(self) -> int:
-        """Bytes of weights, from the parameter count and dtype."""
-        arch = self.resolved()
-        return int(arch.params * DTYPE_BYTES[arch.dtype])
+        """Bytes of every weight: by format with quantization scales (a config), else parameters x dtype."""
+        return self.resolved().weight_bytes()

@@ -12,6 +12,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from typing import Literal
 
+from ..errors import InputError
+
 Severity = Literal["error", "warning"]
 PathPart = str | int
 
@@ -52,13 +54,19 @@ class Problem:
         return asdict(self)
 
 
-class ScenarioError(Exception):
-    """A scenario that cannot be used; carries every problem found."""
+class ScenarioError(InputError):
+    """A scenario that cannot be used; carries every problem found (and `closing`, a line to report after
+    them: `aisim run`'s verdict)."""
 
-    def __init__(self, problems: Sequence[Problem]) -> None:
+    def __init__(self, problems: Sequence[Problem], closing: str = "") -> None:
         self.problems = list(problems)
+        self.closing = closing
         errors = [p for p in self.problems if p.severity == "error"]
         super().__init__("\n".join(p.render() for p in errors) or "invalid scenario")
+
+    def report(self, command: str) -> str:
+        """Every problem, one a line: each names its file and position already."""
+        return render_text(self.problems) + self.closing
 
 
 def render_text(problems: Iterable[Problem]) -> str:

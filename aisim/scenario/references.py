@@ -17,7 +17,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from ..telemetry.fields import FIELDS
+from .dcgm_fields import FIELDS
 from .problems import PathPart, Problem
 from .server import Listener
 from .source import Source

@@ -21,6 +21,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError
 from .problems import Problem
 
 RUNTIMES = {"onnxruntime_onnx": "onnxruntime", "onnxruntime": "onnxruntime", "tensorrt_plan": "tensorrt",
@@ -28,7 +29,7 @@ RUNTIMES = {"onnxruntime_onnx": "onnxruntime", "onnxruntime": "onnxruntime", "te
 DEFAULT_FILES = {"onnxruntime": "model.onnx", "tensorrt": "model.plan", "python": "model.py"}
 
 
-class RepositoryError(Exception):
+class RepositoryError(InputError):
     """A model of the repository that cannot be read; `file` and the position say where."""
 
     def __init__(self, file: Path, message: str, line: int = 1, column: int = 1) -> None:

@@ -21,6 +21,8 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BeforeValidator, PlainSerializer, WithJsonSchema
 
+from ..errors import UsageError
+
 _NUMBER = r"(\d+(?:\.\d+)?|\.\d+)"
 
 DURATION_UNITS: dict[str, int] = {
@@ -69,7 +71,7 @@ RATE_PATTERN = rf"^\s*{_NUMBER}\s*/\s*({alternation(RATE_PERIODS)})\s*$"
 COUNT_PATTERN = rf"^\s*{_NUMBER}\s*([KMBT]?)\s*$"
 
 
-class QuantityError(ValueError):
+class QuantityError(UsageError, ValueError):
     """A string that is not the quantity it should be."""
 
 

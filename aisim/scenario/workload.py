@@ -7,7 +7,7 @@ from typing import Annotated, ClassVar, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from .base import Spec
-from .distributions import CountDistribution, LengthDistribution
+from .distributions import CountDistribution, DurationDistribution, LengthDistribution
 from .hardware import Identifier
 from .models import ModelName
 from .units import DURATION_UNITS, Duration, PositiveRate, Rate
@@ -83,6 +83,24 @@ class ClosedBatch(Spec):
     """Number of requests."""
     at: Duration = 0
     """Arrival time of the batch."""
+
+
+class Concurrency(Spec):
+    """A closed loop, the way most benchmark clients load a server: `clients` clients each send a request and send
+    their next one as soon as the previous one ends, whatever its outcome (after `thinkTime`), until `requests`
+    have been sent in all; `clients` requests are in flight until the last ones are sent. What `vllm bench serve
+    --max-concurrency`, aiperf and genai-perf `--concurrency` and guidellm's `concurrent` profile do."""
+
+    kind: Literal["concurrency"]
+    """Arrival process."""
+    clients: int = Field(ge=1, le=100_000)
+    """Concurrent clients (requests in flight)."""
+    requests: int = Field(ge=1, le=10_000_000)
+    """Requests sent in all."""
+    think_time: DurationDistribution | None = None
+    """Pause between a client's request ending and its next one (none: it sends the next at once)."""
+    at: Duration = 0
+    """When the clients send their first requests."""
 
 
 class TraceColumns(Spec):
@@ -173,7 +191,8 @@ class Stages(Spec):
         return self
 
 
-Arrival = Annotated[Poisson | Gamma | ConstantRate | ClosedBatch | Trace | Stages, Field(discriminator="kind")]
+Arrival = Annotated[Poisson | Gamma | ConstantRate | ClosedBatch | Concurrency | Trace | Stages,
+                    Field(discriminator="kind")]
 
 
 class SharedPrefix(Spec):

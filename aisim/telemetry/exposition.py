@@ -19,7 +19,8 @@ import io
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .fields import CATALOGUE, DcgmField, is_blank, render_value
+from ..scenario.dcgm_fields import CATALOGUE, DcgmField
+from .fields import is_blank, render_value
 from .xid import Xid
 
 if TYPE_CHECKING:

@@ -27,15 +27,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from ..scenario.dcgm_fields import CATALOGUE, DEFAULT_FIELDS, DcgmField
 from .board import Board, Identity, Override
 from .exposition import render
-from .fields import CATALOGUE, DEFAULT_FIELDS, DcgmField, coerce, is_blank, lookup
+from .fields import coerce, is_blank, lookup
 from .power import PowerModel
 from .xid import Xid
 
 if TYPE_CHECKING:
-    from ..engine.gpu import GpuDevice
-    from ..engine.pool import Allocator
     from ..scenario.presets import GpuProfile
     from ..scenario.server import Telemetry
 
@@ -57,14 +56,55 @@ class Records(Protocol):
     def add(self, time_ns: int, kind: str, *fields: Any) -> None: ...
 
 
+class Activity(Protocol):
+    """A GPU's cumulative work up to an instant (the engine's `gpu.meter.Activity`)."""
+
+    @property
+    def busy_ns(self) -> float: ...
+    @property
+    def tensor_ns(self) -> float: ...
+    @property
+    def dram_ns(self) -> float: ...
+    @property
+    def h2d_bytes(self) -> float: ...
+    @property
+    def d2h_bytes(self) -> float: ...
+    @property
+    def nvlink_bytes(self) -> float: ...
+
+
+class Gpu(Protocol):
+    """What the sampler reads from a GPU device (the engine's `GpuDevice`)."""
+
+    def start_metering(self) -> None: ...
+    def activity(self, now: int) -> Activity: ...
+
+
+class Outside(Protocol):
+    """Device memory outside the pool (the engine's `pool.device.Device`)."""
+
+    @property
+    def outside(self) -> int: ...
+
+
+class Pool(Protocol):
+    """What the sampler reads from a GPU's memory pool (the engine's `pool.Allocator`)."""
+
+    @property
+    def device(self) -> Outside: ...
+    @property
+    def capacity(self) -> int: ...
+    def memory_reserved(self) -> int: ...
+
+
 @dataclass(frozen=True)
 class Source:
     """One GPU device to sample: its profile, its engines and its memory pool."""
 
     device: str
     profile: GpuProfile
-    gpu: GpuDevice
-    pool: Allocator
+    gpu: Gpu
+    pool: Pool
 
 
 class GpuTelemetry:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ...errors import InputError
 from ...scenario.distributions import CountDistribution
 from ...scenario.models import (
     Content,
@@ -113,7 +114,7 @@ def render_template(template: str, values: dict[str, str]) -> str:
     return _PLACEHOLDER.sub(lambda m: values.get(m.group(1), m.group(0)), template)
 
 
-class DatasetError(ValueError):
+class DatasetError(InputError, ValueError):
     """A content dataset file that cannot be read; the message names the file and line."""
 
 

@@ -32,10 +32,11 @@ from typing import Any, cast
 
 import tornado.netutil
 
+from ...collector import settle_garbage_collector
+from ...errors import AisimError
 from ...scenario import Scenario
 from ...scenario.distributions import DurationDistribution
 from ..http.loop import run as run_loop
-from ..http.loop import settle_garbage_collector
 from ..pod import PodIdentity
 from ..server import (
     LISTEN_BACKLOG,
@@ -120,7 +121,8 @@ def _engine(scenario: Scenario, options: Options, address: str, exit_file: Path,
     try:
         run_loop(main())
     except BaseException as error:  # noqa: BLE001 - reported to the supervisor, which stops the server
-        traceback.print_exc()
+        if not isinstance(error, AisimError):  # an error for the user (a bad dataset) needs no traceback
+            traceback.print_exc()
         exit_file.write_text(f"{type(error).__name__}: {error}")
         os._exit(1)
     os._exit(0)

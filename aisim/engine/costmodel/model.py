@@ -130,7 +130,10 @@ class GpuConstants:
 
 def _intermediate(arch: ModelFamily, head_dim: int) -> tuple[int, bool]:
     """(MLP intermediate size, gated) of a family; derived from the parameter count when the
-    architecture does not give it (the rest of the layer's weights, as a gated MLP)."""
+    architecture does not give it (the rest of the layer's weights, as a gated MLP). A model read from a
+    config is a gated (SwiGLU) MLP: every architecture aisim reads from configs is."""
+    if arch.weight_groups and arch.intermediate:
+        return arch.intermediate, True
     h = arch.hidden
     attention = h * (arch.heads + 2 * arch.kv_heads) * head_dim + arch.heads * head_dim * h
     per_layer = (arch.params - 2 * arch.vocab * h) / max(arch.layers, 1)
@@ -146,19 +149,23 @@ class CostModel:
 
     def __init__(self, arch: ModelFamily, gpu: GpuProfile, efficiency: Efficiency, tensor_parallel: int = 1,
                  kv_bytes_per_token: int = 0, cuda_graphs: bool = True, factor: float = 1.0,
-                 constants: GpuConstants | None = None, graph_max_tokens: int = GRAPH_MAX_TOKENS) -> None:
+                 constants: GpuConstants | None = None, graph_max_tokens: int = GRAPH_MAX_TOKENS,
+                 expert_parallel: int = 1, data_parallel: int = 1) -> None:
+        """`expert_parallel`, `data_parallel`: an MoE model's EP size and the DP ranks that share its MoE layers
+        (each rank's step is priced as if every rank batched as many tokens as it does)."""
         if constants is None:
             from ..calibration import constants as lookup
             constants = lookup(gpu)
         self.constants = constants
         tp = self.tp = tensor_parallel
+        self.ep, self.dp = expert_parallel, data_parallel
         self.factor = factor
         self.efficiency = efficiency
         self.arch = arch
         memory = constants.default.bandwidth / efficiency.bandwidth
         compute = constants.default.mfu / efficiency.mfu
-        weight_bytes = DTYPE_BYTES[arch.dtype]
-        peak = gpu.fp8_flops if arch.dtype in ("fp8", "int8", "int4") and gpu.fp8_flops else gpu.fp16_flops
+        weight_bytes = arch.linear_bytes_per_param()
+        peak = gpu.fp8_flops if arch.low_precision_compute() and gpu.fp8_flops else gpu.fp16_flops
         dtype_speed = peak / gpu.fp16_flops / (2 if arch.dtype == "fp32" else 1)
         self._gemm = constants.gemm.scaled(memory * weight_bytes / 2, compute / dtype_speed)
         if efficiency.gemm_padding is not None:
@@ -174,8 +181,9 @@ class CostModel:
         self._kv_bytes = kv_bytes_per_token
         self._token_model = arch.flops_per_sample is not None or arch.heads == 0
         head_dim = arch.head_dim or (arch.hidden // arch.heads if arch.heads else 0)
-        self._pair_s = 4 * layers * arch.heads * head_dim / tp / (constants.attention_flops / compute)
-        self._pair_flops = 4 * layers * arch.heads * head_dim / tp
+        pair = 2 * layers * arch.heads * (head_dim + (arch.v_head_dim or head_dim))  # QK and PV per causal pair
+        self._pair_s = pair / tp / (constants.attention_flops / compute)
+        self._pair_flops = pair / tp
         self._attention_fixed_s = layers * min(constants.attention_floor, cap) if not self._token_model else 0.0
         self._allreduce: TensorParallelAllReduce | None = None
         if tp > 1:
@@ -200,6 +208,10 @@ class CostModel:
     # -- shapes ------------------------------------------------------------------------------
 
     def _shapes(self, arch: ModelFamily, head_dim: int) -> None:
+        """The GEMM shapes of a layer on one GPU. MLA's projections count as one Q/K/V GEMM of their weights per
+        GPU (the latent down-projections replicated); MoE layers run their GPU's experts (all of them split by
+        the MoE's TP, or E / EP whole ones), plus shared experts as a dense MLP; dense layers of an MoE model
+        (DeepSeek's first three) run the dense MLP."""
         tp = self.tp
         h = arch.hidden
         self._hidden = h
@@ -208,20 +220,42 @@ class CostModel:
             self._flops_per_token = (arch.flops_per_sample or 2 * arch.params) / tp
             return
         inter, gated = _intermediate(arch, head_dim)
-        qkv = (arch.heads + 2 * arch.kv_heads) * head_dim / tp
+        if arch.mla:
+            latent = arch.role_params("attention_latent") / arch.layers
+            projections = arch.role_params("attention") / arch.layers - arch.heads * arch.value_head_dim * h
+            qkv = (projections / tp + latent) / h
+        elif arch.kv_heads >= tp:
+            qkv = (arch.heads + 2 * arch.kv_heads) * head_dim / tp
+        else:  # each GPU holds one KV head (vLLM replicates them)
+            qkv = (arch.heads / tp + 2) * head_dim
         self._qkv = (qkv, h)
-        self._out = (h, arch.heads * head_dim / tp)
+        self._out = (h, arch.heads * (arch.v_head_dim or head_dim) / tp)
         up = (2 if gated else 1) * inter / tp
-        self._experts, self._route = arch.experts, arch.experts_per_token
+        moe_tp = 1 if self.ep > 1 else tp * self.dp
+        expert = arch.expert_intermediate if arch.moe else inter
+        expert_up = (2 if gated else 1) * expert / moe_tp
+        self._experts = -(-arch.experts // self.ep)
+        self._route = arch.experts_per_token * self.dp * self._experts / arch.experts if self.ep > 1 or self.dp > 1 \
+            else arch.experts_per_token
+        """Expert assignments per token of this rank that land on this GPU (with DP, every rank's tokens)."""
+        self._expert_up, self._expert_down = (expert_up, h), (h, expert / moe_tp)
+        self._expert_act = expert / moe_tp
         self._up, self._down = (up, h), (h, inter / tp)
+        self._shared_up, self._shared_down = (2 * arch.shared_intermediate / tp, h), (h, arch.shared_intermediate / tp)
+        self._moe_layers = arch.moe_layers if arch.moe else 0
+        self._mixed = 0 < len(arch.dense_layers) < arch.layers or arch.shared_intermediate > 0
+        """Whether layers differ (dense and MoE layers, or shared experts beside the routed ones)."""
         self._rope_width = (arch.heads + arch.kv_heads) * head_dim / tp
         self._act_width = inter / tp
         self._vocab = arch.vocab / tp if arch.task == "generate" else 0.0
-        linear = h * (qkv + arch.heads * head_dim / tp) + arch.experts * h * (up + inter / tp)
-        self._weights = (arch.layers * linear + (arch.vocab * h / tp if arch.task == "generate" else 0)
-                         ) * DTYPE_BYTES[arch.dtype]
-        active = h * (qkv + arch.heads * head_dim / tp) + arch.experts_per_token * h * (up + inter / tp)
-        self._flops_per_token = 2 * arch.layers * active
+        attention = h * (qkv + self._out[1])
+        dense_mlp = h * (up + inter / tp)
+        moe_mlp = self._experts * h * (expert_up + expert / moe_tp) + 3 * h * arch.shared_intermediate / tp
+        dense_layers = arch.layers - self._moe_layers
+        linear = arch.layers * attention + dense_layers * dense_mlp + self._moe_layers * moe_mlp
+        self._weights = (linear + (arch.vocab * h / tp if arch.task == "generate" else 0)) * arch.linear_bytes_per_param()
+        routed = arch.experts_per_token * h * (expert_up + expert / moe_tp) + 3 * h * arch.shared_intermediate / tp
+        self._flops_per_token = 2 * (arch.layers * attention + dense_layers * dense_mlp + self._moe_layers * routed)
 
     def _gemm_s(self, m: float, shape: tuple[float, float]) -> float:
         return float(gemm_s(self._gemm, m, shape[0], shape[1]))
@@ -273,18 +307,30 @@ class CostModel:
 
     def _layers_s(self, t: int) -> float:
         h = self._hidden
-        if self._experts > 1 and t:
-            touched = self._experts * (1 - (1 - self._route / self._experts) ** t)
-            per_expert = t * self._route / touched
-            mlp = touched * (self._gemm_s(per_expert, self._up) + self._gemm_s(per_expert, self._down))
-            act = self._ew("act", t * self._route * self._act_width)
-        else:
-            mlp = self._gemm_s(t, self._up) + self._gemm_s(t, self._down)
-            act = self._ew("act", t * self._act_width)
-        layer = (2 * self._ew("norm", t * h) + self._gemm_s(t, self._qkv) + self._ew("rope", t * self._rope_width)
-                 + self._gemm_s(t, self._out) + mlp + act + self._ew("add", t * h)
-                 + 2 * self._reduce_s(t * h * 2, self._in_graph(t)))
-        return self.layers * layer
+        attention = (2 * self._ew("norm", t * h) + self._gemm_s(t, self._qkv) + self._ew("rope", t * self._rope_width)
+                     + self._gemm_s(t, self._out))
+        tail = self._ew("add", t * h) + 2 * self._reduce_s(t * h * 2, self._in_graph(t))
+        if not self._mixed:  # every layer alike: summed in the order the dense model always was
+            mlp, act = self._moe_s(t) if self._moe_layers else self._dense_s(t)
+            return self.layers * (attention + mlp + act + tail)
+        moe = sum(self._moe_s(t)) + self._gemm_s(t, self._shared_up) + self._gemm_s(t, self._shared_down)
+        dense = sum(self._dense_s(t))
+        return self.layers * (attention + tail) + self._moe_layers * moe + (self.layers - self._moe_layers) * dense
+
+    def _dense_s(self, t: int) -> tuple[float, float]:
+        """(GEMMs, activation) of a dense MLP over `t` tokens."""
+        return self._gemm_s(t, self._up) + self._gemm_s(t, self._down), self._ew("act", t * self._act_width)
+
+    def _moe_s(self, t: int) -> tuple[float, float]:
+        """(GEMMs, activation) of this GPU's routed experts over `t` tokens: each touched expert runs its share of
+        the token assignments that land on this GPU."""
+        if not t:
+            return 0.0, 0.0
+        assigned = t * self._route
+        touched = self._experts * (1 - (1 - self._route / self._experts) ** t) if self._experts > 1 else 1.0
+        per_expert = assigned / touched
+        mlp = touched * (self._gemm_s(per_expert, self._expert_up) + self._gemm_s(per_expert, self._expert_down))
+        return mlp, self._ew("act", assigned * self._expert_act)
 
     def _requests_s(self, requests: int) -> float:
         """GPU seconds of the LM head, the logits' gather and sampling for `requests` rows (cached)."""

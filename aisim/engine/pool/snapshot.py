@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from ...errors import InputError
 from .caching import CachingAllocator
 from .rounding import BANDS, Divisions, divisions_for
 
@@ -35,7 +36,7 @@ STATE_NAMES = {"active_pending_free": "active_awaiting_free"}
 MODEL_STATES = {"allocated": "active_allocated", "awaiting_free": "active_awaiting_free", "cached": "inactive"}
 
 
-class SnapshotError(ValueError):
+class SnapshotError(InputError, ValueError):
     """A file that is not a memory snapshot, or one this reader refuses to unpickle."""
 
 
