@@ -140,7 +140,7 @@ class Progress:
 
 
 def memory_lines(name: str, model: Any, gpu: Any, plan: Any, margin: float) -> str:
-    """A memory plan in vLLM's own log words (`gpu-memory-and-streams.md` §4.3), then the verdict."""
+    """A memory plan in vLLM's own log words (vllm-project/vllm `vllm/v1/worker/gpu_worker.py`), then the verdict."""
     gib = 2**30
     arch = model.resolved()
     tp = model.placement.tensor_parallel if model.placement else 1

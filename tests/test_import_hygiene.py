@@ -18,6 +18,7 @@ load what it may not use, third-party libraries' own imports included.
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -56,6 +57,12 @@ def graph() -> list[Any]:
 
 def _lines(edges: list[Any]) -> str:
     return "\n".join(f"{e.source}:{e.line} imports {e.target} ({e.kind})" for e in edges)
+
+
+def test_the_layer_table_of_the_architecture_page_is_the_one_checked() -> None:
+    """docs/architecture.md draws the layers a reader relies on: its table must be `import_graph.LAYERS`."""
+    rows = re.findall(r"^\| (\d) \| `([\w.]+)` \|", (ROOT / "docs" / "architecture.md").read_text(), re.MULTILINE)
+    assert {package: int(layer) for layer, package in rows} == graph_tool.LAYERS
 
 
 def test_no_import_goes_up_the_layers(graph: list[Any]) -> None:

@@ -1,6 +1,6 @@
 """Triton's scheduling of one model version: a dynamic batcher in front of model instances.
 
-`triton-kserve.md` §17. One FIFO queue per model; when an instance is free, requests are taken in
+Triton's (`docs/user_guide/batcher.md` of triton-inference-server/server, `src/dynamic_batch_scheduler.cc` of triton-inference-server/core). One FIFO queue per model; when an instance is free, requests are taken in
 arrival order: the largest reachable preferred batch size is sent if one can be formed; otherwise,
 with `maxQueueDelay` set and neither `maxBatchSize` nor a preferred size reached, the batcher waits
 until the oldest request has waited that long, then sends what it has (up to `maxBatchSize`).
@@ -48,7 +48,7 @@ class Duration:
 
 @dataclass
 class TritonStats:
-    """Triton's per-model statistics (`triton-kserve.md` §11, §18): what was served, and how long each part took."""
+    """Triton's per-model statistics (Triton's statistics extension and metrics: server `docs/protocol/extension_statistics.md`, `docs/user_guide/metrics.md`): what was served, and how long each part took."""
 
     inference_count: int = 0
     execution_count: int = 0
@@ -63,7 +63,7 @@ class TritonStats:
     last_inference_ns: int = -1
     """Simulated time of the last completed inference (-1: none)."""
     failures: dict[str, int] = field(default_factory=dict)
-    """Failed requests by Triton's reason (§18.1): BACKEND (the backend died), REJECTED (the queue was
+    """Failed requests by Triton's reason (`docs/user_guide/metrics.md`): BACKEND (the backend died), REJECTED (the queue was
     full), CANCELED (the client went away while the request was queued)."""
 
     def failed(self, reason: str, ns: int) -> None:
@@ -201,7 +201,7 @@ class TritonEngine:
             self._execute(instance, batch)
 
     def _form(self) -> list[Request]:
-        """The next batch (§17), or [] to wait for more requests."""
+        """The next batch (`batcher.md`), or [] to wait for more requests."""
         queue = self.queue
         batching = self.kserve.dynamic_batching
         most = self.kserve.max_batch_size

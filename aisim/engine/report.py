@@ -1,6 +1,6 @@
 """The report of a run: per model and overall, as plain JSON-serialisable data.
 
-Intervals follow vLLM's metric definitions (`vllm-engine-and-perf-model.md` §2): queue time is
+Intervals follow vLLM's metric definitions (vllm-project/vllm `docs/design/metrics.md`, `vllm/v1/metrics/loggers.py`): queue time is
 arrival to first scheduled, TTFT arrival to first token, ITL the gap between consecutive tokens
 of a request (a preemption's recompute is charged to it), E2E arrival to last token. Statistics
 are over completed requests (ITL over all their token gaps). Throughput divides by the span from

@@ -1,6 +1,6 @@
 """A Triton model repository folder read into scenario models (`server.modelRepository`).
 
-Layout (`triton-kserve.md` §10.5, §16): `<repo>/<model>/config.pbtxt` and numeric version folders
+Layout (triton-inference-server/server `docs/user_guide/model_repository.md`, `model_configuration.md`): `<repo>/<model>/config.pbtxt` and numeric version folders
 (`1/`, `2/`; names that are not numbers or start with 0 are ignored) holding `model.onnx`,
 `model.plan` or `model.py` (or `default_model_filename`). The config is protobuf text format of
 Triton's `ModelConfig`, parsed with Triton's own message type (`tritonclient[grpc]`:

@@ -2,7 +2,7 @@
 
 The fields themselves are the scenario's list (`aisim.scenario.dcgm_fields`), which the scenario checks a
 document against. Blank values: DCGM marks a value that a GPU does not have with sentinels, and the
-exporter writes no sample line for them (`shared/reference/dcgm-telemetry.md` §3.3). Injecting a sentinel
+exporter writes no sample line for them (NVIDIA/dcgm-exporter `internal/pkg/rendermetrics/render_metrics.go`). Injecting a sentinel
 therefore hides a field, as on a real node.
 """
 

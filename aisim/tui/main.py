@@ -1,6 +1,6 @@
 """`aisim tui`: build the source the command line asks for and run the app.
 
-`--serve` needs the API layer, which the TUI may not import (DESIGN.md): the command line passes a
+`--serve` needs the API layer, which the TUI may not import (`docs/architecture.md`): the command line passes a
 `Serving` that builds the server for a scenario. The server's own simulation (built step by step, as
 serving needs) is what the TUI then shows, and its clock is the one that pause, speed and faults steer.
 """

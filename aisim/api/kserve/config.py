@@ -1,6 +1,6 @@
 """A model's Triton configuration: the `ModelConfig` protobuf, built from the scenario, printed as Triton prints it.
 
-`triton-kserve.md` §12 and §16: snake_case names, every primitive field printed with its default,
+Triton's model configuration extension (triton-inference-server/server `docs/protocol/extension_model_configuration.md`; triton-inference-server/common `protobuf/model_config.proto`): snake_case names, every primitive field printed with its default,
 enums by name, int64 values as JSON numbers (plain protobuf JSON quotes them). The message type is
 Triton's own (`model_config_pb2`, shipped in `tritonclient[grpc]`: `pip install 'aisim[triton]'`),
 so field names and defaults cannot drift from Triton's. The values are those Triton fills in when
@@ -22,7 +22,7 @@ BACKENDS = {"onnxruntime": ("onnxruntime_onnx", "onnxruntime", "model.onnx"),
 
 
 def platform_of(model: Model) -> str:
-    """What model metadata reports as `platform`: the config's platform, else its backend (§4)."""
+    """What model metadata reports as `platform`: the config's platform, else its backend (server `docs/protocol/README.md`, model metadata)."""
     platform, backend, _ = BACKENDS[model.resolved_runtime()]
     return (model.kserve.platform if model.kserve and model.kserve.platform else None) or platform or backend
 

@@ -4,7 +4,7 @@ A `grpc.aio` server on the server's own asyncio loop, beside the Tornado listene
 and stubs `tritonclient[grpc]` ships (`pip install 'aisim[triton]'`, the extra the HTTP personality's
 `/config` already needs). What it answers comes from `models`, shared with the HTTP personality:
 the same model resolution, tensors and checks, dynamic batcher, statistics, repository control, log and
-trace settings and errors. Only the wire differs (`triton-kserve.md` §14):
+trace settings and errors. Only the wire differs (triton-inference-server/common `protobuf/grpc_service.proto`):
 - tensors arrive in `raw_input_contents` (one per input, in order) or in typed `contents`
   (`int_contents`, `fp32_contents`, `bytes_contents`, ...; FP16 and BF16 only raw), and outputs leave
   in `raw_output_contents`, as Triton's gRPC frontend sends them;
@@ -20,7 +20,7 @@ trace settings and errors. Only the wire differs (`triton-kserve.md` §14):
   an input in shared memory takes no `raw_input_contents` entry, an output written into it an empty one
   (so the others keep their positions) and names its region and byte size in its parameters.
 Texts for what only gRPC can send wrong (raw and typed contents together, a count of raw contents that is
-not the inputs') are aisim's: the reference has none.
+not the inputs') are aisim's: Triton's sources give none.
 """
 
 from __future__ import annotations

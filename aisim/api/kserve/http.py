@@ -1,6 +1,6 @@
 """The KServe v2 / Triton personality: health, metadata, inference, repository control, statistics.
 
-Routing, statuses and texts follow Triton's HTTP frontend (`shared/reference/triton-kserve.md`):
+Routing, statuses and texts follow Triton's HTTP frontend (triton-inference-server/server `src/http_server.cc`, `docs/protocol/`):
 errors are `{"error": "<message>"}`; health answers are empty with 200 or 400; an unknown model is
 400, a known model with no ready version 404, a named version that is not ready 503; a wrong method
 405 and an unknown path 404 (`{"error":"Method Not Allowed"}`, `{"error":"Not Found"}`). Models are
@@ -199,7 +199,7 @@ class InferHandler(KServeHandler):
         return self._answer_at_end(inference)
 
     def _read(self, model: str, signature: Signature) -> InferRequest:
-        """The request's tensors from its body: JSON with binary parts, or a raw binary input (§9), read within
+        """The request's tensors from its body: JSON with binary parts, or a raw binary input (`extension_binary_data.md`), read within
         the body limit (decompressed no further than it)."""
         limit = self.state.scenario.server.max_body_size
         body = decompress(self.request.body, self._header("Content-Encoding"), limit)
@@ -289,7 +289,7 @@ class LoggingHandler(KServeHandler):
 
 class TraceHandler(KServeHandler):
     """`GET|POST /v2[/models/{m}]/trace/setting`: trace settings (a per-model override cleared by null). A model
-    must resolve and be ready, as for model ready (§2)."""
+    must resolve and be ready, as for model ready."""
 
     def get(self, name: str | None = None) -> None:
         self.guarded(lambda: self.finish(json.dumps(trace_settings(self.models, name))))
@@ -337,7 +337,7 @@ class SharedMemoryHandler(KServeHandler):
 
 class VersionedTraceHandler(KServeHandler):
     """Trace settings have no versions: Triton's router matches no handler for the versioned path and answers
-    400 (§1.1; the reference has no text for it, so this is the status's reason phrase, as for 404 and 405)."""
+    400 (`http_server.cc`; it gives no text, so this is the status's reason phrase, as for 404 and 405)."""
 
     def prepare(self) -> None:
         super().prepare()  # the method and the key first, as for every route
@@ -353,7 +353,7 @@ class NotFoundHandler(KServeHandler):
 
 
 def routes() -> list[Any]:
-    """Triton's v2 routes; literal paths come before the model route (§1.1)."""
+    """Triton's v2 routes; literal paths come before the model route (`http_server.cc`'s `Handle()`)."""
     get, post, both = ("GET",), ("POST",), ("GET", "POST")
     model = r"/v2/models/([^/]+)(?:/versions/([0-9]+))?"
     return [

@@ -105,7 +105,7 @@ class KServeModels:
         return self.state.served(model)
 
     def ready_version(self, served: ServedModel, version: str | None) -> str:
-        """The version a request goes to: the named one if READY, else the serving one (§8.2)."""
+        """The version a request goes to: the named one if READY, else the serving one (`http_server.cc`)."""
         name = served.model.id
         lives = served.lifecycle.lives
         active = served.lifecycle.active
@@ -170,12 +170,12 @@ class KServeModels:
         return [[devices.index(d) for d in (group.gpus or placed) if d in devices] for group in kserve.instance_groups]
 
     def stats(self, name: str | None, version: str | None) -> list[dict[str, Any]]:
-        """The statistics extension's `model_stats` (§11): one model's (`name`), else every READY version's."""
+        """The statistics extension's `model_stats` (server `docs/protocol/extension_statistics.md`): one model's (`name`), else every READY version's."""
         if name is None:
             return [model_stats(self.state, s, v) for s in self.state.sim.served_models for v in ready_versions(s)]
         served = self.served(name)
         if version is not None:
-            self.ready_version(served, version)  # a named version resolves as for metadata (§8.2)
+            self.ready_version(served, version)  # a named version resolves as for metadata
         elif not ready_versions(served):
             raise KServeError(400, f"requested model '{name}' is not available")
         listed = [version] if version is not None else ready_versions(served)
@@ -188,7 +188,7 @@ def _engine(served: ServedModel, version: str) -> TritonEngine | None:
 
 
 def model_stats(state: ServerState, served: ServedModel, version: str) -> dict[str, Any]:
-    """One entry of the statistics extension (§11), from the version's engine."""
+    """One entry of the statistics extension, from the version's engine."""
     engine = _engine(served, version)
     entry: dict[str, Any] = {"name": served.model.id, "version": version, "last_inference": 0,
                              "inference_count": 0, "execution_count": 0}
@@ -245,7 +245,7 @@ async def repository_act(state: ServerState, repository: str | None, name: str, 
     model = state.scenario.model_named(name)
     if model is None:
         if action == "unload":
-            return  # Triton does not complain (reference §10.3, open question)
+            return  # Triton does not complain (`extension_model_repository.md` leaves it open)
         raise KServeError(500, f"failed to load '{name}', failed to poll from model repository")
     served = state.served(model)
     if action != "load":
@@ -278,12 +278,12 @@ async def _unload(state: ServerState, served: ServedModel) -> None:
 
 
 def load_override(state: ServerState, served: ServedModel, parameters: dict[str, Any]) -> KServe | None:
-    """A load's `config` override (§10.2, a `ModelConfig` as a JSON string) as the model's new batching and
+    """A load's `config` override (server `docs/protocol/extension_model_repository.md`: a `ModelConfig` as a JSON string) as the model's new batching and
     instances, or None without one; `file:` overrides only need to decode (aisim serves no model files).
 
     Triton uses the override in place of `config.pbtxt`; aisim takes from it what it simulates, the fields
     the override names (`max_batch_size`, `dynamic_batching`, `instance_group`), and keeps the rest of the
-    model as the scenario declares it. The reference has no error texts here: these are aisim's."""
+    model as the scenario declares it. Triton's sources give no error texts here: these are aisim's."""
     files = [k for k in parameters if k.startswith("file:")]
     if files and "config" not in parameters:
         raise KServeError(400, "'file:' overrides need a 'config' parameter")
@@ -377,7 +377,7 @@ def _trace_setting(key: str, value: Any) -> Any:
 
 
 def trace_settings(models: KServeModels, name: str | None) -> dict[str, Any]:
-    """The trace settings (a model's override over the global ones); a model must resolve and be ready (§2)."""
+    """The trace settings (a model's override over the global ones); a model must resolve and be ready."""
     state = models.state
     if name is not None and not ready_versions(models.served(name)):
         raise KServeError(404, f"Request for unknown model: '{name}' has no available versions")
@@ -398,7 +398,7 @@ def update_trace(models: KServeModels, name: str | None, body: dict[str, Any]) -
     for key, value in updates.items():
         if body[key] is None:
             if name:
-                target.pop(key, None)  # null clears the model's override (§13)
+                target.pop(key, None)  # null clears the model's override (server `docs/protocol/extension_trace.md`)
         elif value is not None:  # None: a level list with no name Triton knows, which changes nothing
             target[key] = value
     return trace_settings(models, name)

@@ -1,6 +1,6 @@
 """KServe v2 / Triton tensors on the wire: JSON and the binary tensor data extension, checked as Triton checks them.
 
-`triton-kserve.md` §6-§9: a request is JSON, optionally followed by raw tensor bytes when the
+Triton's protocol (triton-inference-server/server `docs/protocol/README.md`, `extension_binary_data.md`; `src/http_server.cc`): a request is JSON, optionally followed by raw tensor bytes when the
 `Inference-Header-Content-Length` header gives the JSON's length; binary inputs carry
 `parameters.binary_data_size`. Datatypes map to numpy (little-endian); BYTES elements are a
 4-byte little-endian length and the bytes. Errors carry Triton's status and exact message.
@@ -102,7 +102,7 @@ def decompress(body: bytes, encoding: str | None, limit: int = MAX_INPUT_SIZE) -
     if not encoding or encoding == "identity":
         return body
     if encoding not in ("gzip", "deflate"):
-        raise KServeError(501, "Unsupported compression type", {"Accept-Encoding": "gzip, deflate"})  # §8.2
+        raise KServeError(501, "Unsupported compression type", {"Accept-Encoding": "gzip, deflate"})  # http_server.cc
     try:
         return bodies.inflate(body, 16 + zlib.MAX_WBITS if encoding == "gzip" else zlib.MAX_WBITS, limit)
     except bodies.BodyError as error:
@@ -128,7 +128,7 @@ def _refused(error: bodies.BodyError, size: int, limit: int) -> KServeError:
 
 
 def bytes_elements(items: Iterable[bytes]) -> bytes:
-    """A BYTES tensor's raw data: each element as its length (4 bytes, little-endian) and its bytes (§7)."""
+    """A BYTES tensor's raw data: each element as its length (4 bytes, little-endian) and its bytes (the protocol's tensor data)."""
     return b"".join(struct.pack("<I", len(item)) + item for item in items)
 
 
@@ -148,15 +148,15 @@ def compression(accept_encoding: str | None) -> str:
 
 
 def compress(body: bytes, encoding: str) -> bytes:
-    """`body` in a response encoding (§9): gzip or deflate (zlib format, as Triton's deflate writes it)."""
+    """`body` in a response encoding (`extension_binary_data.md`): gzip or deflate (zlib format, as Triton's deflate writes it)."""
     if encoding == "gzip":
         return gzip.compress(body)
     return zlib.compress(body) if encoding == "deflate" else body
 
 
 def raw_request(body: bytes, model: str, signature: Signature) -> InferRequest:
-    """A raw binary request (§9, `Inference-Header-Content-Length: 0`): the body is the bytes of the model's
-    only input, at batch 1, and every output goes back in binary. The reference gives no text for a model
+    """A raw binary request (`extension_binary_data.md`, `Inference-Header-Content-Length: 0`): the body is the bytes of the model's
+    only input, at batch 1, and every output goes back in binary. Triton's sources give no text for a model
     that does not qualify; these are Triton core's (`infer_request.cc` `Normalize`, checked by Triton's
     `qa/L0_http` raw-binary tests)."""
     label = "[request id: <id_unknown>] "
@@ -300,7 +300,7 @@ JSON_TYPES: dict[str, tuple[set[type], str]] = {
     "f": ({int, float}, "attempt to access JSON non-number as double"),
 }
 """What Triton's JSON reader (TritonJson `AsBool` / `AsUInt` / `AsInt` / `AsDouble`) accepts for a datatype
-kind, and its message otherwise: a 500 `Unable to parse 'data': ...`, as for the other ill-typed fields (§8.2)."""
+kind, and its message otherwise: a 500 `Unable to parse 'data': ...`, as for the other ill-typed fields."""
 
 
 def _check_values(name: str, datatype: str, values: list[Any], types: set[type]) -> None:
@@ -310,7 +310,7 @@ def _check_values(name: str, datatype: str, values: list[Any], types: set[type])
     read as that kind of integer (the 500 above, as for a negative dimension). Triton casts an
     in-64-bit but out-of-range integer to the narrower type without a check (`http_server.cc`
     `ReadDataFromJsonHelper`, marked FIXME there); aisim refuses it instead with a 400 of its own wording
-    (the reference gives none for this case) rather than answer for a value the client did not send.
+    (Triton's sources give none for this case) rather than answer for a value the client did not send.
     """
     kind = datatype if datatype == "BOOL" else np.dtype(NUMPY_TYPES[datatype]).kind
     allowed, message = JSON_TYPES[kind]
@@ -377,7 +377,7 @@ class Signature:
 
 
 def check_inputs(request: InferRequest, model: str, signature: Signature) -> int:
-    """Triton's request validation (§8.2), in its order; returns the batch size."""
+    """Triton's request validation (core `src/infer_request.cc`), in its order; returns the batch size."""
     expected, declared, max_batch_size = signature.by_name, signature.inputs, signature.max_batch_size
     for tensor in request.inputs:
         if tensor.name not in expected:
@@ -438,7 +438,7 @@ def generate_outputs(request: InferRequest, signature: Signature, batch: int, mo
     if request.outputs:
         wanted = [o.get("name") for o in request.outputs if isinstance(o, dict)]
         for index, name in enumerate(wanted):
-            if name in wanted[:index]:  # Triton's text as far as the reference knows it (its start is unverified)
+            if name in wanted[:index]:  # Triton's text as far as its sources show it (its start is unverified)
                 raise KServeError(400, f"output '{name}' already exists in request")
         chosen = [t for t in declared if not wanted or t.name in wanted]
         unknown = [n for n in wanted if n not in {t.name for t in declared}]
@@ -553,7 +553,7 @@ def json_values(datatype: str, data: bytes) -> list[Any]:
 
 def encode_response(model: str, version: str, request: InferRequest,
                     outputs: list[tuple[Tensor, list[int], bytes]]) -> tuple[bytes, int | None]:
-    """The response body, and the JSON part's length when binary outputs follow (§9).
+    """The response body, and the JSON part's length when binary outputs follow (`extension_binary_data.md`).
 
     The JSON is written piece by piece, exactly as `json.dumps(..., separators=(",", ":"))` writes the
     document `{"id"?, "model_name", "model_version", "outputs": [...]}`: for a small answer, building the

@@ -1,12 +1,12 @@
 """Triton's Prometheus metrics (`GET /metrics` on the metrics port), written as Triton writes them.
 
-`triton-kserve.md` §18: per-model counters with `model` and `version` labels (and `gpu_uuid` when
+Triton's (`docs/user_guide/metrics.md` of triton-inference-server/server; triton-inference-server/core `src/metrics.cc`): per-model counters with `model` and `version` labels (and `gpu_uuid` when
 the model's instances are on one GPU), failures by `reason` (all four series from the start),
 durations in microseconds, the pending-request gauge, each loaded version's load time, per-GPU gauges
 with only `gpu_uuid`, and the host's pinned-memory pool and CPU gauges (no labels).
 Counters carry no `_total` suffix and no `_created` series, integral values print without a decimal
 point and label keys are sorted: prometheus_client renames and reformats all of that, so the text is
-written here by hand (pitfall 7 of the reference).
+written here by hand (what prometheus-cpp's text serializer writes).
 """
 
 from __future__ import annotations
@@ -44,9 +44,9 @@ PER_GPU = [
     ("nv_energy_consumption", "counter", "GPU energy consumption in joules since the Triton Server started"),
 ]
 LOAD_DURATION = ("nv_model_load_duration_secs", "gauge", "Model load time in seconds")
-"""Triton's help text for it is unverified in the reference."""
+"""Triton's help text for it is unverified."""
 PINNED_POOL_BYTES = 268435456
-"""Triton's default pinned memory pool (`--pinned-memory-pool-byte-size`, 256 MiB; reference §18.3)."""
+"""Triton's default pinned memory pool (`--pinned-memory-pool-byte-size`, 256 MiB)."""
 HOST_MEMORY_BYTES = 64 * 2**30
 """The host's RAM. aisim does not model the host, so this is a documented stand-in (a 64 GiB server)."""
 HOST = [
@@ -57,7 +57,7 @@ HOST = [
     ("nv_cpu_memory_used_bytes", "gauge", "CPU used memory (RAM), in bytes", 0),
 ]
 """Host gauges: the simulation has no host CPU or RAM, and stages no tensors in pinned memory between
-scrapes, so these are constants: the reference's default pool size, the stand-in RAM size above, and 0
+scrapes, so these are constants: Triton's default pool size, the stand-in RAM size above, and 0
 for what is used (the pool's use and the CPU's load are not modelled)."""
 REASONS = ("OTHER", "BACKEND", "CANCELED", "REJECTED")
 

@@ -1,7 +1,7 @@
 """vLLM V1's `/metrics`: the `vllm:` Prometheus series, fed by the simulator.
 
 Names, types, help texts, labels and bucket bounds are vLLM's own (`vllm/v1/metrics/loggers.py`,
-`shared/reference/vllm-engine-and-perf-model.md` §2), and the text is written by
+vllm-project/vllm `vllm/v1/metrics/loggers.py`), and the text is written by
 `prometheus_client`, the library vLLM itself uses, so suffixes (`_total`, `_bucket`, `_sum`,
 `_count`, `_created`), number formats and label order come out as vLLM's do.
 

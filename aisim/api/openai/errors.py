@@ -1,6 +1,6 @@
 """OpenAI-shaped errors: `{"error": {"message", "type", "param", "code"}}` with the real statuses.
 
-Message texts and codes follow the OpenAI API (`shared/reference/openai-api.md` §6), because
+Message texts and codes follow the OpenAI API (openai/openai-openapi `openapi.yaml`; openai/openai-python `src/openai/_exceptions.py`), because
 clients classify errors by substring ("This model's maximum context length is",
 `context_length_exceeded`, `invalid_api_key`, `model_not_found`, `rate_limit_exceeded`).
 """

@@ -4,7 +4,7 @@ Every generating request follows the same path: authenticate, parse, find the mo
 or the rate limit, check the context length, decide the answer (`generation.answer`), then submit
 it to the live engine, which decides when each token comes. A client that disconnects aborts its
 requests in the engine, which frees their KV blocks. Errors before the first byte are real HTTP
-statuses with OpenAI's body; after it, an SSE `error` event (`shared/reference/openai-api.md` §1-§7).
+statuses with OpenAI's body; after it, an SSE `error` event (openai/openai-openapi `openapi.yaml`; openai/openai-python `src/openai/_streaming.py`).
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ class Message(_Body):
 
 
 def _check_roles(messages: list[Message]) -> None:
-    """The fields each role requires (`shared/reference/openai-api.md` §1.1): content for all but an
+    """The fields each role requires (OpenAI's OpenAPI spec, openai/openai-openapi `openapi.yaml`: `CreateChatCompletionRequest`): content for all but an
     assistant's, a `tool_call_id` for a tool result, a `name` for a function result. (Checked by the request,
     not by each message: one loop costs less than a validator call per message.)"""
     for index, message in enumerate(messages):

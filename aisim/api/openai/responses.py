@@ -135,7 +135,7 @@ class ResponsesHandler(GenerationHandler):
         response_id = "resp_" + state.new_id(12)
         item_id = ("fc_" if result.tool_calls else "msg_") + state.new_id(12)
         created = int(time.time())
-        # the cap cut the answer: the response ends `incomplete` (§5.3), its item too
+        # the cap cut the answer: the response ends `incomplete` (the OpenAPI spec's `response.incomplete`), its item too
         status = "incomplete" if result.finish_reason == "length" else "completed"
         skeleton = self._response(body, response_id, created, "in_progress", [], None)
         if not body.stream:

@@ -1,6 +1,6 @@
 """vLLM's extras beside the OpenAI API: tokenizer endpoints, version, LoRA adapters, `/metrics`.
 
-Shapes follow vLLM 0.34 (`shared/reference/openai-api.md` §9.2): `/tokenize` answers `{count,
+Shapes follow vLLM 0.34 (vllm-project/vllm `vllm/entrypoints/**/api_router.py`): `/tokenize` answers `{count,
 max_model_len, tokens[, token_strs]}`, `/detokenize` `{prompt}`, `/version` `{version}`; LoRA
 loading answers plain text on success and vLLM's error types otherwise. As in vLLM, only `/v1` paths need an
 API key, and the LoRA routes exist only when runtime updates are allowed (`server.loraRuntimeUpdates`, or
