@@ -7,11 +7,11 @@ The model is deliberately small; every constant says where it comes from.
 
       P(t) = P_idle + (TDP - P_idle) x busy(t),    busy(t) in {0, 1}
 
-  so the mean power over a sample interval is `P_idle + (TDP - P_idle) x utilisation`, and the
-  energy since boot is exact whatever the interval: `P_idle x t + (TDP - P_idle) x busy time`.
-  `P_idle = IDLE_POWER_FRACTION x TDP`. The only idle figure in the reference is fake-gpu-operator's
-  nvidia-smi line `33C P8 11W / 70W` (run-ai/fake-gpu-operator `cmd/nvidia-smi/main.go`), so the fraction is 11/70; it is a
-  placeholder, not a measurement. Memory-bound and compute-bound work draw the same here.
+  so the mean power over a sample interval is `P_idle + (TDP - P_idle) x utilisation`, and the energy since boot is
+  exact whatever the interval: `P_idle x t + (TDP - P_idle) x busy time`. `P_idle = IDLE_POWER_FRACTION x TDP`. The only
+  published idle figure found is fake-gpu-operator's nvidia-smi line `33C P8 11W / 70W` (run-ai/fake-gpu-operator
+  `cmd/nvidia-smi/main.go`), so the fraction is 11/70; it is a placeholder, not a measurement. Memory-bound and
+  compute-bound work draw the same here.
 - **Temperature.** First order, with a steady state linear in power:
 
       T_ss = T_idle + RISE x (P - P_idle) / (TDP - P_idle)

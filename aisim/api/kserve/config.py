@@ -1,11 +1,11 @@
 """A model's Triton configuration: the `ModelConfig` protobuf, built from the scenario, printed as Triton prints it.
 
-Triton's model configuration extension (triton-inference-server/server `docs/protocol/extension_model_configuration.md`; triton-inference-server/common `protobuf/model_config.proto`): snake_case names, every primitive field printed with its default,
-enums by name, int64 values as JSON numbers (plain protobuf JSON quotes them). The message type is
-Triton's own (`model_config_pb2`, shipped in `tritonclient[grpc]`: `pip install 'aisim[triton]'`),
-so field names and defaults cannot drift from Triton's. The values are those Triton fills in when
-it normalises a config: the latest version served, pinned input and output memory, the default
-model file of the backend, one instance group per scenario group.
+Triton's model configuration extension (triton-inference-server/server `docs/protocol/extension_model_configuration.md`;
+triton-inference-server/common `protobuf/model_config.proto`): snake_case names, every primitive field printed with its
+default, enums by name, int64 values as JSON numbers (plain protobuf JSON quotes them). The message type is Triton's own
+(`model_config_pb2`, shipped in `tritonclient[grpc]`: `pip install 'aisim[triton]'`), so field names and defaults cannot
+drift from Triton's. The values are those Triton fills in when it normalises a config: the latest version served, pinned
+input and output memory, the default model file of the backend, one instance group per scenario group.
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ BACKENDS = {"onnxruntime": ("onnxruntime_onnx", "onnxruntime", "model.onnx"),
 
 
 def platform_of(model: Model) -> str:
-    """What model metadata reports as `platform`: the config's platform, else its backend (server `docs/protocol/README.md`, model metadata)."""
+    """What model metadata reports as `platform`: the config's platform, else its backend (Triton's model metadata,
+    server `docs/protocol/README.md`)."""
     platform, backend, _ = BACKENDS[model.resolved_runtime()]
     return (model.kserve.platform if model.kserve and model.kserve.platform else None) or platform or backend
 

@@ -1,7 +1,7 @@
 """The KServe v2 / Triton personality: health, metadata, inference, repository control, statistics.
 
-Routing, statuses and texts follow Triton's HTTP frontend (triton-inference-server/server `src/http_server.cc`, `docs/protocol/`):
-errors are `{"error": "<message>"}`; health answers are empty with 200 or 400; an unknown model is
+Routing, statuses and texts follow Triton's HTTP frontend (triton-inference-server/server `src/http_server.cc`,
+`docs/protocol/`): errors are `{"error": "<message>"}`; health answers are empty with 200 or 400; an unknown model is
 400, a known model with no ready version 404, a named version that is not ready 503; a wrong method
 405 and an unknown path 404 (`{"error":"Method Not Allowed"}`, `{"error":"Not Found"}`). Models are
 the scenario's (a model repository folder is read into the scenario first). The server acts as
@@ -199,8 +199,8 @@ class InferHandler(KServeHandler):
         return self._answer_at_end(inference)
 
     def _read(self, model: str, signature: Signature) -> InferRequest:
-        """The request's tensors from its body: JSON with binary parts, or a raw binary input (`extension_binary_data.md`), read within
-        the body limit (decompressed no further than it)."""
+        """The request's tensors from its body: JSON with binary parts, or a raw binary input
+        (`extension_binary_data.md`), read within the body limit (decompressed no further than it)."""
         limit = self.state.scenario.server.max_body_size
         body = decompress(self.request.body, self._header("Content-Encoding"), limit)
         header = self._header(HEADER)

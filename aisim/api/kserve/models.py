@@ -170,7 +170,8 @@ class KServeModels:
         return [[devices.index(d) for d in (group.gpus or placed) if d in devices] for group in kserve.instance_groups]
 
     def stats(self, name: str | None, version: str | None) -> list[dict[str, Any]]:
-        """The statistics extension's `model_stats` (server `docs/protocol/extension_statistics.md`): one model's (`name`), else every READY version's."""
+        """The statistics extension's `model_stats` (server `docs/protocol/extension_statistics.md`): one model's
+        (`name`), else every READY version's."""
         if name is None:
             return [model_stats(self.state, s, v) for s in self.state.sim.served_models for v in ready_versions(s)]
         served = self.served(name)
@@ -278,8 +279,9 @@ async def _unload(state: ServerState, served: ServedModel) -> None:
 
 
 def load_override(state: ServerState, served: ServedModel, parameters: dict[str, Any]) -> KServe | None:
-    """A load's `config` override (server `docs/protocol/extension_model_repository.md`: a `ModelConfig` as a JSON string) as the model's new batching and
-    instances, or None without one; `file:` overrides only need to decode (aisim serves no model files).
+    """A load's `config` override (server `docs/protocol/extension_model_repository.md`: a `ModelConfig` as a JSON
+    string) as the model's new batching and instances, or None without one; `file:` overrides only need to decode (aisim
+    serves no model files).
 
     Triton uses the override in place of `config.pbtxt`; aisim takes from it what it simulates, the fields
     the override names (`max_batch_size`, `dynamic_batching`, `instance_group`), and keeps the rest of the

@@ -1,6 +1,7 @@
 """KServe v2 / Triton tensors on the wire: JSON and the binary tensor data extension, checked as Triton checks them.
 
-Triton's protocol (triton-inference-server/server `docs/protocol/README.md`, `extension_binary_data.md`; `src/http_server.cc`): a request is JSON, optionally followed by raw tensor bytes when the
+Triton's protocol (triton-inference-server/server `docs/protocol/README.md`, `extension_binary_data.md`;
+`src/http_server.cc`): a request is JSON, optionally followed by raw tensor bytes when the
 `Inference-Header-Content-Length` header gives the JSON's length; binary inputs carry
 `parameters.binary_data_size`. Datatypes map to numpy (little-endian); BYTES elements are a
 4-byte little-endian length and the bytes. Errors carry Triton's status and exact message.
@@ -128,7 +129,8 @@ def _refused(error: bodies.BodyError, size: int, limit: int) -> KServeError:
 
 
 def bytes_elements(items: Iterable[bytes]) -> bytes:
-    """A BYTES tensor's raw data: each element as its length (4 bytes, little-endian) and its bytes (the protocol's tensor data)."""
+    """A BYTES tensor's raw data: each element as its length (4 bytes, little-endian) and its bytes (the protocol's
+    tensor data)."""
     return b"".join(struct.pack("<I", len(item)) + item for item in items)
 
 
@@ -148,17 +150,18 @@ def compression(accept_encoding: str | None) -> str:
 
 
 def compress(body: bytes, encoding: str) -> bytes:
-    """`body` in a response encoding (`extension_binary_data.md`): gzip or deflate (zlib format, as Triton's deflate writes it)."""
+    """`body` in a response encoding (`extension_binary_data.md`): gzip or deflate (zlib format, as Triton's deflate
+    writes it)."""
     if encoding == "gzip":
         return gzip.compress(body)
     return zlib.compress(body) if encoding == "deflate" else body
 
 
 def raw_request(body: bytes, model: str, signature: Signature) -> InferRequest:
-    """A raw binary request (`extension_binary_data.md`, `Inference-Header-Content-Length: 0`): the body is the bytes of the model's
-    only input, at batch 1, and every output goes back in binary. Triton's sources give no text for a model
-    that does not qualify; these are Triton core's (`infer_request.cc` `Normalize`, checked by Triton's
-    `qa/L0_http` raw-binary tests)."""
+    """A raw binary request (`extension_binary_data.md`, `Inference-Header-Content-Length: 0`): the body is the bytes of
+    the model's only input, at batch 1, and every output goes back in binary. Triton's sources give no text for a model
+    that does not qualify; these are Triton core's (`infer_request.cc` `Normalize`, checked by Triton's `qa/L0_http`
+    raw-binary tests)."""
     label = "[request id: <id_unknown>] "
     if len(signature.inputs) != 1:
         raise KServeError(400, f"{label}Raw request must only have 1 input (found 1) to be deduced but got "

@@ -1,12 +1,12 @@
 """Triton's Prometheus metrics (`GET /metrics` on the metrics port), written as Triton writes them.
 
-Triton's (`docs/user_guide/metrics.md` of triton-inference-server/server; triton-inference-server/core `src/metrics.cc`): per-model counters with `model` and `version` labels (and `gpu_uuid` when
-the model's instances are on one GPU), failures by `reason` (all four series from the start),
-durations in microseconds, the pending-request gauge, each loaded version's load time, per-GPU gauges
-with only `gpu_uuid`, and the host's pinned-memory pool and CPU gauges (no labels).
-Counters carry no `_total` suffix and no `_created` series, integral values print without a decimal
-point and label keys are sorted: prometheus_client renames and reformats all of that, so the text is
-written here by hand (what prometheus-cpp's text serializer writes).
+Triton's (`docs/user_guide/metrics.md` of triton-inference-server/server; triton-inference-server/core
+`src/metrics.cc`): per-model counters with `model` and `version` labels (and `gpu_uuid` when the model's instances are
+on one GPU), failures by `reason` (all four series from the start), durations in microseconds, the pending-request
+gauge, each loaded version's load time, per-GPU gauges with only `gpu_uuid`, and the host's pinned-memory pool and CPU
+gauges (no labels). Counters carry no `_total` suffix and no `_created` series, integral values print without a decimal
+point and label keys are sorted: prometheus_client renames and reformats all of that, so the text is written here by
+hand (what prometheus-cpp's text serializer writes).
 """
 
 from __future__ import annotations

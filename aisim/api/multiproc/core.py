@@ -1,10 +1,10 @@
 """The engine core process: the simulation on the real-time clock and everything that is one per server.
 
-It holds a whole single-process `ServerState` (its engine a `LocalEngine`) and serves it twice: to the API servers' hot path over a Unix
-stream socket (submissions, aborts, fault picks, rate-limit admissions, the observations for `/metrics` and the
-request log), and, for every other route (metrics, admin, model control, health, tokenize, ...), on a private
-loopback listener per public listener that the API servers hand those requests on to. Events a loop turn
-produces for one API server leave as one message: one engine step, one message per API server.
+It holds a whole single-process `ServerState` (its engine link a `LocalEngine`) and serves it twice: to the API
+servers' hot path over a Unix stream socket (submissions, aborts, fault picks, rate-limit admissions, the
+observations for `/metrics` and the request log), and, for every other route (metrics, admin, model control, health,
+tokenize, ...), on a private loopback listener per public listener that the API servers hand those requests on to.
+Events a loop turn produces for one API server leave as one message: one engine step, one message per API server.
 """
 
 from __future__ import annotations

@@ -307,7 +307,8 @@ class RemoteRecording:
 
 def api_server_state(scenario: Scenario, base_dir: Path, address: str, rank: int, *, seed: int | None = None,
                      network_delay: DurationDistribution | None = None, speed: float = 1.0, recording: bool = False,
-                     pod: PodIdentity | None = None, tokenizer_path: str | None = None) -> tuple[ServerState, EngineClient]:
+                     pod: PodIdentity | None = None,
+                     tokenizer_path: str | None = None) -> tuple[ServerState, EngineClient]:
     """An API server's state, its engine link the client of the engine core at `address` (connected by the caller:
     `EngineClient.connect`). The engine, faults, limits, metrics and request log are the engine core's. Rank 0
     draws the single process's sequence of request seeds, the others their own (two API servers must not give

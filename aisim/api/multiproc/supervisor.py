@@ -143,9 +143,8 @@ def _api(scenario: Scenario, options: Options, rank: int, address: str, sockets:
         for index, listener in enumerate(server.listeners):
             personalities = tuple(listener.personalities)
             if "kserve-grpc" in personalities:  # gRPC binds its own socket to the port held (with SO_REUSEPORT)
-                from .grpc_relay import (
-                    GrpcForward,  # grpcio: an optional extra, for a scenario that serves gRPC
-                )
+                # grpcio is an optional extra, imported for a scenario that serves gRPC
+                from .grpc_relay import GrpcForward
 
                 port = sockets[index][0].getsockname()[1]
                 for held in sockets[index]:

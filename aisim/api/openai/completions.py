@@ -190,8 +190,8 @@ class EmbeddingHandler(GenerationHandler):
                 raise errors.invalid(f"Invalid token ids in 'input': {error}", "input") from None
             counts.append(len(item) if isinstance(item, list) else state.tokenizer.count(item))
             if sum(counts) > limits.embedding_tokens:  # OpenAI's text and type; counting stops here
-                raise ErrorAnswer(400, f"Requested {sum(counts)} tokens, max {limits.embedding_tokens} tokens per request",
-                               "max_tokens_per_request", None, "max_tokens_per_request")
+                raise ErrorAnswer(400, f"Requested {sum(counts)} tokens, max {limits.embedding_tokens} tokens per "
+                                  "request", "max_tokens_per_request", None, "max_tokens_per_request")
             await slices.turn()
         await self.admit(model, max(counts), 0)
         await self.network()

@@ -1,7 +1,7 @@
 """OpenAI-shaped errors: `{"error": {"message", "type", "param", "code"}}` with the real statuses.
 
-Message texts and codes follow the OpenAI API (openai/openai-openapi `openapi.yaml`; openai/openai-python `src/openai/_exceptions.py`), because
-clients classify errors by substring ("This model's maximum context length is",
+Message texts and codes follow the OpenAI API (openai/openai-openapi `openapi.yaml`; openai/openai-python
+`src/openai/_exceptions.py`), because clients classify errors by substring ("This model's maximum context length is",
 `context_length_exceeded`, `invalid_api_key`, `model_not_found`, `rate_limit_exceeded`).
 """
 
@@ -35,7 +35,7 @@ def invalid(message: str, param: str | None = None, code: str | None = None) -> 
 
 def model_not_found(model: str) -> ErrorAnswer:
     return ErrorAnswer(404, f"The model `{model}` does not exist or you do not have access to it.",
-                    "invalid_request_error", None, "model_not_found")
+                       "invalid_request_error", None, "model_not_found")
 
 
 def context_length(limit: int, prompt: int, completion: int, param: str = "messages") -> ErrorAnswer:
@@ -80,7 +80,7 @@ def named(error: str, model: str, status: int | None = None, message: str | None
         headers.update(retry_headers(retry_after_ns or 1_000_000_000))
     param = "messages" if error == "context_length_exceeded" else None
     return ErrorAnswer(status or default_status, text, kind or "invalid_request_error", param,
-                    None if error in ("server_error", "service_unavailable", "bad_request") else code, headers)
+                       None if error in ("server_error", "service_unavailable", "bad_request") else code, headers)
 
 
 def retry_headers(wait_ns: int) -> dict[str, str]:

@@ -1,10 +1,10 @@
 """The shared plumbing of the OpenAI personality's handlers.
 
-Every generating request follows the same path: authenticate, parse, find the model, meet a fault
-or the rate limit, check the context length, decide the answer (`generation.answer`), then submit
-it to the live engine, which decides when each token comes. A client that disconnects aborts its
-requests in the engine, which frees their KV blocks. Errors before the first byte are real HTTP
-statuses with OpenAI's body; after it, an SSE `error` event (openai/openai-openapi `openapi.yaml`; openai/openai-python `src/openai/_streaming.py`).
+Every generating request follows the same path: authenticate, parse, find the model, meet a fault or the rate limit,
+check the context length, decide the answer (`generation.answer`), then submit it to the live engine, which decides when
+each token comes. A client that disconnects aborts its requests in the engine, which frees their KV blocks. Errors
+before the first byte are real HTTP statuses with OpenAI's body; after it, an SSE `error` event (openai/openai-openapi
+`openapi.yaml`; openai/openai-python `src/openai/_streaming.py`).
 """
 
 from __future__ import annotations
@@ -89,7 +89,8 @@ class BaseHandler(tornado.web.RequestHandler):
             self.set_header("Allow", ", ".join(allowed))
             body = ErrorAnswer(405, "Method Not Allowed", "invalid_request_error").body()
         else:
-            body = ErrorAnswer(status_code, reason, "server_error" if status_code >= 500 else "invalid_request_error").body()
+            kind = "server_error" if status_code >= 500 else "invalid_request_error"
+            body = ErrorAnswer(status_code, reason, kind).body()
         self.finish(json.dumps(body))
 
     def fail(self, error: ErrorAnswer) -> None:
@@ -122,8 +123,8 @@ class BaseHandler(tornado.web.RequestHandler):
 
     def require_json(self) -> None:
         if not json_media_type(self.request.headers.get("Content-Type")):
-            raise ErrorAnswer(400, "Unsupported Media Type: Only 'application/json' is allowed", "invalid_request_error",
-                           None, "unsupported_media_type")
+            raise ErrorAnswer(400, "Unsupported Media Type: Only 'application/json' is allowed",
+                              "invalid_request_error", None, "unsupported_media_type")
 
     def json_body(self) -> Any:
         """The body's JSON value (None when empty), read within `bodies.decode`'s bounds: too large is
@@ -134,7 +135,7 @@ class BaseHandler(tornado.web.RequestHandler):
         except bodies.BodyError as error:
             if error.kind == "too_large":
                 raise ErrorAnswer(413, f"Request too large: {error.message}.", "invalid_request_error", None,
-                               "request_too_large") from None
+                                  "request_too_large") from None
             raise errors.invalid(NOT_JSON) from None
 
     def authenticate(self) -> None:

@@ -63,9 +63,10 @@ class Message(_Body):
 
 
 def _check_roles(messages: list[Message]) -> None:
-    """The fields each role requires (OpenAI's OpenAPI spec, openai/openai-openapi `openapi.yaml`: `CreateChatCompletionRequest`): content for all but an
-    assistant's, a `tool_call_id` for a tool result, a `name` for a function result. (Checked by the request,
-    not by each message: one loop costs less than a validator call per message.)"""
+    """The fields each role requires (OpenAI's OpenAPI spec, openai/openai-openapi `openapi.yaml`:
+    `CreateChatCompletionRequest`): content for all but an assistant's, a `tool_call_id` for a tool result, a `name` for
+    a function result. (Checked by the request, not by each message: one loop costs less than a validator call per
+    message.)"""
     for index, message in enumerate(messages):
         if message.content is not None and message.role in _CONTENT_ONLY:
             continue  # the common case, in one test

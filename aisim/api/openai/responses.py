@@ -29,9 +29,9 @@ def not_found(response_id: str) -> ErrorAnswer:
 
 def previous_not_found(response_id: str) -> ErrorAnswer:
     """An unknown `previous_response_id`: 404 with OpenAI's text and code (as clients that recover from it match
-    them; the reference does not cite it, public client code does)."""
+    them; OpenAI's spec does not state it, public client code does)."""
     return ErrorAnswer(404, f"Previous response with id '{response_id}' not found.", "invalid_request_error",
-                    "previous_response_id", "previous_response_not_found")
+                       "previous_response_id", "previous_response_not_found")
 
 
 class StoredResponseHandler(BaseHandler):
@@ -135,7 +135,8 @@ class ResponsesHandler(GenerationHandler):
         response_id = "resp_" + state.new_id(12)
         item_id = ("fc_" if result.tool_calls else "msg_") + state.new_id(12)
         created = int(time.time())
-        # the cap cut the answer: the response ends `incomplete` (the OpenAPI spec's `response.incomplete`), its item too
+        # the cap cut the answer: the response ends `incomplete` (the OpenAPI spec's `response.incomplete`), its item
+        # too
         status = "incomplete" if result.finish_reason == "length" else "completed"
         skeleton = self._response(body, response_id, created, "in_progress", [], None)
         if not body.stream:
