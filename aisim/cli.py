@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from . import __version__
+from .extras import MissingExtra
 from .fleet import options as fleet_options
 from .scenario import check_file, render_json, render_text, schema_text
 
@@ -729,4 +730,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "handler", None):
         parser.print_help()
         return 2
-    return int(args.handler(args))
+    try:
+        return int(args.handler(args))
+    except MissingExtra as error:  # a feature's own check (`aisim.extras.require`), before it did any work
+        sys.stderr.write(f"{error}\n")
+        return 1
