@@ -68,6 +68,7 @@ def _verdict(result: Checked) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from .engine.client_faults import unreachable
     from .engine.report import build_report
     from .engine.simulation import EndlessWorkload, Simulation
     from .engine.workload import TraceError
@@ -88,6 +89,8 @@ def _run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"aisim run: --report: unknown format {args.report[0]!r}; the one there is: inference-perf\n")
         return 2
     sim = Simulation(checked.scenario, checked.base_dir, seed=args.seed, telemetry=True if args.metrics else None)
+    for name, why in unreachable(sim).items():
+        sys.stderr.write(f"aisim run: warning: API fault {name!r} never fires headless: {why}\n")
     if args.report:
         sim.timeline.per_token = True  # inference-perf's inter-token latencies need every token's time
     try:
