@@ -14,15 +14,18 @@ from typing import TYPE_CHECKING, TextIO
 from . import __version__
 from .extras import MissingExtra
 from .fleet import options as fleet_options
-from .scenario import check_file, render_json, render_text, schema_text
+from .scenario import (
+    DEFAULT_SCENARIO,
+    check_file,
+    render_json,
+    render_text,
+    schema_text,
+)
 
 if TYPE_CHECKING:
     from .scenario import Scenario
     from .scenario.loader import Checked
     from .tui.main import Server
-
-DEFAULT_SCENARIO = Path(__file__).resolve().parent / "scenarios" / "default.yaml"
-
 
 def _number(kind: type[int | float], low: float, high: float | None = None,
             low_open: bool = False) -> Callable[[str], float]:
@@ -699,12 +702,18 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.set_defaults(handler=_inspect)
 
     tui = commands.add_parser("tui", help="watch a scenario's simulation live in a terminal UI (or attach to a server)")
-    tui.add_argument("scenario", nargs="?", metavar="SCENARIO", help="scenario file")
-    tui.add_argument("--speed", type=POSITIVE, default=10.0, help="virtual seconds per wall second (default 10)")
+    tui.add_argument("scenario", nargs="?", metavar="SCENARIO",
+                     help="scenario file (default: the built-in default scenario)")
+    tui.add_argument("--speed", type=POSITIVE, help="virtual seconds per wall second (default 10; with --serve 1, "
+                                                    "the pace of aisim serve)")
     tui.add_argument("--paused", action="store_true", help="start paused (space resumes, n steps)")
     tui.add_argument("--seed", type=SEED, help="override the scenario's seed")
     tui.add_argument("--fps", type=POSITIVE, default=30.0, help="frames per second (default 30)")
     tui.add_argument("--serve", action="store_true", help="also serve the scenario's APIs while the TUI shows them")
+    tui.add_argument("--workload", action="store_true",
+                     help="with --serve: also run the scenario's workload, as background traffic beside the clients'")
+    tui.add_argument("--screenshot-dir", metavar="DIR",
+                     help="where the screenshot key (s) writes its SVG (default: the working directory)")
     tui.add_argument("--port", type=PORT, help="with --serve: port of the first listener")
     tui.add_argument("--host", help="with --serve: interface to bind")
     tui.add_argument("--attach", metavar="URL", help="watch a running `aisim serve` through its /admin/events stream")
