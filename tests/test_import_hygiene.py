@@ -42,6 +42,8 @@ def _load_tool() -> ModuleType:
 graph_tool = _load_tool()
 
 ENGINE_INTERNALS_TODAY = frozenset({
+    "aisim.api.faults -> aisim.engine.api_faults",
+    "aisim.cli -> aisim.engine.client_faults",
     "aisim.api.admin_api -> aisim.engine.feed",
     "aisim.api.anthropic_api -> aisim.engine.live",
     "aisim.api.chat -> aisim.engine.live",
