@@ -20,15 +20,19 @@ from typing import TYPE_CHECKING, TextIO
 from . import __version__
 from .errors import AisimError, InputError, OutputError, ServeError, UsageError, within
 from .fleet import options as fleet_options
-from .scenario import ScenarioError, check_file, render_json, render_text, schema_text
+from .scenario import (
+    DEFAULT_SCENARIO,
+    ScenarioError,
+    check_file,
+    render_json,
+    render_text,
+    schema_text,
+)
 
 if TYPE_CHECKING:
     from .scenario import Scenario
     from .scenario.loader import Checked
     from .tui.main import Server
-
-DEFAULT_SCENARIO = Path(__file__).resolve().parent / "scenarios" / "default.yaml"
-
 
 def _number(kind: type[int | float], low: float, high: float | None = None,
             low_open: bool = False) -> Callable[[str], float]:
@@ -85,7 +89,7 @@ def _verdict(result: Checked) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .engine import Simulation, build_report
+    from .engine import Simulation, build_report, unreachable_faults
     from .render import Progress, report_table
     from .scenario.units import parse_duration
 
@@ -95,6 +99,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.report and args.report[0] != "inference-perf":
         raise UsageError(f"--report: unknown format {args.report[0]!r}; the one there is: inference-perf")
     sim = Simulation(scenario, base_dir, seed=args.seed, telemetry=True if args.metrics else None)
+    for name, why in unreachable_faults(sim).items():
+        sys.stderr.write(f"aisim run: warning: API fault {name!r} never fires headless: {why}\n")
     if args.report:
         sim.timeline.per_token = True  # inference-perf's inter-token latencies need every token's time
     stop = sim.stop_time(until)
@@ -646,12 +652,18 @@ def build_parser() -> argparse.ArgumentParser:
     inspect.set_defaults(handler=_inspect)
 
     tui = commands.add_parser("tui", help="watch a scenario's simulation live in a terminal UI (or attach to a server)")
-    tui.add_argument("scenario", nargs="?", metavar="SCENARIO", help="scenario file")
-    tui.add_argument("--speed", type=POSITIVE, default=10.0, help="virtual seconds per wall second (default 10)")
+    tui.add_argument("scenario", nargs="?", metavar="SCENARIO",
+                     help="scenario file (default: the built-in default scenario)")
+    tui.add_argument("--speed", type=POSITIVE, help="virtual seconds per wall second (default 10; with --serve 1, "
+                                                    "the pace of aisim serve)")
     tui.add_argument("--paused", action="store_true", help="start paused (space resumes, n steps)")
     tui.add_argument("--seed", type=SEED, help="override the scenario's seed")
     tui.add_argument("--fps", type=POSITIVE, default=30.0, help="frames per second (default 30)")
     tui.add_argument("--serve", action="store_true", help="also serve the scenario's APIs while the TUI shows them")
+    tui.add_argument("--workload", action="store_true",
+                     help="with --serve: also run the scenario's workload, as background traffic beside the clients'")
+    tui.add_argument("--screenshot-dir", metavar="DIR",
+                     help="where the screenshot key (s) writes its SVG (default: the working directory)")
     tui.add_argument("--port", type=PORT, help="with --serve: port of the first listener")
     tui.add_argument("--host", help="with --serve: interface to bind")
     tui.add_argument("--attach", metavar="URL", help="watch a running `aisim serve` through its /admin/events stream")

@@ -7,8 +7,8 @@ too, so `except ValueError` around a parser still catches its error):
   x UsageError                    exit 2   the command line asks for what cannot be done
     + OutputError                 exit 2   a file the command was told to write cannot be written
     + QuantityError               exit 2   scenario/units.py: a size, duration or rate that does not parse
-  x MissingDependency             exit 2   an optional package is not installed; says what needs it, alone
-    + MissingScipy                exit 2   replay/fitting.py: `aisim calibrate` without scipy
+  x MissingDependency             exit 1   an optional package is not installed; says what needs it, alone
+    + MissingExtra                exit 1   extras.py: a feature's extra (`aisim.extras.require`, before any work)
   x InputError                    exit 1   a file the user gave that cannot be used
     + ScenarioError               exit 1   scenario/problems.py: every problem of a scenario at once
     + RepositoryError             exit 1   scenario/repository.py: a Triton model repository's model
@@ -89,9 +89,8 @@ class OutputError(UsageError):
 
 class MissingDependency(AisimError):
     """An optional package is not installed. Its message names what needs it and how to install it
-    (`aisim calibrate needs scipy: pip install 'aisim[calibrate]'`), so it is reported alone."""
-
-    exit_status = 2
+    (`aisim calibrate needs scipy, which is not installed: pip install 'aisim[calibrate]'`), so it is reported
+    alone."""
 
     def report(self, command: str) -> str:
         return f"{self.user_message}\n"

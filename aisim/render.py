@@ -107,7 +107,23 @@ def report_table(report: dict[str, Any], wall_seconds: float) -> str:
     if any("telemetry" in gpu for gpu in gpus.values()):
         lines += ["GPU telemetry (DCGM)"] + [_telemetry_line(name, gpu["telemetry"]) for name, gpu in gpus.items()
                                              if "telemetry" in gpu] + [""]
+    if report.get("faults"):
+        lines += ["faults"] + [_fault_line(name, fault) for name, fault in report["faults"].items()] + [""]
     return "\n".join(lines)
+
+
+def _fault_line(name: str, fault: dict[str, Any]) -> str:
+    """`memory-hog (oom): fired once at 40.0 s on gpu0: another process holds 2.26 GiB; 64 requests failed since`."""
+    head = f"  {name} ({fault['kind']}): "
+    if not fault["fired"]:
+        return head + "never fired" + (f": {fault['unreachable']}" if "unreachable" in fault else "")
+    when = (f"once at {fault['first_s']:,.1f} s" if fault["fired"] == 1 else
+            f"{fault['fired']} times from {fault['first_s']:,.1f} s to {fault['last_s']:,.1f} s")
+    effects = ", ".join(text if count == 1 else f"{count}x {text}" for text, count in fault["effects"].items())
+    tail = "".join(f"; {fault[key]} {words}" for key, words in (("requests_failed", "requests failed since"),
+                                                                ("requests_slowed", "requests in flight slowed"))
+                   if key in fault)
+    return f"{head}fired {when} on {', '.join(fault['on'])}: {effects}{tail}"
 
 
 def _telemetry_line(name: str, t: dict[str, Any]) -> str:

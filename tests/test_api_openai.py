@@ -226,8 +226,10 @@ def test_embeddings_float_base64_and_dimensions(lenient: openai.OpenAI, url: str
     assert len(vector) == 256 and abs(np.linalg.norm(vector) - 1) < 1e-5
     again = client.embeddings.create(model="embedder", input="a cat", dimensions=256)
     assert np.allclose(again.data[0].embedding, vector, atol=1e-6)
-    with pytest.raises(openai.BadRequestError):
+    with pytest.raises(openai.InternalServerError) as refused:  # vLLM's answer for a model without an embed task
         client.embeddings.create(model="llama", input="x")
+    assert refused.value.status_code == 501 and refused.value.response.json() == {"error": {
+        "message": "The model does not support Embeddings API", "type": "NotImplementedError", "param": None, "code": 501}}
 
 
 def test_responses_api_plain_and_streamed(client: openai.OpenAI) -> None:

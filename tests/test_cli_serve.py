@@ -40,13 +40,32 @@ def server() -> Iterator[tuple[str, str]]:
 
 def test_the_quick_start_serves_the_default_models_with_the_network_delay(server: tuple[str, str]) -> None:
     url, startup = server
-    assert startup.splitlines()[1] == "models: gpt-4-turbo-mock, llama3-8b-sim"
+    assert startup.splitlines()[1] == "models: gpt-4-turbo-mock, llama3-8b-sim, bge-large-en-sim"
     ids = [m["id"] for m in httpx.get(f"{url}/v1/models").json()["data"]]
-    assert {"gpt-4-turbo-mock", "llama3-8b-sim"} <= set(ids)
+    assert {"gpt-4-turbo-mock", "llama3-8b-sim", "bge-large-en-sim"} <= set(ids)
     started = time.perf_counter()
     reply = httpx.post(f"{url}/v1/chat/completions", timeout=30, json={
         "model": "llama3-8b-sim", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 1})
     assert reply.status_code == 200 and time.perf_counter() - started >= 0.120
+
+
+def test_the_quick_start_embeds_with_its_embedding_model_and_refuses_the_generative_one(
+        server: tuple[str, str]) -> None:
+    """The default scenario's BGE answers `/v1/embeddings` through the openai SDK; Llama answers as vLLM does for a
+    model without an embedding task (`pooling/embed/api_router.py` raises NotImplementedError: a 501)."""
+    import numpy as np
+    import openai
+
+    client = openai.OpenAI(base_url=server[0] + "/v1", api_key="unused", max_retries=0)
+    reply = client.embeddings.create(model="BAAI/bge-large-en-v1.5", input=["a cat sat", "on the mat"])
+    assert [len(d.embedding) for d in reply.data] == [1024, 1024]  # BGE-large's hidden size
+    assert all(abs(np.linalg.norm(d.embedding) - 1) < 1e-5 for d in reply.data)
+    assert reply.model == "BAAI/bge-large-en-v1.5" and reply.usage.prompt_tokens > 0
+    with pytest.raises(openai.InternalServerError) as refused:
+        client.embeddings.create(model="llama3-8b-sim", input="a cat sat")
+    assert refused.value.status_code == 501
+    assert refused.value.response.json() == {"error": {"message": "The model does not support Embeddings API",
+                                                       "type": "NotImplementedError", "param": None, "code": 501}}
 
 
 def test_foreign_flags_are_separated_from_the_scenario_and_own_flags() -> None:

@@ -52,7 +52,7 @@ def test_a_hog_that_lets_go_gives_its_memory_back() -> None:
     sim = run(scenario([llama()], [poisson("2/s", 10, 100, 20)], faults=[hog]))
     records = [r for r in sim.timeline.records() if r["type"] == "fault"]
     assert [(r["t_ns"], r["kind"]) for r in records] == [(10**9, "oom"), (2 * 10**9, "oom_end")]
-    assert records[0]["detail"] == f"another process holds {2 * GIB} bytes"
+    assert records[0]["detail"] == "another process holds 2.00 GiB"  # PyTorch's format_size
     assert sim.pools["g"].device.other_processes == {}
     assert all(r.outcome == "completed" for r in sim.requests)
 

@@ -139,7 +139,8 @@ def test_the_commands_left_out_say_which_extra_they_need(executable: Path, bare:
     done = subprocess.run([str(executable), "inspect", "model.onnx"], check=False, cwd=folder, env=env,
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1
-    assert done.stderr == "aisim inspect: aisim inspect needs the onnx package: pip install 'aisim[inspect]'\n"
+    assert done.stderr == ("aisim inspect: reading an ONNX model needs onnx, which is not installed: "
+                           "pip install 'aisim[inspect]'\n")
 
 
 @pytest.fixture

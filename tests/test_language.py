@@ -46,8 +46,9 @@ def test_kv_bytes_per_token_and_weights_match_the_reference() -> None:
 
 def test_default_scenario_resolves_presets_and_shorthands() -> None:
     scenario = load_scenario(SCENARIOS / "default.yaml")
-    mock, llama = scenario.models
-    assert mock.mock and not llama.mock
+    mock, llama, bge = scenario.models
+    assert mock.mock and not llama.mock and not bge.mock
+    assert (llama.resolved().task, bge.resolved().task) == ("generate", "embed")
     assert isinstance(mock.latency.inter_token, UniformDuration)
     assert (mock.latency.inter_token.min, mock.latency.inter_token.max) == (12_000_000, 30_000_000)
     assert llama.resolved().kv_heads == 8 and llama.weight_bytes() == 16_060_522_496

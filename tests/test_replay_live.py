@@ -33,7 +33,8 @@ def test_round_trip_serve_record_then_replay_headless(tmp_path: Path) -> None:
     assert checked.scenario is not None
     record = tmp_path / "served.jsonl"
     with recording_server(DEFAULT, record) as url:
-        asyncio.run(stream_chat_load(url, [m.id for m in checked.scenario.models], 30, 8.0, seed=11))
+        chat = [m.id for m in checked.scenario.models if m.mock or m.resolved().task == "generate"]
+        asyncio.run(stream_chat_load(url, chat, 30, 8.0, seed=11))
     recorded = read_log(record)
     assert len(recorded) == 30 and recorded.statuses()["completed"] == 30
     assert all(r.frontend is not None and r.frontend > 0 and r.itl for r in recorded.requests)

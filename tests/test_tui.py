@@ -21,6 +21,7 @@ from aisim.scenario import load_scenario
 from aisim.testing import running_server
 from aisim.tui.app import AisimTui
 from aisim.tui.board import Board
+from aisim.tui.main import local_simulation
 from aisim.tui.screens import FaultScreen, HelpScreen
 from aisim.tui.source import STEP_NS, AttachSource, LocalSource
 
@@ -30,7 +31,7 @@ NS = 1_000_000_000
 
 
 def oom_sim() -> Simulation:
-    sim = Simulation(load_scenario(SCENARIOS / "oom.yaml"), SCENARIOS, retain=False)
+    sim = local_simulation(load_scenario(SCENARIOS / "oom.yaml"), SCENARIOS)
     sim.start_workload()  # as `aisim tui` does
     return sim
 

@@ -17,8 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
-from ..engine import Arrival, Call, Live, Simulation
-from .faults import ApiFault, Context, FaultBook
+from ..engine import ApiFault, Arrival, Call, FaultBook, FaultContext, Live, Simulation
 from .metrics.feed import MetricsFeed
 from .ratelimit import RateLimiter
 from .recording import Recording
@@ -109,7 +108,7 @@ class LocalEngine(Live):
 
     async def pick_fault(self, models: tuple[str, ...], endpoint: str, api_key: str | None,
                          override: str | None) -> ApiFault | None:
-        return self.faults.pick(Context(models, endpoint, api_key, self.now()), override)
+        return self.faults.pick(FaultContext(models, endpoint, api_key, self.now()), override)
 
     async def admit(self, api_key: str | None, tokens: int, model: str) -> dict[str, str]:
         return self.limiter.admit(api_key, tokens, model, self.now())

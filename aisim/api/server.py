@@ -18,7 +18,7 @@ import tornado.httputil
 import tornado.netutil
 import tornado.web
 
-from ..engine import Draws, Simulation
+from ..engine import Draws, FaultBook, Simulation
 from ..errors import ServeError
 from ..fleet.data_parallel import with_data_parallel
 from ..fleet.runtime import FleetRuntime
@@ -27,7 +27,6 @@ from ..scenario.distributions import DurationDistribution
 from ..scenario.server import Server
 from .content.hf_tokenizer import load_tokenizer
 from .content.tokenizer import default_tokenizer
-from .faults import FaultBook
 from .http.connections import (
     Listener,
     Policy,

@@ -17,13 +17,12 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from ..engine import Call, Draws, ServedModel, Simulation
+from ..engine import Call, Draws, FaultBook, ServedModel, Simulation
 from ..fleet.runtime import FleetRuntime
 from ..scenario import Scenario
 from ..scenario.models import Model
 from .content.text import ContentSource
 from .content.tokenizer import Tokenizer
-from .faults import FaultBook
 from .http.connections import Listener, Registry, default_max_open
 from .http.slices import Intake
 from .kserve.state import KServeState

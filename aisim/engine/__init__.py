@@ -12,8 +12,11 @@ from __future__ import annotations
 
 TYPE_CHECKING = False  # typing's own constant, without importing typing (the front door costs nothing)
 if TYPE_CHECKING:
+    from .api_faults import ApiFault, FaultBook
+    from .api_faults import Context as FaultContext
     from .batcher import QUEUE_FULL, TritonEngine
     from .calibration import efficiency as calibrated_efficiency
+    from .client_faults import unreachable as unreachable_faults
     from .client_report import write_inference_perf
     from .costmodel import Efficiency
     from .deployment import ServedModel, load_failure
@@ -44,6 +47,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "EndlessWorkload": ("simulation", "EndlessWorkload"),
     "build_report": ("report", "build_report"),
     "write_inference_perf": ("client_report", "write_inference_perf"),
+    "unreachable_faults": ("client_faults", "unreachable"),
     "VirtualClock": ("kernel", "VirtualClock"),
     "URGENT": ("kernel", "URGENT"),
     # requests: arrivals, the workload's sources, the engine's own record of one
@@ -53,6 +57,10 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Request": ("request", "Request"),
     "Draws": ("sampling", "Draws"),
     "sample": ("sampling", "sample"),
+    # API faults: the fault book servers and simulated clients pick from
+    "FaultBook": ("api_faults", "FaultBook"),
+    "FaultContext": ("api_faults", "Context"),
+    "ApiFault": ("api_faults", "ApiFault"),
     # the simulation on the wall clock, for servers and the TUI
     "Live": ("live", "Live"),
     "Call": ("live", "Call"),
@@ -97,12 +105,15 @@ __all__ = [
     "QUEUE_FULL",
     "SAMPLED_TOKEN",
     "URGENT",
+    "ApiFault",
     "Arrival",
     "Call",
     "Draws",
     "Efficiency",
     "EndlessWorkload",
     "Engine",
+    "FaultBook",
+    "FaultContext",
     "Feed",
     "KvCache",
     "Live",
@@ -130,6 +141,7 @@ __all__ = [
     "replay_schedule",
     "sample",
     "timestamp_ns",
+    "unreachable_faults",
     "write_inference_perf",
 ]
 

@@ -28,7 +28,7 @@ from .gpu_memory import ReplicaMemory
 from .kernel import EventHandle, Kernel
 from .pool import OutOfMemoryError, Tensor
 from .replica import ENGINE_DEAD, ReplicaStats
-from .request import Request
+from .request import Outcome, Request
 from .timeline import Timeline
 
 QUEUE_FULL = "Exceeds maximum queue size"
@@ -177,7 +177,7 @@ class TritonEngine:
         self.queue.append(request)
         self._dispatch()
 
-    def abort(self, request: Request) -> None:
+    def abort(self, request: Request, outcome: Outcome = "aborted", error: str = "") -> None:
         """The client went away: a queued request leaves the queue, a failure of reason CANCELED (Triton
         checks for cancellation in its scheduler's queue); one in an execution runs to its end unseen and
         is counted as served, as Triton does for a backend that does not check for cancellation."""
@@ -186,7 +186,7 @@ class TritonEngine:
         if request in self.queue:
             self.queue.remove(request)
             self.triton.failed("CANCELED", self.kernel.now - request.arrival)
-        request.conclude("aborted", self.kernel.now, self.timeline)
+        request.conclude(outcome, self.kernel.now, self.timeline, error)
 
     # -- batching ----------------------------------------------------------------------------
 

@@ -152,6 +152,7 @@ class Feed:
                 kv = getattr(engine, "kv", None)
                 engines[str(getattr(engine, "name", id(engine)))] = {
                     "waiting": int(getattr(engine, "waiting", 0)), "outstanding": int(engine.outstanding),
+                    "gpus": list(getattr(engine, "gpus", ())),
                     "kv_used": int(kv.used) if kv is not None else 0, "kv_total": int(kv.total) if kv is not None else 0,
                     "dead": getattr(engine, "dead", "") or "",
                 }

@@ -43,7 +43,7 @@ from .kv import KvCache
 from .lockstep import Lockstep
 from .meter import ReplicaMeter
 from .pool import OutOfMemoryError
-from .request import Request
+from .request import Outcome, Request
 from .scheduler import DONE, LAST_TOKEN, NO_TOKEN, Scheduler, Step
 from .timeline import StepRun, Timeline
 
@@ -487,15 +487,16 @@ class Replica:
         if self.on_finish is not None:
             self.on_finish(request)
 
-    def abort(self, request: Request) -> None:
-        """The client went away: drop the request now and free its blocks (vLLM's abort)."""
+    def abort(self, request: Request, outcome: Outcome = "aborted", error: str = "") -> None:
+        """The client went away: drop the request now and free its blocks (vLLM's abort); `outcome` is how the
+        client counts the request it cut."""
         if request.done:
             return
         if request in self._deferred:
             self._deferred.remove(request)
         else:
             self.scheduler.abort(request)
-        request.conclude("aborted", self.kernel.now, self.timeline)
+        request.conclude(outcome, self.kernel.now, self.timeline, error)
         self.interrupt()
 
     def _log_step(self, start: int, end: int, requests: int, prefill: int, decode: int, used: int,

@@ -6,7 +6,8 @@ request (a preemption's recompute is charged to it), E2E arrival to last token. 
 (ITL over all their token gaps). Throughput divides by the span from the first arrival to the last completion
 (`span_s`), while busy fractions and KV usage are over the whole simulated time; KV usage is time-weighted over the
 engine's steps. `memory_gib.peak_used` is the memory the engine used at its KV peak, not what the GPU's pool reserved
-(its `gpus` section). With GPU telemetry on, each GPU has a `telemetry` section (`GpuTelemetry.summary`).
+(its `gpus` section). With GPU telemetry on, each GPU has a `telemetry` section (`GpuTelemetry.summary`). A scenario
+with faults gets a `faults` section: what each fired on, when, and with what effect (`fault_report`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import numpy as np
 from ..scenario.presets import GIB
 from .batcher import TritonEngine
 from .deployment import ServedModel
+from .fault_report import faults_section
 from .gpu import GpuDevice
 from .pool import Allocator
 from .replica import Replica
@@ -216,6 +218,8 @@ def build_report(sim: Simulation, wall_seconds: float | None = None) -> dict[str
     if sim.telemetry is not None:
         for gpu, summary in sim.telemetry.summary(end_ns).items():
             report["gpus"].setdefault(gpu, {})["telemetry"] = summary
+    if sim.scenario.faults:
+        report["faults"] = faults_section(sim)
     if wall_seconds is not None:
         report["wall_seconds"] = _round(wall_seconds)
         report["speed"] = _round(end_ns / NS / wall_seconds) if wall_seconds else None

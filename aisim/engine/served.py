@@ -22,7 +22,7 @@ import numpy as np
 from ..scenario.models import LatencyOverride
 from .kernel import EventHandle, Kernel
 from .replica import ReplicaStats
-from .request import Request
+from .request import Outcome, Request
 from .sampling import Draws
 from .timeline import Timeline
 
@@ -37,7 +37,7 @@ class Engine(Protocol):
 
     def submit(self, request: Request) -> None: ...
 
-    def abort(self, request: Request) -> None: ...
+    def abort(self, request: Request, outcome: Outcome = "aborted", error: str = "") -> None: ...
 
     @property
     def outstanding(self) -> int: ...
@@ -72,8 +72,9 @@ class MockEngine:
         else:
             self.queue.append(request)
 
-    def abort(self, request: Request) -> None:
-        """The client went away: cancel the request's pending events and free its slot."""
+    def abort(self, request: Request, outcome: Outcome = "aborted", error: str = "") -> None:
+        """The client went away: cancel the request's pending events and free its slot (`outcome`: how the
+        client counts the request it cut, `aisim.engine.client_faults`)."""
         if request.done:
             return
         if request.id in self.running:
@@ -81,7 +82,7 @@ class MockEngine:
                 handle.cancel()
         else:
             self.queue.remove(request)
-        request.conclude("aborted", self.kernel.now, self.timeline)
+        request.conclude(outcome, self.kernel.now, self.timeline, error)
         self._next()
 
     def _draw(self, which: str) -> int | None:

@@ -1,7 +1,8 @@
 """Compile a scenario into a running simulation: GPUs, model replicas, workload feeds, faults.
 
 Randomness: one `SeedSequence` from the scenario seed, spawned into one child per workload
-source and one per mock model, in document order; nothing else draws random numbers.
+source and one per mock model, in document order, and one for the API faults the workload's clients
+meet; nothing else draws random numbers.
 """
 
 from __future__ import annotations
@@ -18,13 +19,15 @@ from ..scenario.hardware import expand_devices
 from ..scenario.workload import Concurrency
 from ..telemetry.board import gpu_uuid
 from ..telemetry.sampler import GpuTelemetry, Source
+from .client_faults import SimulatedClients
 from .deployment import Host, ServedModel
 from .gpu import GpuDevice
 from .gpu_memory import record_levels
 from .kernel import URGENT, Kernel, VirtualClock
 from .pool import Allocator, make_allocator
+from .pool.oom import format_size
 from .replica import Replica
-from .request import Request, Watcher
+from .request import Outcome, Request, Watcher
 from .timeline import Timeline
 from .workload import Arrival, ClosedLoop, SourceFeed
 from .xid import apply_xid
@@ -61,7 +64,7 @@ class Simulation:
         self.timeline = Timeline(scenario.simulation.timeline.per_token, None if retain else ROLLING_RECORDS)
         self.macro_steps = macro_steps
         sources = scenario.workload.sources if scenario.workload else []
-        workload_seq, model_seq = np.random.SeedSequence(self.seed).spawn(2)
+        workload_seq, model_seq, fault_seq = np.random.SeedSequence(self.seed).spawn(3)
         self._source_rngs = [np.random.default_rng(s) for s in workload_seq.spawn(len(sources))]
         self._model_rngs = [np.random.default_rng(s) for s in model_seq.spawn(len(scenario.models))]
         self.devices = scenario.gpu_devices()
@@ -87,6 +90,8 @@ class Simulation:
         self.fault_actions: dict[str, Callable[[], None]] = {}
         """What each engine-level fault of the catalogue does when it starts, by name (`fire_fault`)."""
         self._schedule_faults()
+        self.clients = SimulatedClients(self, np.random.default_rng(fault_seq))
+        """The workload's clients, which meet the scenario's API faults."""
 
     # -- building ----------------------------------------------------------------------------
 
@@ -156,7 +161,7 @@ class Simulation:
                 held = pool.device.other_processes.get(pid, 0)
                 taken = max(held, min(fault.size, held + max(pool.device.free_bytes(), 0)))
                 pool.set_other_process(pid, taken)
-                self.timeline.add(now, "fault", name, "oom", device, f"another process holds {taken} bytes")
+                self.timeline.add(now, "fault", name, "oom", device, f"another process holds {format_size(taken)}")
                 record_levels(pool, device, self.timeline, now)
             if fault.hold is not None:
                 self.kernel.after(fault.hold, give_back, URGENT)
@@ -218,7 +223,9 @@ class Simulation:
             for replica in targets:
                 replica.slowdown = fault.factor
                 replica.interrupt()
-            self.timeline.add(start, "fault", name, "slowdown", ",".join(r.name for r in targets), f"x{fault.factor}")
+            lasting = f" for {fault.duration / 1e9:g} s" if fault.duration is not None else ""
+            self.timeline.add(start, "fault", name, "slowdown", ",".join(r.name for r in targets),
+                              f"steps {fault.factor:g}x slower{lasting}")
             if fault.duration is not None:
                 self.kernel.at(start + fault.duration, lambda: end(targets), URGENT)
 
@@ -255,7 +262,7 @@ class Simulation:
                 (workload.duration is not None and self.kernel.now > workload.duration):
             return False
         self._arrived += 1
-        self.submit(arrival, on_end=on_end)
+        self.clients.arrive(arrival, on_end)
         return True
 
     def _next_arrival(self, feed: Iterator[Arrival]) -> None:
@@ -269,8 +276,27 @@ class Simulation:
         self.kernel.at(arrival.time, lambda: self._arrive(arrival, feed), URGENT)
 
     def _arrive(self, arrival: Arrival, feed: Iterator[Arrival]) -> None:
-        self.submit(arrival)
+        self.clients.arrive(arrival)
         self._next_arrival(feed)
+
+    def receive(self, arrival: Arrival, watcher: Watcher | None = None, live_tokens: bool = True,
+                on_end: Callable[[Request], None] | None = None) -> Request:
+        """A request reaches the server now: counted and recorded, not yet routed (`submit` routes it; a fault
+        the client meets may end it before, `aisim.engine.client_faults`); `on_end` is told when it ends."""
+        served = self.models[arrival.model]
+        request = Request(self.submitted, served.model.id, arrival.source, self.kernel.now, arrival.prompt,
+                          arrival.output, arrival.priority, arrival.group, arrival.prefix, stream=arrival.stream,
+                          watcher=watcher, live_tokens=live_tokens, stage=arrival.stage, token_ids=arrival.token_ids,
+                          rank=arrival.rank, kept_blocks=[] if arrival.keep_blocks else None, on_end=on_end)
+        self.submitted += 1
+        if not served.generates:
+            request.output = 0
+        if self.retain:
+            self.requests.append(request)
+            served.requests.append(request)
+        self.timeline.add(request.arrival, "request_arrived", request.id, served.model.id, arrival.source,
+                          arrival.prompt, request.output, arrival.priority)
+        return request
 
     def submit(self, arrival: Arrival, watcher: Watcher | None = None, live_tokens: bool = True,
                on_end: Callable[[Request], None] | None = None) -> Request:
@@ -278,18 +304,7 @@ class Simulation:
         `live_tokens=False` when the handler needs the tokens only at the end; `on_end` is told when it ends)."""
         now = self.kernel.now
         served = self.models[arrival.model]
-        request = Request(self.submitted, served.model.id, arrival.source, now, arrival.prompt, arrival.output,
-                          arrival.priority, arrival.group, arrival.prefix, stream=arrival.stream, watcher=watcher,
-                          live_tokens=live_tokens, stage=arrival.stage, token_ids=arrival.token_ids, rank=arrival.rank,
-                          kept_blocks=[] if arrival.keep_blocks else None, on_end=on_end)
-        self.submitted += 1
-        if not served.generates:
-            request.output = 0
-        if self.retain:
-            self.requests.append(request)
-            served.requests.append(request)
-        self.timeline.add(now, "request_arrived", request.id, served.model.id, arrival.source, arrival.prompt,
-                          request.output, arrival.priority)
+        request = self.receive(arrival, watcher, live_tokens, on_end)
         router = served.routers.get(arrival.version) if arrival.version else served.router
         error = self._reject(served, request) or ("" if router else f"Request for unknown model: '{served.model.id}' "
                                                   "has no available versions")
@@ -310,15 +325,16 @@ class Simulation:
                 request.deadline = self.kernel.at(now + arrival.timeout, lambda: self.abort(request))
         return request
 
-    def abort(self, request: Request) -> None:
+    def abort(self, request: Request, outcome: Outcome = "aborted", error: str = "") -> None:
         """The client of `request` went away: its engine drops it and frees what it held (one still in the API
-        server's hands, `frontend_ns`, never reaches the engine)."""
+        server's hands, `frontend_ns`, never reaches the engine). `outcome`: how the client counts it (a stream
+        a fault cut short, `aisim.engine.client_faults`)."""
         if request.done:
             return
         if request.engine is None:
-            request.conclude("aborted", self.kernel.now, self.timeline)
+            request.conclude(outcome, self.kernel.now, self.timeline, error)
         else:
-            request.engine.abort(request)
+            request.engine.abort(request, outcome, error)
 
     def _reject(self, served: ServedModel, request: Request) -> str:
         if served.failure:

@@ -14,12 +14,13 @@ from types import ModuleType
 from typing import Any
 
 from ..errors import InputError
+from ..extras import MissingExtra, require
 from .flops import COUNTED, Dims, layer_cost
 from .optable import DEFAULT_DOMAINS, OpBehaviour, behaviour
 from .types import TRITON_DATATYPES
 from .weights import Weights, graphs, weights
 
-MISSING_ONNX = "aisim inspect needs the onnx package: pip install 'aisim[inspect]'"
+MISSING_ONNX = str(MissingExtra("reading an ONNX model", "inspect", ["onnx"]))
 
 
 class InspectError(InputError):
@@ -32,6 +33,10 @@ class OnnxMissing(InspectError):
 
 def require_onnx() -> ModuleType:
     """The `onnx` package with the submodules inspection uses, or OnnxMissing naming the extra to install."""
+    try:
+        require("inspect", "reading an ONNX model")
+    except MissingExtra as error:
+        raise OnnxMissing(str(error)) from None
     try:
         onnx = importlib.import_module("onnx")
         for sub in ("checker", "shape_inference", "numpy_helper"):

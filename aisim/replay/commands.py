@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..extras import require
 from ..scenario import check_file, render_text
 from .drift import DEFAULT_THRESHOLD_PCT, DriftReport, compare, drift_table
 from .formats import LogError, read_log, write_log
@@ -53,11 +54,8 @@ def replay(args: argparse.Namespace) -> int:
             return 1
     try:
         if args.against:
-            try:
-                from .live import LiveReplay
-            except ImportError:
-                sys.stderr.write("aisim replay --against needs httpx: pip install 'aisim[replay]'\n")
-                return 2
+            from .live import LiveReplay
+
             replayed = LiveReplay(args.against, args.speed, args.concurrency, args.model, args.api_key).run(log)
             late = replayed.meta.get("late", 0)
             if late:
@@ -103,8 +101,8 @@ def calibrate(args: argparse.Namespace) -> int:
     """Fit the scenario's cost-model constants to a log, write the updated scenario, show the drift."""
     from .calibrate import CalibrationError, write_scenario
     from .calibrate import calibrate as fit_log
-    from .fitting import MissingScipy
 
+    require("calibrate", "aisim calibrate")
     checked = _scenario(args.scenario, "calibrate")
     if checked.scenario is None:
         return 1
@@ -112,9 +110,6 @@ def calibrate(args: argparse.Namespace) -> int:
         log = read_log(args.log, args.format, args.timestamp_unit).head(args.count)
         result = fit_log(log, checked.scenario, checked.base_dir, model=args.model, seed=args.seed, speed=args.speed,
                          max_evaluations=args.max_evaluations)
-    except MissingScipy as error:
-        sys.stderr.write(f"{error}\n")
-        return 2
     except (LogError, OSError, ReplayError, CalibrationError) as error:
         sys.stderr.write(f"aisim calibrate: {error}\n")
         return 1

@@ -7,7 +7,7 @@ Nelder-Mead on a scalar loss (`fit`, what `bench/calibrate.py` uses), and a trus
 squares on a vector of residuals (`fit_residuals`, what `aisim calibrate` uses): a log's latencies
 leave bandwidth and step overhead in a long narrow valley (both add to every decode step), which
 Gauss-Newton steps follow and Nelder-Mead's simplex collapses in. scipy is an
-optional dependency (`pip install 'aisim[calibrate]'`); `fit` says so when it is missing.
+optional dependency (`pip install 'aisim[calibrate]'`); both searches say so when it is missing.
 """
 
 from __future__ import annotations
@@ -19,15 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..engine import Efficiency
-from ..errors import MissingDependency
+from ..extras import require
 
 FAILED_RESIDUAL = 10.0
 """The residual of a term a candidate could not produce (the request failed under it)."""
-INSTALL_HINT = "aisim calibrate needs scipy: pip install 'aisim[calibrate]'"
-
-
-class MissingScipy(MissingDependency, ImportError):
-    """scipy is not installed."""
 
 
 def decode(x: np.ndarray) -> Efficiency:
@@ -61,10 +56,8 @@ class Fit:
 def fit(loss: Callable[[Efficiency], float], start: Efficiency, maxiter: int = 600, xatol: float = 1e-3,
         fatol: float = 1e-7) -> Fit:
     """Minimise a scalar `loss` over the constants with Nelder-Mead, from `start`."""
-    try:
-        from scipy.optimize import minimize  # type: ignore[import-untyped]
-    except ImportError as error:
-        raise MissingScipy(INSTALL_HINT) from error
+    require("calibrate", "fitting the cost model")
+    from scipy.optimize import minimize  # type: ignore[import-untyped]
     result = minimize(lambda x: loss(decode(x)), encode(start), method="Nelder-Mead",
                       options={"xatol": xatol, "fatol": fatol, "maxiter": maxiter})
     return Fit(decode(result.x), float(result.fun), int(result.nfev))
@@ -73,10 +66,8 @@ def fit(loss: Callable[[Efficiency], float], start: Efficiency, maxiter: int = 6
 def fit_residuals(residuals: Callable[[Efficiency], np.ndarray], start: Efficiency, max_evaluations: int = 400) -> Fit:
     """Minimise the sum of squared `residuals` over the constants (scipy's trust-region reflective
     least squares, finite-difference Jacobian), from `start`. The loss reported is the mean square."""
-    try:
-        from scipy.optimize import least_squares
-    except ImportError as error:
-        raise MissingScipy(INSTALL_HINT) from error
+    require("calibrate", "fitting the cost model")
+    from scipy.optimize import least_squares
     result = least_squares(lambda v: residuals(decode(v)), encode(start), method="trf", diff_step=1e-3,
                            x_scale=1.0, max_nfev=max_evaluations, xtol=1e-10, ftol=1e-12, gtol=1e-12)
     return Fit(decode(result.x), float(np.mean(result.fun ** 2)), int(result.nfev))

@@ -8,6 +8,7 @@ UI stays current however slow a terminal is. With `fps=0` nothing ticks: tests c
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any, ClassVar
 
 from rich.markup import escape
@@ -43,14 +44,17 @@ class AisimTui(App[None]):
         Binding("plus,equals_sign", "speed(1)", "faster"),
         Binding("minus", "speed(0)", "slower"),
         Binding("f", "fault", "fault"),
+        Binding("s", "screenshot", "screenshot"),
         Binding("question_mark,h", "help", "help"),
         Binding("q", "quit", "quit"),
         *(Binding(str(i + 1), f"view('{name}')", title, show=False) for i, (name, title, _) in enumerate(VIEWS)),
     ]
 
-    def __init__(self, source: Source, fps: float = 30.0, view: str = "memory") -> None:
-        """`fps=0`: no frame timer (tests draw with `tick`); `view`: the tab shown first."""
+    def __init__(self, source: Source, fps: float = 30.0, view: str = "memory", screenshots: Path = Path(".")) -> None:
+        """`fps=0`: no frame timer (tests draw with `tick`); `view`: the tab shown first; `screenshots`: the folder
+        the screenshot key and the command palette's "Save screenshot" write to."""
         super().__init__()
+        self.screenshots = screenshots
         self.source = source
         self.fps = fps
         self.view = view
@@ -153,6 +157,18 @@ class AisimTui(App[None]):
         if self._controls():
             self.source.faster(bool(up))
             self.tick()
+
+    def deliver_screenshot(self, filename: str | None = None, path: str | None = None,
+                           time_format: str | None = None) -> str | None:
+        """Textual saves to the user's Downloads folder, which may not exist: here the screenshots folder (made
+        when missing)."""
+        folder = Path(path) if path is not None else self.screenshots
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            self.notify(f"cannot write screenshots to {folder}: {error.strerror}", severity="error")
+            return None
+        return super().deliver_screenshot(filename, str(folder), time_format)
 
     def action_view(self, name: str) -> None:
         self.query_one("#views", TabbedContent).active = name

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from ..engine import RealTimeClock, Simulation
-from ..scenario import Scenario, check_file, render_text
+from ..scenario import DEFAULT_SCENARIO, Scenario, check_file, render_text
 from .app import AisimTui
 from .source import AttachSource, LocalSource, Source
 
@@ -23,14 +23,22 @@ Serving = Callable[[Scenario, Path, argparse.Namespace], Server]
 """Builds a server for a scenario (the command line's `aisim.api` wiring)."""
 
 
+WATCH_SPEED = 10.0
+"""Virtual seconds per wall second of `aisim tui` watching a run; serving (`--serve`) runs at 1, as `aisim serve`."""
+
+
+def local_simulation(scenario: Scenario, base_dir: Path, seed: int | None = None) -> Simulation:
+    """The simulation `aisim tui` watches: bounded as a server's, and stepped one engine step at a time (no macro
+    steps), so that the streams and the requests in flight are current at every frame."""
+    return Simulation(scenario, base_dir, seed=seed, macro_steps=False, retain=False)
+
+
 def build_source(args: argparse.Namespace, serving: Serving | None = None) -> Source | None:
-    """The source for the parsed arguments (None after reporting a problem on stderr)."""
+    """The source for the parsed arguments (None after reporting a problem on stderr); without a scenario, the
+    built-in default, as `aisim run` and `aisim serve`."""
     if args.attach:
         return AttachSource(args.attach, args.token)
-    if not args.scenario:
-        sys.stderr.write("aisim tui: give a SCENARIO or --attach URL\n")
-        return None
-    checked = check_file(args.scenario)
+    checked = check_file(args.scenario or str(DEFAULT_SCENARIO))
     sys.stderr.write(render_text(checked.problems))
     if checked.scenario is None:
         return None
@@ -38,27 +46,33 @@ def build_source(args: argparse.Namespace, serving: Serving | None = None) -> So
         if serving is None:
             sys.stderr.write("aisim tui: --serve is not available here\n")
             return None
-        return _served(serving(checked.scenario, checked.base_dir, args), checked.scenario.metadata.name, args.paused)
+        args.speed = 1.0 if args.speed is None else args.speed
+        return _served(serving(checked.scenario, checked.base_dir, args), checked.scenario.metadata.name, args)
     from ..engine import EndlessWorkload
 
-    sim = Simulation(checked.scenario, checked.base_dir, seed=args.seed, retain=False)
+    sim = local_simulation(checked.scenario, checked.base_dir, args.seed)
     try:
         stop = sim.stop_time()
     except EndlessWorkload as error:
         sys.stderr.write(f"aisim tui: {error}\n")
         return None
     sim.start_workload()  # what `Simulation.run` does before its clock starts
-    return LocalSource(sim, speed=args.speed, paused=args.paused, stop_at=stop, drains=stop is None)
+    return LocalSource(sim, speed=WATCH_SPEED if args.speed is None else args.speed, paused=args.paused,
+                       stop_at=stop, drains=stop is None)
 
 
-def _served(server: Server, name: str, paused: bool) -> Source:
+def _served(server: Server, name: str, args: argparse.Namespace) -> Source:
+    """Serving as `aisim serve` does (its pace unless `--speed`); `--workload` adds the scenario's own traffic
+    beside the clients'. The status line says both."""
     sim, clock, start = server
-    sim.start_workload()  # the scenario's own traffic runs alongside the clients'
+    if args.workload:
+        sim.start_workload()
+    traffic = "the scenario's workload as background traffic" if args.workload else "no background traffic"
 
     async def startup() -> None:
-        source.label = f"{name} at {await start()}"
+        source.label = f"{name} at {await start()} (pace x{clock.speed:g}, {traffic})"
 
-    source = LocalSource(sim, clock=clock, paused=paused, startup=startup)
+    source = LocalSource(sim, clock=clock, paused=args.paused, startup=startup)
     return source
 
 
@@ -67,7 +81,7 @@ def run(args: argparse.Namespace, serving: Serving | None = None) -> int:
     source = build_source(args, serving)
     if source is None:
         return 1
-    AisimTui(source, fps=args.fps).run()
+    AisimTui(source, fps=args.fps, screenshots=Path(args.screenshot_dir or ".")).run()
     error = getattr(source, "error", "")
     if error:
         sys.stderr.write(f"aisim tui: {error}\n")

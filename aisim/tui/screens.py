@@ -16,12 +16,14 @@ HELP = """\
 [b]space[/b]  pause / resume       [b]n[/b]  one step (0.1 s virtual, pauses)
 [b]+ -[/b]    speed up / down      [b]f[/b]  inject a fault from the catalogue
 [b]1-5[/b]    memory, streams, states, requests, log views
+[b]s[/b]      screenshot (SVG, to the working directory or --screenshot-dir)
 [b]tab[/b]    next widget          [b]?[/b]  this help         [b]q[/b]  quit
 
 memory map: [magenta]█[/] allocated  [yellow]▒[/] cached  [blue]▓[/] outside the pool  · free
 usage bar: w = warning threshold, c = critical threshold
 streams: a lane per stream, q = kernels queued, r = running;
-engine steps stand for kernels when those are not simulated.
+engine steps stand for kernels when those are not simulated;
+under each GPU, the requests each engine runs and queues.
 Attached (--attach), the TUI only watches: the server keeps
 its own clock and faults.
 

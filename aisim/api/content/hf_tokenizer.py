@@ -28,6 +28,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+from ...extras import require
 from .logprobs import ALTERNATIVES
 from .text import LOREM_WORDS
 from .tokenizer import _RULES, Tokenizer, default_tokenizer
@@ -96,10 +97,8 @@ class HFTokenizer(Tokenizer):
     the chat template's tokens are counted as for the default)."""
 
     def __init__(self, path: Path, name: str) -> None:
-        try:
-            from tokenizers import Tokenizer as Loaded
-        except ImportError as error:
-            raise RuntimeError("--tokenizer needs the tokenizers library: pip install 'aisim[tokenizer]'") from error
+        require("tokenizer", "aisim serve --tokenizer")
+        from tokenizers import Tokenizer as Loaded
         self._tokenizer = Loaded.from_file(str(path))
         self.name = name
         self.vocab_size = self._tokenizer.get_vocab_size(with_added_tokens=True)
@@ -140,6 +139,7 @@ def _cached(model_id: str) -> Path | None:
 
 def load_tokenizer(spec: str) -> Tokenizer:
     """`--tokenizer`: a folder (or file) with a `tokenizer.json`, or a model id in the local Hugging Face cache."""
+    require("tokenizer", "aisim serve --tokenizer")
     path = Path(spec)
     if path.is_dir():
         path = path / "tokenizer.json"

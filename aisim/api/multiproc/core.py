@@ -22,8 +22,7 @@ import tornado.httputil
 import tornado.netutil
 import tornado.web
 
-from ...engine import END_EVENTS, Call
-from ..faults import Context
+from ...engine import END_EVENTS, Call, FaultContext
 from ..openai.errors import ErrorAnswer
 from ..server import make_app, open_listener, start_grpc
 from ..state import ServerState
@@ -124,7 +123,7 @@ class EngineCore:
             if running is not None:
                 engine.abort(running)
         elif isinstance(message, wire.Pick):
-            fault = state.faults.pick(Context(tuple(message.models), message.endpoint, message.api_key,
+            fault = state.faults.pick(FaultContext(tuple(message.models), message.endpoint, message.api_key,
                                               engine.now()), message.override)
             faults = [s.fault for s in state.faults.states]
             value = -1 if fault is None else next((i for i, f in enumerate(faults) if f is fault), -2)

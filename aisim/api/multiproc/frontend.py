@@ -23,10 +23,9 @@ import tornado.httpclient
 import tornado.httputil
 import tornado.web
 
-from ...engine import Arrival, Call, Simulation
+from ...engine import ApiFault, Arrival, Call, FaultBook, Simulation
 from ...scenario import Scenario
 from ...scenario.distributions import DurationDistribution
-from ..faults import ApiFault, FaultBook
 from ..openai.errors import ErrorAnswer
 from ..pod import PodIdentity
 from ..ratelimit import RateLimiter

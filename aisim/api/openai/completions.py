@@ -172,8 +172,9 @@ class EmbeddingHandler(GenerationHandler):
         state = self.state
         body, model, _fault = await self.begin(EmbeddingRequest)
         task = model.resolved().task if not model.mock else "embed"
-        if task != "embed":
-            raise errors.invalid(f"The model `{body.model}` does not support the Embeddings API.", "model")
+        if task != "embed":  # vLLM's answer (`pooling/embed/api_router.py`: NotImplementedError, which its
+            # `create_error_response` makes a 501): the model serves no embedding task
+            raise errors.vllm_error(501, "The model does not support Embeddings API", "NotImplementedError")
         native = model.embedding_dimensions or (model.resolved().hidden if not model.mock else 1536)
         if body.dimensions is not None and body.dimensions > native:
             raise errors.invalid(f"This model supports at most {native} dimensions, {body.dimensions} were requested.",

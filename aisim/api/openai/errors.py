@@ -33,6 +33,13 @@ def invalid(message: str, param: str | None = None, code: str | None = None) -> 
     return ErrorAnswer(400, message, "invalid_request_error", param, code)
 
 
+def vllm_error(status: int, message: str, kind: str, param: str | None = None) -> ErrorAnswer:
+    """vLLM's error body: a Python-style type and the HTTP status as an integer code."""
+    error = ErrorAnswer(status, message, kind, param)
+    error.code = status  # type: ignore[assignment]
+    return error
+
+
 def model_not_found(model: str) -> ErrorAnswer:
     return ErrorAnswer(404, f"The model `{model}` does not exist or you do not have access to it.",
                        "invalid_request_error", None, "model_not_found")

@@ -13,18 +13,11 @@ import json
 from typing import Any
 
 from ..content.tokenizer import chat_prompt_ids
-from .errors import ErrorAnswer, invalid
+from .errors import invalid, vllm_error
 from .handlers import BaseHandler
 from .protocol import DetokenizeRequest, LoraRequest, TokenizeRequest, parse
 
 VLLM_VERSION = "0.34.0"
-
-
-def _vllm_error(status: int, message: str, kind: str, param: str | None = None) -> ErrorAnswer:
-    """vLLM's error body: a Python-style type and the HTTP status as an integer code."""
-    error = ErrorAnswer(status, message, kind, param)
-    error.code = status  # type: ignore[assignment]
-    return error
 
 
 class TokenizeHandler(BaseHandler):
@@ -91,22 +84,22 @@ class LoraHandler(BaseHandler):
             body = parse(LoraRequest, self.json_body())  # typed before anything changes
             name = body.lora_name
             if not name:
-                raise _vllm_error(400, "The lora_name must be provided.", "InvalidUserInput", "lora_name")
+                raise vllm_error(400, "The lora_name must be provided.", "InvalidUserInput", "lora_name")
             base = body.base_model_name or next(m.id for m in self.state.scenario.models)
             adapters = self.state.lora_adapters.get(base)
             if adapters is None:
-                raise _vllm_error(404, f"The model `{base}` does not exist.", "NotFoundError", "base_model_name")
+                raise vllm_error(404, f"The model `{base}` does not exist.", "NotFoundError", "base_model_name")
             owner = next((a for a in self.state.lora_adapters.values() if name in a), None)
             if self.load:
                 if not body.lora_path:
-                    raise _vllm_error(400, "Both 'lora_name' and 'lora_path' must be provided.", "InvalidUserInput")
+                    raise vllm_error(400, "Both 'lora_name' and 'lora_path' must be provided.", "InvalidUserInput")
                 if owner is not None or self.state.model(name) is not None:
-                    raise _vllm_error(400, f"The lora adapter '{name}' has already been loaded.", "InvalidUserInput")
+                    raise vllm_error(400, f"The lora adapter '{name}' has already been loaded.", "InvalidUserInput")
                 adapters[name] = body.lora_path
                 message = f"Success: LoRA adapter '{name}' added successfully."
             else:
                 if owner is None:
-                    raise _vllm_error(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError")
+                    raise vllm_error(404, f"The lora adapter '{name}' cannot be found.", "NotFoundError")
                 del owner[name]
                 message = f"Success: LoRA adapter '{name}' removed successfully."
             self.set_header("Content-Type", "text/plain; charset=utf-8")

@@ -17,5 +17,5 @@ class LogView(FrameView):
         out = Text()
         for line in frame.log:
             style = next((s for word, s in STYLES if word in line), "")
-            out.append(line[: width * 2] + "\n", style=style)
+            out.append(line + "\n", style=style)  # wrapped at the view's width, never cut
         return out or Text("no events yet", style="dim")

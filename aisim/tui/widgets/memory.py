@@ -68,7 +68,7 @@ class MemoryView(FrameView):
             out.append(f"OOM events: {len(ooms)}\n", style="bold red" if ooms else "")
             for time_ns, _, message in ooms[-3:]:
                 out.append(f"  {time_ns / NS:.3f}s ", style="red")
-                out.append(message[: max(width * 2 - 12, 20)] + "\n")
+                out.append(message + "\n")  # wrapped at the view's width, never cut
             crossings = [c for c in frame.crossings if c[1] == gpu][-3:]
             for time_ns, _, entered, usage in crossings:
                 out.append(f"  {time_ns / NS:.3f}s entered {entered} at {usage:.1%}\n",

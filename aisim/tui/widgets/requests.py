@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ..board import Frame
+from ..board import NS, Frame
 from .base import FrameView
 
 BLOCKS = " ▁▂▃▄▅▆▇█"
@@ -17,6 +17,21 @@ def sparkline(values: tuple[float, ...], width: int) -> str:
     if top <= 0:
         return " " * len(shown)
     return "".join(BLOCKS[round(v / top * (len(BLOCKS) - 1))] if v > 0 else " " for v in shown)
+
+
+def time_axis(last_second: int, width: int, every: int = 10) -> str:
+    """The sparklines' time axis: their `width` columns are the virtual seconds up to `last_second`; a label
+    (`╵40s`, the mark on its column) starts at each column whose second is a multiple of `every`, where it fits."""
+    first = last_second - width + 1
+    cells = [" "] * width
+    free = 0
+    for column in range(width):
+        second = first + column
+        label = f"╵{second}s"
+        if second >= 0 and second % every == 0 and column >= free and column + len(label) <= width:
+            cells[column:column + len(label)] = label
+            free = column + len(label) + 1
+    return "".join(cells)
 
 
 def mean_ms(values: tuple[float, ...], digits: int) -> str:
@@ -47,6 +62,8 @@ class RequestsView(FrameView):
         for label, values, figure, style in rows:
             out.append(f"{label:<12}{figure:>9} ")
             out.append(sparkline(values, spark) + "\n", style=style)
+        out.append(f"{'':<22}")
+        out.append(time_axis(frame.now_ns // NS, spark) + "\n", style="dim")
         out.append(f"{'':<22}(one column per virtual second, figures: last 10 s)\n", style="dim")
         out.append("KV cache\n", style="bold")
         for replica, used, total, dead in r.kv:
@@ -58,5 +75,5 @@ class RequestsView(FrameView):
             out.append(" (engine dead)\n" if dead else "\n", style="bold red")
         out.append("errors\n" if r.errors else "errors: none\n", style="bold")
         for message, count in r.errors:
-            out.append(f"  {count:>5} × {message[: width - 12]}\n", style="red")
+            out.append(f"  {count:>5} × {message}\n", style="red")  # wrapped at the view's width, never cut
         return out

@@ -62,5 +62,5 @@ class StatesView(FrameView):
         out.append(edges_line(machine.state) + "\n", style="dim")
         for transition in machine.transitions[-4:]:
             out.append(f"  {transition.time_ns / NS:9.3f}s  -> {transition.state:<11}", style=STATE_STYLE.get(transition.state, ""))
-            out.append(f" {transition.reason[:90]}\n")
+            out.append(f" {transition.reason}\n")
         out.append("\n")

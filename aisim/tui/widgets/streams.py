@@ -1,7 +1,8 @@
-"""Streams per GPU: one lane per stream with its recent kernels, queue depths, recent preemptions.
+"""Streams per GPU: one lane per stream with its recent kernels, queue depths, the requests each engine on the
+GPU runs and queues, recent preemptions.
 
-A run of decode steps that the engine plans at once (macro steps, as `aisim run` does) reaches the
-timeline when it ends or is interrupted, so the newest steps of a lane can lag the clock by a run."""
+The TUI steps its simulation one engine step at a time (`aisim.tui.main.local_simulation`), so a lane shows
+every step as it ends; a server's simulation (`--serve`, `--attach`) does the same."""
 
 from __future__ import annotations
 
@@ -54,6 +55,9 @@ class StreamsView(FrameView):
                     last = lane.kernels[-1]
                     out.append(f"{'':<{LABEL}}last: {last.name} ({last.replica}) "
                                f"{(last.end_ns - last.start_ns) / 1e6:.2f} ms at {last.start_ns / NS:.3f}s\n", style="dim")
+            for load in (load for load in frame.loads if gpu in load.gpus):
+                out.append(f" {load.replica}: ", style=colours.get(load.replica, ""))
+                out.append(f"{load.running} request{'s' * (load.running != 1)} running, {load.waiting} waiting\n")
         if colours:
             for replica, style in colours.items():
                 out.append("█", style=style)

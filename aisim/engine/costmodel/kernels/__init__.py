@@ -13,13 +13,12 @@ from .roofline import Spec
 from .systems import (
            MEASURED,
            SCALED,
-           SYSTEM_NAMES,
            coverage,
            for_gpu,
            manifest_text,
            uncertainty,
 )
-from .tables import KernelTables, MissingKernel, ScaledTables, manifest
+from .tables import SYSTEM_NAMES, KernelTables, MissingKernel, ScaledTables, manifest
 
 __all__ = ["MEASURED", "SCALED", "SYSTEM_NAMES", "KernelTables", "MissingKernel", "ScaledTables", "Spec",
            "coverage", "for_gpu", "manifest", "manifest_text", "uncertainty"]

@@ -17,11 +17,14 @@ from functools import cache
 from ....scenario.presets import GPU_PROFILES, GpuProfile
 from ..derived import DERIVED
 from .roofline import Spec
-from .tables import KernelTables, ScaledTables, manifest, system_spec
+from .tables import (
+    ARCHITECTURE,
+    KernelTables,
+    ScaledTables,
+    manifest,
+    system_spec,
+)
 
-SYSTEM_NAMES = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300", "a100_sxm", "l40s",
-                "rtx_pro_6000_server", "b60")
-"""The systems whose vLLM kernel tables are packaged."""
 MEASURED = {"H100-SXM": "h100_sxm", "H200": "h200_sxm", "B200": "b200_sxm", "B300": "b300_sxm", "GB200": "gb200",
             "GB300": "gb300", "A100-80GB": "a100_sxm", "L40S": "l40s", "RTX-PRO-6000": "rtx_pro_6000_server"}
 """aisim GPU presets priced by their own system's tables."""
@@ -34,9 +37,6 @@ and RTX 4090); for the A10s and T4, power-limited GDDR6 PCIe cards like the L40S
 ratios from an HBM card overstate such a card by half (L40S priced from A100's tables: +50 % signed median,
 `bench/kernel_fidelity.py --part gpu`). MI300X is priced from H100 through measured achieved bandwidth and
 throughput."""
-ARCHITECTURE = {"a100_sxm": 80, "l40s": 89, "h100_sxm": 90, "h200_sxm": 90, "b200_sxm": 100, "gb200": 100,
-                "b300_sxm": 103, "gb300": 103, "rtx_pro_6000_server": 120}
-"""Compute capability x 10 of each measured NVIDIA system (b60 is Intel's)."""
 FAMILY = {75: "Turing", 80: "Ampere", 86: "Ampere", 87: "Ampere", 89: "Ada", 90: "Hopper", 100: "Blackwell",
           103: "Blackwell", 120: "Blackwell RTX"}
 
@@ -50,20 +50,6 @@ UNCERTAINTY_OTHER_ARCHITECTURE = 0.40
 """Across architectures: 21-22 % (B200 from H200, RTX PRO 6000 from L40S), 42-54 % (L40S and A100 from each
 other)."""
 UNCERTAINTY_OTHER_VENDOR = 0.50
-
-
-def donors(system: str) -> list[str]:
-    """The other measured systems, nearest `system` first: the closest architecture, then the closest memory
-    bandwidth."""
-    own = system_spec(system)
-    arch = ARCHITECTURE.get(system)
-
-    def distance(other: str) -> tuple[float, float]:
-        other_arch = ARCHITECTURE.get(other)
-        gap = abs(other_arch - arch) if arch is not None and other_arch is not None else 1000.0
-        return gap, abs(system_spec(other).bandwidth / own.bandwidth - 1)
-
-    return sorted((s for s in SYSTEM_NAMES if s != system), key=distance)
 
 
 def gpu_spec(gpu: GpuProfile) -> Spec:

@@ -46,6 +46,27 @@ def precisions(names: Mapping[str, Any]) -> list[str]:
     return [str(names[k]) for k in ("dtype", "gemm_dtype") if k in names]
 
 
+SYSTEM_NAMES = ("h100_sxm", "h200_sxm", "b200_sxm", "b300_sxm", "gb200", "gb300", "a100_sxm", "l40s",
+                "rtx_pro_6000_server", "b60")
+"""The systems whose vLLM kernel tables are packaged."""
+ARCHITECTURE = {"a100_sxm": 80, "l40s": 89, "h100_sxm": 90, "h200_sxm": 90, "b200_sxm": 100, "gb200": 100,
+                "b300_sxm": 103, "gb300": 103, "rtx_pro_6000_server": 120}
+"""Compute capability x 10 of each measured NVIDIA system (b60 is Intel's)."""
+
+def donors(system: str) -> list[str]:
+    """The other measured systems, nearest `system` first: the closest architecture, then the closest memory
+    bandwidth."""
+    own = system_spec(system)
+    arch = ARCHITECTURE.get(system)
+
+    def distance(other: str) -> tuple[float, float]:
+        other_arch = ARCHITECTURE.get(other)
+        gap = abs(other_arch - arch) if arch is not None and other_arch is not None else 1000.0
+        return gap, abs(system_spec(other).bandwidth / own.bandwidth - 1)
+
+    return sorted((s for s in SYSTEM_NAMES if s != system), key=distance)
+
+
 class MissingKernel(LookupError):
     """No table, and no system to scale one from, answers this kernel."""
 
@@ -287,8 +308,6 @@ class KernelTables:
             lacking = [d for d in precisions(names) if not self.spec.supports(d)]
             if lacking:
                 raise MissingKernel(f"{self.spec.name} has no tensor cores for {lacking[0]} ({name})")
-            from .systems import donors
-
             for donor in donors(self.base_system or self.system):
                 base = KernelTables.for_system(donor)
                 if base.has(name, **names):

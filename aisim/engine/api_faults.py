@@ -1,5 +1,8 @@
 """Which API fault, if any, a request meets: the scenario's schedule plus a per-request override.
 
+The servers ask for every request they parse (`aisim.api`); a headless run asks for each workload arrival, whose
+simulated client then meets the fault (`aisim.engine.client_faults`).
+
 Each fault counts the requests in its scope (models, endpoints, API keys) and in its window
 (`from` / `until`); its trigger decides on that count or on the time:
 - `probability`: an independent draw per request (from the server's seeded generator);
