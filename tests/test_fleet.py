@@ -114,11 +114,12 @@ def test_metrics_follow_the_load_per_rank(serve_mode: int) -> None:
 
 
 def test_health_waits_for_the_simulated_startup(serve_mode: int) -> None:
-    with running_server(fleet(startup=Startup(time=800_000_000)), api_server_count=serve_mode) as url:  # 0.8 s
+    # 3 s: long enough that a loaded machine starting the split server's processes is still inside it
+    with running_server(fleet(startup=Startup(time=3_000_000_000)), api_server_count=serve_mode) as url:
         assert httpx.get(url + "/health").status_code == 503
         early = complete(url, list(range(40)))
         assert early.status_code == 503 and "starting" in early.json()["error"]["message"]
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 10
         while httpx.get(url + "/health").status_code != 200:
             assert time.monotonic() < deadline, "never turned healthy"
             time.sleep(0.05)
