@@ -1,3 +1,3 @@
-"""aisim: an AI inference service simulator (see DESIGN.md for the layers and invariants)."""
+"""aisim: an AI inference service simulator (`docs/architecture.md` draws its layers and the life of a request)."""
 
 __version__ = "0.1.0"

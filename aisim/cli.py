@@ -89,9 +89,7 @@ def _verdict(result: Checked) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .engine.client_faults import unreachable
-    from .engine.report import build_report
-    from .engine.simulation import Simulation
+    from .engine import Simulation, build_report, unreachable_faults
     from .render import Progress, report_table
     from .scenario.units import parse_duration
 
@@ -101,7 +99,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.report and args.report[0] != "inference-perf":
         raise UsageError(f"--report: unknown format {args.report[0]!r}; the one there is: inference-perf")
     sim = Simulation(scenario, base_dir, seed=args.seed, telemetry=True if args.metrics else None)
-    for name, why in unreachable(sim).items():
+    for name, why in unreachable_faults(sim).items():
         sys.stderr.write(f"aisim run: warning: API fault {name!r} never fires headless: {why}\n")
     if args.report:
         sim.timeline.per_token = True  # inference-perf's inter-token latencies need every token's time
@@ -126,7 +124,7 @@ def _run(args: argparse.Namespace) -> int:
         if "--metrics" in outputs:
             _write_metrics(sim, args.metrics, outputs["--metrics"])
     if args.report:
-        from .engine.client_report import write_inference_perf
+        from .engine import write_inference_perf
 
         try:
             write_inference_perf(sim, Path(args.report[1]))
@@ -158,7 +156,7 @@ def _workload_import(args: argparse.Namespace) -> int:
 
 def _write_metrics(sim: object, path: str, out: TextIO) -> None:
     """`--metrics`: the sampled DCGM series as CSV (a `.csv` name), else the final dcgm-exporter exposition."""
-    from .engine.simulation import Simulation
+    from .engine import Simulation
     from .telemetry.exposition import series_csv
 
     assert isinstance(sim, Simulation) and sim.telemetry is not None
@@ -201,9 +199,9 @@ def _serve(args: argparse.Namespace) -> int:
 
     from pydantic import TypeAdapter, ValidationError
 
-    from .api.loop import run as run_loop
+    from .api.http.loop import run as run_loop
     from .api.pod import PodIdentity
-    from .api.server import ServerState, serve
+    from .api.server import local_state, serve
     from .collector import settle_garbage_collector
     from .scenario.distributions import DurationDistribution
 
@@ -222,7 +220,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ValueError as error:
         raise UsageError(str(error)) from None
     if args.tokenizer:
-        from .api.hf_tokenizer import load_tokenizer
+        from .api.content.hf_tokenizer import load_tokenizer
 
         try:
             load_tokenizer(args.tokenizer)
@@ -239,7 +237,7 @@ def _serve(args: argparse.Namespace) -> int:
                                              PodIdentity.from_env(), args.tokenizer))
 
     async def main() -> None:
-        state = ServerState(scenario, base_dir, seed=args.seed, network_delay=delay, speed=args.speed,
+        state = local_state(scenario, base_dir, seed=args.seed, network_delay=delay, speed=args.speed,
                             record=args.record, pod=PodIdentity.from_env(), tokenizer_path=args.tokenizer)
         bound = await serve(state, args.host, args.port, args.port_offset)
         settle_garbage_collector()
@@ -275,7 +273,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 def _tokenizer(args: argparse.Namespace) -> int:
     """`aisim tokenizer save DIR`: the built-in tokenizer's counting as a Hugging Face tokenizer folder."""
-    from .api.hf_tokenizer import save
+    from .api.content.hf_tokenizer import save
 
     try:
         written = save(args.directory)
@@ -291,7 +289,7 @@ FIT_MARGIN = 0.15
 def _memory(args: argparse.Namespace) -> int:
     from pydantic import ValidationError
 
-    from .engine.memory import plan
+    from .engine import memory_plan
     from .render import memory_lines
     from .scenario.models import EngineLimits, Model
     from .scenario.presets import GPU_PROFILES, MODEL_FAMILIES, GpuProfile
@@ -337,7 +335,7 @@ def _memory(args: argparse.Namespace) -> int:
         cases.append((args.model or model.resolved().name, model, GPU_PROFILES[args.gpu], model.engine))
     results = []
     for name, model, gpu, engine in cases:
-        result = plan(model, gpu, engine)
+        result = memory_plan(model, gpu, engine)
         results.append((name, model, gpu, result))
     if args.json:
         payload = [{"model": name, "gpu": gpu.name, **_plan_dict(result)} for name, _, gpu, result in results]
@@ -364,8 +362,7 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _replay_snapshot(args: argparse.Namespace) -> int:
-    from .engine.pool.replay import ALLOCATORS, replay_all
-    from .engine.pool.snapshot import load_snapshot
+    from .engine import ALLOCATORS, load_snapshot, replay_all
     from .render import replay_table
     from .scenario.units import parse_size
 
@@ -406,15 +403,17 @@ def _tui(args: argparse.Namespace) -> int:
 
 def _tui_server(scenario: Scenario, base_dir: Path, args: argparse.Namespace) -> Server:
     """`aisim tui --serve`: the server's simulation and clock, and how to start serving (returns the URLs)."""
-    from .api.server import ServerState, serve
+    from .api.link import LocalEngine
+    from .api.server import local_state, serve
 
-    state = ServerState(scenario, base_dir, seed=args.seed, speed=args.speed)
+    state = local_state(scenario, base_dir, seed=args.seed, speed=args.speed)
+    assert isinstance(state.engine, LocalEngine)  # the engine runs in this process
 
     async def start() -> str:
         bound = await serve(state, args.host, args.port)
         return ", ".join(f"http://{host}:{port}" for host, port in bound)
 
-    return state.sim, state.live.clock, start
+    return state.sim, state.engine.clock, start
 
 
 def _schema(args: argparse.Namespace) -> int:
@@ -476,19 +475,19 @@ def _schedule(args: argparse.Namespace) -> int:
     """`aisim schedule`: the engine's scheduler on a trace, one vLLM step record per line."""
     import gzip
 
-    from .engine.schedule_trace import Limits, read_trace, replay
+    from .engine import ScheduleLimits, read_schedule, replay_schedule
 
     opener = gzip.open if args.trace.endswith(".gz") else open
-    limits = Limits(args.num_gpu_blocks, args.block_size, args.max_num_seqs, args.max_num_batched_tokens,
+    limits = ScheduleLimits(args.num_gpu_blocks, args.block_size, args.max_num_seqs, args.max_num_batched_tokens,
                     not args.no_prefix_caching, args.async_scheduling, args.max_model_len)
     try:
         with within(args.trace), contextlib.ExitStack() as files:
             with opener(args.trace, "rt", encoding="utf-8") as trace:
-                requests = read_trace(trace)
+                requests = read_schedule(trace)
             out = files.enter_context(open(args.steps, "w", encoding="utf-8")) if args.steps else None
             steps = preempted = hits = 0
             peak = 0.0
-            for record in replay(requests, limits):
+            for record in replay_schedule(requests, limits):
                 if out is not None:
                     out.write(json.dumps(record) + "\n")
                 steps += 1

@@ -17,7 +17,7 @@ too, so `except ValueError` around a parser still catches its error):
     + TraceFormatError            exit 1   engine/schedule_trace.py: a token trace `aisim schedule` cannot read
     + SnapshotError               exit 1   engine/pool/snapshot.py: a PyTorch memory snapshot
     + LogError                    exit 1   replay/formats.py: a request log
-    + DatasetError                exit 1   api/content.py: a content dataset (JSONL prompt/response pairs)
+    + DatasetError                exit 1   api/content/text.py: a content dataset (JSONL prompt/response pairs)
     + InspectError                exit 1   inspect_onnx/model.py: an ONNX model
       - OnnxMissing               exit 1   inspect_onnx/model.py: the `onnx` package is not installed
   x RunError                      exit 1   a run, plan, replay or calibration that cannot go on

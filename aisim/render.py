@@ -156,7 +156,7 @@ class Progress:
 
 
 def memory_lines(name: str, model: Any, gpu: Any, plan: Any, margin: float) -> str:
-    """A memory plan in vLLM's own log words (`gpu-memory-and-streams.md` §4.3), then the verdict."""
+    """A memory plan in vLLM's own log words (vllm-project/vllm `vllm/v1/worker/gpu_worker.py`), then the verdict."""
     gib = 2**30
     arch = model.resolved()
     tp = model.placement.tensor_parallel if model.placement else 1
@@ -210,7 +210,7 @@ def memory_lines(name: str, model: Any, gpu: Any, plan: Any, margin: float) -> s
 
 def replay_table(snapshot: str, results: list[dict[str, Any]]) -> str:
     """`aisim replay-snapshot`: one row per allocator model against the recorded trace, then one sentence each."""
-    from .engine.pool.oom import format_size
+    from .engine import format_size
 
     first = results[0]
     actions = ", ".join(f"{count:,} {name}" for name, count in first["actions"].items())

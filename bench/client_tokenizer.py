@@ -37,7 +37,7 @@ def run(command: list[str], env: dict[str, str]) -> float:
 
 def guidellm(binary: str, url: str, tokenizer: Path, out: Path, env: dict[str, str]) -> list[tuple[int, int, int, int]]:
     """(prompt tokens the client reports, the server's count of the prompt, output reported, server's output)."""
-    from aisim.api.tokenizer import default_tokenizer
+    from aisim.api.content.tokenizer import default_tokenizer
 
     report = out / "guidellm.json"
     seconds = run([binary, "run", "--backend", f"kind=openai_http,target={url},model={MODEL},request_format=/v1/completions",

@@ -4,7 +4,7 @@ The sample, `bench/data/tokenizer_sample.txt`, was written for aisim (no third-p
 the repository): English prose, code (Python, JavaScript, shell, SQL, YAML), numbers, JSON and a
 little French, German, Spanish, Russian, Chinese, Japanese and Greek with symbols and emoji, each
 kind after a line `### kind: NAME`. For each kind and encoding it prints the real count and
-(heuristic - real) / real; the figures belong in the docstring of `aisim/api/tokenizer.py`, and the
+(heuristic - real) / real; the figures belong in the docstring of `aisim/api/content/tokenizer.py`, and the
 real counts in `REAL_COUNTS` of `tests/test_api_tokenizer.py` (the test recomputes the docstring's
 figures from them).
 
@@ -82,7 +82,7 @@ def best_time(function: Callable[[str], object], text: str, repeat: int = 5) -> 
 
 
 def main() -> None:
-    from aisim.api.tokenizer import HeuristicTokenizer
+    from aisim.api.content.tokenizer import HeuristicTokenizer
 
     try:
         import bpe_openai  # type: ignore[import-untyped]

@@ -13,7 +13,8 @@ import openai
 import pytest
 from ruamel.yaml import YAML
 
-from aisim.api.server import ServerState, make_app
+from aisim.api.server import make_app
+from aisim.api.state import ServerState
 from aisim.scenario import load_scenario
 from aisim.testing import running_server
 

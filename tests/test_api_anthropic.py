@@ -1,4 +1,4 @@
-"""The Anthropic Messages API (`aisim.api.anthropic_api`), driven by the real `anthropic` SDK over a real socket,
+"""The Anthropic Messages API (`aisim.api.openai.anthropic`), driven by the real `anthropic` SDK over a real socket,
 on vLLM's personality and on the `anthropic` one."""
 
 from __future__ import annotations

@@ -23,7 +23,12 @@ from jsonschema import Draft202012Validator
 from jsonschema.validators import validator_for
 from pydantic import BaseModel, Field, TypeAdapter
 
-from aisim.api.content import (
+from aisim.api.content.schema_values import (
+    json_object_value,
+    pattern_string,
+    value_for_schema,
+)
+from aisim.api.content.text import (
     LOREM_WORDS,
     ContentSource,
     DatasetError,
@@ -33,7 +38,6 @@ from aisim.api.content import (
     repeat_to_words,
     rng_for,
 )
-from aisim.api.schema_values import json_object_value, pattern_string, value_for_schema
 from aisim.scenario.distributions import UniformCount
 from aisim.scenario.models import Content
 
@@ -673,8 +677,8 @@ def test_answers_are_the_same_whether_the_generator_is_built_eagerly_or_on_its_f
         content: dict[str, Any], extra: dict[str, Any], monkeypatch: pytest.MonkeyPatch) -> None:
     """`answer` builds a choice's generator only when something is drawn, and draws no seed for a text that
     does not use one: the answers must be those of a generator built up front that always draws it."""
-    from aisim.api import generation
-    from aisim.api.tokenizer import default_tokenizer
+    from aisim.api.content import generation
+    from aisim.api.content.tokenizer import default_tokenizer
 
     source = ContentSource(CONTENT.validate_python(content), Path("."))
     tokenizer = default_tokenizer()

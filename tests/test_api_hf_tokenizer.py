@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
-from aisim.api.content import LOREM_WORDS
-from aisim.api.hf_tokenizer import save
-from aisim.api.tokenizer import default_tokenizer
+from aisim.api.content.hf_tokenizer import save
+from aisim.api.content.text import LOREM_WORDS
+from aisim.api.content.tokenizer import default_tokenizer
 from aisim.testing import running_server
 
 from .conftest import TEST_SCENARIOS

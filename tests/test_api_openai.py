@@ -310,7 +310,7 @@ def _lora_round_trip(url: str) -> None:
 def test_a_plain_chat_completion_is_written_as_json_dumps_writes_it(content: str) -> None:
     """The common non-streamed answer is filled into a template; its bytes must be those of encoding the
     completion's dictionary."""
-    from aisim.api import chat
+    from aisim.api.openai import chat
 
     message = {"role": "assistant", "content": content, "refusal": None, "annotations": []}
     expected = json.dumps(chat._completion("chatcmpl-1%d", 1700000000, 'm "x" %s', [chat._choice(0, message, None, "length")],
@@ -437,8 +437,8 @@ def test_stored_responses_are_retrieved_continued_and_deleted(client: openai.Ope
 
 def test_the_response_store_keeps_only_the_most_recent() -> None:
     """A server runs for days: the store forgets its oldest responses beyond its limit (10,000 by default)."""
-    from aisim.api.protocol import Message
-    from aisim.api.responses import MAX_STORED, ResponseStore, StoredResponse
+    from aisim.api.openai.protocol import Message
+    from aisim.api.openai.store import MAX_STORED, ResponseStore, StoredResponse
 
     store = ResponseStore(limit=3)
     for index in range(5):

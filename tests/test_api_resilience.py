@@ -166,7 +166,7 @@ def test_a_handler_that_fails_on_a_streamed_token_ends_its_request_not_the_engin
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Streamed tokens are written from the engine's own turn: a bug in that code must end its request only,
     and the engine must go on serving."""
-    from aisim.api.chat import ChatHandler
+    from aisim.api.openai.chat import ChatHandler
 
     def broken(*_: object) -> dict[str, object]:
         raise RuntimeError("a bug in the handler")

@@ -16,8 +16,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aisim.api import tokenizer as tokenizer_module
-from aisim.api.tokenizer import (
+from aisim.api.content import tokenizer as tokenizer_module
+from aisim.api.content.tokenizer import (
     TEMPLATE_TOKEN,
     HeuristicTokenizer,
     Tokenizer,
@@ -148,7 +148,7 @@ def test_every_id_range_decodes_at_its_edges() -> None:
 
 def test_ids_are_the_same_in_every_process(python: str) -> None:
     text = "Deterministic ids: PYTHONHASHSEED must not matter, nor the process. 42 €"
-    code = f"from aisim.api.tokenizer import HeuristicTokenizer; print(HeuristicTokenizer().encode({text!r}))"
+    code = f"from aisim.api.content.tokenizer import HeuristicTokenizer; print(HeuristicTokenizer().encode({text!r}))"
     for seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
         run = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True, env=env, cwd=ROOT)
@@ -156,7 +156,7 @@ def test_ids_are_the_same_in_every_process(python: str) -> None:
 
 
 def test_importing_the_tokenizer_pulls_in_no_server_library(python: str) -> None:
-    code = "import sys, aisim.api.tokenizer; print([m for m in ('tornado', 'textual', 'rich') if m in sys.modules])"
+    code = "import sys, aisim.api.content.tokenizer; print([m for m in ('tornado', 'textual', 'rich') if m in sys.modules])"
     run = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True, cwd=ROOT)
     assert run.stdout.strip() == "[]"
 

@@ -16,7 +16,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client.samples import Sample
 
-from aisim.api.vllm_metrics import (
+from aisim.api.metrics.vllm import (
     CONTENT_TYPE,
     CacheConfig,
     Probe,
@@ -366,7 +366,7 @@ def test_bad_calls_are_refused() -> None:
 
 
 def test_the_module_does_not_import_tornado(python: str) -> None:
-    code = "import sys, aisim.api.vllm_metrics; print('tornado' in sys.modules)"
+    code = "import sys, aisim.api.metrics.vllm; print('tornado' in sys.modules)"
     run = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == "False"
 
@@ -376,7 +376,7 @@ def test_many_gaps_at_once_count_exactly_as_one_by_one(repeat: int) -> None:
     """Both paths of `_observe_many` (below and above `NUMPY_FROM`), with values on bucket bounds."""
     from prometheus_client import CollectorRegistry, Histogram
 
-    from aisim.api.vllm_metrics import NUMPY_FROM, TOKEN_LATENCY_BUCKETS, _observe_many
+    from aisim.api.metrics.vllm import NUMPY_FROM, TOKEN_LATENCY_BUCKETS, _observe_many
 
     gaps = [0.004, 0.01, 0.0100001, 0.02, 0.5, 0.5, 3.0, 100.0, 0.075] * repeat
     assert (len(gaps) >= NUMPY_FROM) == (repeat > 1)
@@ -392,7 +392,7 @@ def test_many_gaps_at_once_count_exactly_as_one_by_one(repeat: int) -> None:
 def test_requests_recorded_in_bulk_count_as_recorded_one_by_one() -> None:
     """The server applies finished requests in bulk (`record_finished_many`); every bucket and count must
     be what one call per request writes, and each sum the same up to rounding."""
-    from aisim.api.vllm_metrics import Finished
+    from aisim.api.metrics.vllm import Finished
 
     batch = [Finished("stop", 300, 5, 64, 2.2, 0.4, 0.7, 0.8, 1.3, (0.2, 0.2, 0.3, 0.1)),
              Finished("length", 12, 1, None, 0.05, 0.001, 0.02, 0.0, 0.021, (), n=None),

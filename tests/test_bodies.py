@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from aisim.api import bodies
-from aisim.api.protocol import Message
+from aisim.api.http import bodies
+from aisim.api.openai.protocol import Message
 
 BASE = (b'{"model": "bench", "messages": [{"role": "user", "content": "Say \\u00e9 something."}], "max_tokens": 12, '
         b'"x": [1.5, -2e3, true, null, 18446744073709551616, -0.0]}')

@@ -1,4 +1,4 @@
-"""`aisim.api.http1` (httptools on asyncio transports) against Tornado's own `HTTPServer`: one Tornado application
+"""`aisim.api.http.http1` (httptools on asyncio transports) against Tornado's own `HTTPServer`: one Tornado application
 behind both, the same bytes sent to each over a real socket, the same bytes back (the `Date` header masked).
 
 Each case is sent whole and followed by a request with `Connection: close`, so that a connection kept alive
@@ -17,8 +17,8 @@ import tornado.httpserver
 import tornado.netutil
 import tornado.web
 
-from aisim.api.connections import Listener, Policy, Registry, openai_error
-from aisim.api.loop import new_event_loop
+from aisim.api.http.connections import Listener, Policy, Registry, openai_error
+from aisim.api.http.loop import new_event_loop
 from aisim.scenario.server import Server
 
 CLOSING = b"GET /hello HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"

@@ -7,10 +7,9 @@ counts, nested ones, those inside functions and the type-only ones under `if TYP
 - No package imports the engine's internals: only `aisim.engine` itself, its front door.
 - No module cycle at import time, function-level imports included.
 
-The last two hold only once the `aisim/api/` wings and the engine's front door land (issue 39, branch
-issue-39-api). Until then `ENGINE_INTERNALS_TODAY` and `CYCLES_TODAY` list the violations of `main` as it
-was: the test fails on any violation they do not list, and on any entry that no longer occurs, so the lists
-can only shrink. Whoever merges a change that removes violations removes their entries; both lists end empty.
+`CYCLES_TODAY` lists the cycles `main` still has: the test fails on any cycle it does not list, and on any entry
+that no longer occurs, so the list can only shrink. Whoever merges a change that removes one removes its entry;
+the list ends empty.
 
 Below, the same layers checked at run time: each package imported alone in a fresh interpreter must not
 load what it may not use, third-party libraries' own imports included.
@@ -19,6 +18,7 @@ load what it may not use, third-party libraries' own imports included.
 from __future__ import annotations
 
 import importlib.util
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -41,88 +41,11 @@ def _load_tool() -> ModuleType:
 
 graph_tool = _load_tool()
 
-ENGINE_INTERNALS_TODAY = frozenset({
-    "aisim.api.faults -> aisim.engine.api_faults",
-    "aisim.cli -> aisim.engine.client_faults",
-    "aisim.api.admin_api -> aisim.engine.feed",
-    "aisim.api.anthropic_api -> aisim.engine.live",
-    "aisim.api.chat -> aisim.engine.live",
-    "aisim.api.completions -> aisim.engine.workload",
-    "aisim.api.disagg -> aisim.engine.kv",
-    "aisim.api.disagg -> aisim.engine.live",
-    "aisim.api.disagg -> aisim.engine.workload",
-    "aisim.api.generation -> aisim.engine.sampling",
-    "aisim.api.handlers -> aisim.engine.live",
-    "aisim.api.handlers -> aisim.engine.workload",
-    "aisim.api.kserve_models -> aisim.engine.batcher",
-    "aisim.api.kserve_models -> aisim.engine.deployment",
-    "aisim.api.kserve_models -> aisim.engine.lifecycle",
-    "aisim.api.kserve_models -> aisim.engine.live",
-    "aisim.api.kserve_models -> aisim.engine.workload",
-    "aisim.api.lifecycle_api -> aisim.engine.lifecycle",
-    "aisim.api.metrics_feed -> aisim.engine.batcher",
-    "aisim.api.metrics_feed -> aisim.engine.live",
-    "aisim.api.metrics_feed -> aisim.engine.replica",
-    "aisim.api.metrics_feed -> aisim.engine.served",
-    "aisim.api.multiproc.core -> aisim.engine.live",
-    "aisim.api.multiproc.core -> aisim.engine.workload",
-    "aisim.api.multiproc.frontend -> aisim.engine.lifecycle",
-    "aisim.api.multiproc.frontend -> aisim.engine.live",
-    "aisim.api.multiproc.frontend -> aisim.engine.workload",
-    "aisim.api.recording -> aisim.engine.live",
-    "aisim.api.recording -> aisim.engine.simulation",
-    "aisim.api.server -> aisim.engine.deployment",
-    "aisim.api.server -> aisim.engine.live",
-    "aisim.api.server -> aisim.engine.sampling",
-    "aisim.api.server -> aisim.engine.simulation",
-    "aisim.api.triton_metrics -> aisim.engine.batcher",
-    "aisim.api.triton_metrics -> aisim.engine.deployment",
-    "aisim.api.triton_metrics -> aisim.engine.lifecycle",
-    "aisim.cli -> aisim.engine.client_report",
-    "aisim.cli -> aisim.engine.memory",
-    "aisim.cli -> aisim.engine.pool.replay",
-    "aisim.cli -> aisim.engine.pool.snapshot",
-    "aisim.cli -> aisim.engine.report",
-    "aisim.cli -> aisim.engine.schedule_trace",
-    "aisim.cli -> aisim.engine.simulation",
-    "aisim.fleet.kv_events -> aisim.engine.kv",
-    "aisim.fleet.kv_events -> aisim.engine.replica",
-    "aisim.fleet.runtime -> aisim.engine.deployment",
-    "aisim.fleet.runtime -> aisim.engine.pd_router",
-    "aisim.fleet.runtime -> aisim.engine.replica",
-    "aisim.fleet.runtime -> aisim.engine.simulation",
-    "aisim.plan.evaluate -> aisim.engine.replica",
-    "aisim.plan.evaluate -> aisim.engine.simulation",
-    "aisim.plan.space -> aisim.engine.deployment",
-    "aisim.plan.space -> aisim.engine.memory",
-    "aisim.plan.space -> aisim.engine.workload",
-    "aisim.render -> aisim.engine.pool.oom",
-    "aisim.replay.calibrate -> aisim.engine.calibration",
-    "aisim.replay.calibrate -> aisim.engine.costmodel",
-    "aisim.replay.fitting -> aisim.engine.costmodel",
-    "aisim.replay.formats -> aisim.engine.workload",
-    "aisim.replay.simulate -> aisim.engine.kernel",
-    "aisim.replay.simulate -> aisim.engine.request",
-    "aisim.replay.simulate -> aisim.engine.simulation",
-    "aisim.replay.simulate -> aisim.engine.workload",
-    "aisim.tui.main -> aisim.engine.kernel",
-    "aisim.tui.main -> aisim.engine.simulation",
-    "aisim.tui.source -> aisim.engine.feed",
-    "aisim.tui.source -> aisim.engine.kernel",
-    "aisim.tui.source -> aisim.engine.simulation",
-    "aisim.tui.widgets.states -> aisim.engine.lifecycle",
-})
-"""Imports of engine modules from outside the engine on `main` before the front door (`source -> target`)."""
-
 CYCLES_TODAY = frozenset({
-    frozenset({"aisim.api.admin_api", "aisim.api.anthropic_api", "aisim.api.chat", "aisim.api.completions",
-               "aisim.api.dcgm_api", "aisim.api.handlers", "aisim.api.hf_tokenizer", "aisim.api.kserve_api",
-               "aisim.api.kserve_grpc", "aisim.api.kserve_models", "aisim.api.lifecycle_api", "aisim.api.openai_api",
-               "aisim.api.responses", "aisim.api.server", "aisim.api.triton_metrics", "aisim.api.vllm_api"}),
     frozenset({"aisim.engine.calibration", "aisim.engine.costmodel", "aisim.engine.costmodel.model"}),
 })
-"""Module cycles (runtime and function-level imports) on `main` before the `api/` wings: the personalities and
-`ServerState` import each other; `calibration.py` sits outside `costmodel/`, which imports it back."""
+"""Module cycles (runtime and function-level imports) left on `main`: `calibration.py` sits outside `costmodel/`,
+which imports it back (the cost-model issue moves it)."""
 
 SERVER_AND_UI = ("tornado", "textual", "rich")
 
@@ -134,6 +57,12 @@ def graph() -> list[Any]:
 
 def _lines(edges: list[Any]) -> str:
     return "\n".join(f"{e.source}:{e.line} imports {e.target} ({e.kind})" for e in edges)
+
+
+def test_the_layer_table_of_the_architecture_page_is_the_one_checked() -> None:
+    """docs/architecture.md draws the layers a reader relies on: its table must be `import_graph.LAYERS`."""
+    rows = re.findall(r"^\| (\d) \| `([\w.]+)` \|", (ROOT / "docs" / "architecture.md").read_text(), re.MULTILINE)
+    assert {package: int(layer) for layer, package in rows} == graph_tool.LAYERS
 
 
 def test_no_import_goes_up_the_layers(graph: list[Any]) -> None:
@@ -163,18 +92,22 @@ def test_the_engine_scenario_and_telemetry_never_import_a_server_or_ui_library()
     assert not bad, bad
 
 
-def test_no_package_imports_the_engines_internals_beyond_todays(graph: list[Any]) -> None:
-    found = {f"{e.source} -> {e.target}" for e in graph_tool.engine_internals(graph)}
-    new = sorted(found - ENGINE_INTERNALS_TODAY)
-    gone = sorted(ENGINE_INTERNALS_TODAY - found)
-    assert not new, "import from the engine's front door (aisim.engine), not its modules:\n" + "\n".join(new)
-    assert not gone, "these no longer occur: remove them from ENGINE_INTERNALS_TODAY:\n" + "\n".join(gone)
+def test_no_package_imports_the_engines_internals(graph: list[Any]) -> None:
+    found = sorted(f"{e.source} -> {e.target}" for e in graph_tool.engine_internals(graph))
+    assert not found, "import from the engine's front door (aisim.engine), not its modules:\n" + "\n".join(found)
 
 
 def test_no_module_cycle_beyond_todays(graph: list[Any]) -> None:
     found = {frozenset(c) for c in graph_tool.cycles(graph, ("runtime", "function"))}
     assert not found - CYCLES_TODAY, f"new module cycles: {[sorted(c) for c in found - CYCLES_TODAY]}"
     assert not CYCLES_TODAY - found, f"no longer cycles, remove from CYCLES_TODAY: {[sorted(c) for c in CYCLES_TODAY - found]}"
+
+
+def test_the_server_has_no_cycle_even_through_type_only_imports(graph: list[Any]) -> None:
+    """`aisim.api`'s state knows no handler and its wings import down only: not even a type annotation loops."""
+    found = [sorted(c) for c in graph_tool.cycles(graph, ("runtime", "function", "type"))
+             if any(module.startswith("aisim.api") for module in c)]
+    assert not found, f"module cycles in aisim.api: {found}"
 
 
 def test_the_analysis_sees_nested_function_and_type_only_imports(tmp_path: Path) -> None:

@@ -1,7 +1,7 @@
 """KServe v2 tensors: the generated outputs pinned byte for byte, and the fast paths equal to the general ones.
 
 The pinned values are computed here by an independent route (hashlib and `struct`, as the module
-docstring of `aisim.api.kserve_tensors` describes the derivation) and also written out as literals, so
+docstring of `aisim.api.kserve.tensors` describes the derivation) and also written out as literals, so
 a change that alters what clients receive fails here.
 """
 
@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from aisim.api import kserve_tensors as kt
+from aisim.api.kserve import tensors as kt
 from aisim.scenario.models import Tensor
 
 BENCH_BODY = json.dumps({"inputs": [{"name": "x", "datatype": "FP32", "shape": [1, 16], "data": [0.5] * 16}]}).encode()

@@ -16,6 +16,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from aisim.api.multiproc import wire
+from aisim.engine import Arrival
 from aisim.testing import running_server
 
 from .conftest import TEST_SCENARIOS
@@ -41,7 +42,7 @@ def _until(check: object, timeout_s: float = 10) -> bool:
 
 
 def test_messages_round_trip_through_msgspec() -> None:
-    sent = [wire.Submit(3, "api", "llama", 12, 40, 0, "", True), wire.Abort(3), wire.Sync(9)]
+    sent = [wire.Submit(3, True, Arrival.api("llama", 12, 40)), wire.Abort(3), wire.Sync(9)]
     assert wire.to_core.decode(wire.encoder.encode(sent)) == sent
     batch = [wire.Batch([3, 1000, 4, 1000], [wire.End(5, "finished", 2000, "", [1, 2])]), wire.Reply(9, {"a": 1})]
     assert wire.to_front.decode(wire.encoder.encode(batch)) == batch

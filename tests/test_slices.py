@@ -1,4 +1,4 @@
-"""`aisim.api.slices.Intake`: requests arriving together start a few per loop turn, in their order of arrival, and
+"""`aisim.api.http.slices.Intake`: requests arriving together start a few per loop turn, in their order of arrival, and
 what else the loop has to do (a stream's tokens) runs between those turns."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from aisim.api.slices import Intake
+from aisim.api.http.slices import Intake
 
 
 def test_a_burst_starts_per_turn_in_order_and_other_work_runs_between() -> None:

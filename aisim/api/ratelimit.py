@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from ..scenario.server import RateLimits
 from ..scenario.units import Rate
-from .errors import ApiError, retry_headers
+from .openai.errors import ErrorAnswer, retry_headers
 
 
 def go_duration(ns: int) -> str:
@@ -87,7 +87,7 @@ class RateLimiter:
             if wait:
                 unit = "requests per min (RPM)" if dimension == "requests" else "tokens per min (TPM)"
                 used = bucket.capacity - int(bucket.level)
-                error = ApiError(
+                error = ErrorAnswer(
                     429,
                     f"Rate limit reached for {model} in organization org-aisim on {unit}: Limit {bucket.capacity}, "
                     f"Used {used}, Requested {amount}. Please try again in {go_duration(wait)}. Visit "

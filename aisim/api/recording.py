@@ -21,8 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import __version__
-from ..engine.live import Call
-from ..engine.simulation import Simulation
+from ..engine import Call, Simulation
 from ..replay.formats import load_record, memory_records, request_record
 from ..replay.recorder import LogWriter
 from ..replay.records import LoggedLoad, LoggedRequest, TensorShape

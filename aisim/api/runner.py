@@ -11,9 +11,10 @@ from typing import Any, TypedDict
 
 from ..scenario import Scenario, load_scenario
 from ..scenario.distributions import DurationDistribution
-from .loop import new_event_loop
+from .http.loop import new_event_loop
 from .pod import PodIdentity
-from .server import ServerState, serve
+from .server import local_state, serve
+from .state import ServerState
 
 DEFAULT_SCENARIO = Path(__file__).resolve().parent.parent / "scenarios" / "default.yaml"
 
@@ -72,7 +73,7 @@ def running_server(scenario: Scenario | str | Path | None = None, *, seed: int |
     loop = new_event_loop()
 
     async def start() -> None:
-        state = ServerState(loaded, base_dir, seed=seed, network_delay=network_delay, speed=speed, record=record,
+        state = local_state(loaded, base_dir, seed=seed, network_delay=network_delay, speed=speed, record=record,
                             pod=pod, tokenizer_path=tokenizer)
         box["state"] = state
         box["bound"] = await serve(state, host, port, port_offset)

@@ -64,14 +64,15 @@ class FaultBook:
     def pick(self, context: Context, override: str | None = None) -> ApiFault | None:
         """The fault this request meets, if any (counters advance for every fault in scope)."""
         if override:
-            return self._forced(override)
+            return self.forced(override)
         chosen: ApiFault | None = None
         for state in self.states:
             if self._in_scope(state.fault, context) and self._fires(state, context.now_ns) and chosen is None:
                 chosen = state.fault
         return chosen
 
-    def _forced(self, override: str) -> ApiFault | None:
+    def forced(self, override: str) -> ApiFault | None:
+        """The fault `x-aisim-fault` names: a fault's name, an error name or a status (None: none)."""
         if override in self.by_name:
             return self.by_name[override]
         error = ERROR_BY_STATUS.get(override, override)

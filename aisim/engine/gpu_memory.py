@@ -128,7 +128,7 @@ class ReplicaMemory:
         """What the runtime's start-up puts in each pool; raises `OutOfMemoryError`.
 
         vLLM: weights, the profile pass (freed, cache emptied), KV cache, CUDA graph pool.
-        TensorRT (`model-runtimes.md` §3.4): the plan's weights on deserialisation, then each
+        TensorRT (its developer guide): the plan's weights on deserialisation, then each
         execution context's activation and scratch memory, allocated once at its maximum (Triton
         creates one context per instance; the weights are shared per device).
         ONNX Runtime: the initializers; each session's arena grows with its first runs (`OrtArena`).

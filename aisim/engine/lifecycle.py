@@ -11,7 +11,7 @@ DEGRADED and traffic returns to the previous version.
 
 Load time, unless the version gives one: weight bytes per GPU over the slower of the storage
 bandwidth and the host link (PCIe), plus a fixed start-up cost per runtime (CUDA context and
-library initialisation; `model-runtimes.md` §3.6 reports several seconds for a first load).
+library initialisation; users of NVIDIA/TensorRT report several seconds for a first load).
 """
 
 from __future__ import annotations

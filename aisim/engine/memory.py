@@ -1,6 +1,6 @@
 """How much GPU memory a vLLM engine reserves, and how many KV blocks that leaves.
 
-vLLM's rule (`shared/reference/gpu-memory-and-streams.md` §4.2): requested = total capacity x
+vLLM's rule (vllm-project/vllm `vllm/v1/worker/gpu_worker.py`, `vllm/config/cache.py`): requested = total capacity x
 `gpu_memory_utilization`; non-KV = weights + the activation peak of a dummy forward pass at
 `max_num_batched_tokens` + non-torch memory (cuBLAS workspaces, NCCL); KV = requested - non-KV
 (or `kv_cache_memory` when set).

@@ -1,14 +1,13 @@
 """The report of a run: per model and overall, as plain JSON-serialisable data.
 
-Intervals follow vLLM's metric definitions (`vllm-engine-and-perf-model.md` §2): queue time is
-arrival to first scheduled, TTFT arrival to first token, ITL the gap between consecutive tokens
-of a request (a preemption's recompute is charged to it), E2E arrival to last token. Statistics
-are over completed requests (ITL over all their token gaps). Throughput divides by the span from
-the first arrival to the last completion (`span_s`), while busy fractions and KV usage are over the
-whole simulated time; KV usage is time-weighted over the engine's steps. `memory_gib.peak_used` is the
-memory the engine used at its KV peak, not what the GPU's pool reserved (its `gpus` section). With
-GPU telemetry on, each GPU has a `telemetry` section (`GpuTelemetry.summary`). A scenario with faults gets a
-`faults` section: what each fired on, when, and with what effect (`fault_report`).
+Intervals follow vLLM's metric definitions (vllm-project/vllm `docs/design/metrics.md`, `vllm/v1/metrics/loggers.py`):
+queue time is arrival to first scheduled, TTFT arrival to first token, ITL the gap between consecutive tokens of a
+request (a preemption's recompute is charged to it), E2E arrival to last token. Statistics are over completed requests
+(ITL over all their token gaps). Throughput divides by the span from the first arrival to the last completion
+(`span_s`), while busy fractions and KV usage are over the whole simulated time; KV usage is time-weighted over the
+engine's steps. `memory_gib.peak_used` is the memory the engine used at its KV peak, not what the GPU's pool reserved
+(its `gpus` section). With GPU telemetry on, each GPU has a `telemetry` section (`GpuTelemetry.summary`). A scenario
+with faults gets a `faults` section: what each fired on, when, and with what effect (`fault_report`).
 """
 
 from __future__ import annotations

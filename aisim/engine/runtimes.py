@@ -1,14 +1,15 @@
 """Runtime personalities: what TensorRT, ONNX Runtime and vLLM do differently when a model loads and runs.
 
-- TensorRT (`model-runtimes.md` §3): a plan needs every plugin it uses registered, the TensorRT
-  version it was built with (unless built version-compatible) and the GPU architecture it was built
-  on (unless hardware-compatible); otherwise deserialisation fails and Triton reports
-  `Internal: unable to create TensorRT engine: <the logger's error>`.
-- ONNX Runtime (§2, §4): the graph optimisation level changes the step time (fewer fusions, more
-  kernels and memory traffic: 1.5x with everything disabled, 1.15x basic, 1.05x extended, 1x for
-  layout and all — a modelling assumption); a provider the build lacks is skipped with ONNX
-  Runtime's own warning, and a list left without a GPU provider runs on the CPU (25x slower here).
-- vLLM (`gpu-memory-and-streams.md` §4.3): its start-up log lines (model loading, memory
+- TensorRT (its developer guide; triton-inference-server/tensorrt_backend `src/loader.cc`): a plan needs every plugin it
+  uses registered, the TensorRT version it was built with (unless built version-compatible) and the GPU architecture it
+  was built on (unless hardware-compatible); otherwise deserialisation fails and Triton reports `Internal: unable to
+  create TensorRT engine: <the logger's error>`.
+- ONNX Runtime (its session options, microsoft/onnxruntime `onnxruntime_c_api.h`;
+  triton-inference-server/onnxruntime_backend `README.md`): the graph optimisation level changes the step time (fewer
+  fusions, more kernels and memory traffic: 1.5x with everything disabled, 1.15x basic, 1.05x extended, 1x for layout
+  and all — a modelling assumption); a provider the build lacks is skipped with ONNX Runtime's own warning, and a list
+  left without a GPU provider runs on the CPU (25x slower here).
+- vLLM (vllm-project/vllm `vllm/v1/worker/gpu_worker.py`): its start-up log lines (model loading, memory
   profiling, KV cache size, maximum concurrency) go on the timeline.
 """
 

@@ -311,7 +311,7 @@ class Simulation:
         if error or router is None:
             request.conclude("failed", now, self.timeline, error)
         else:
-            if arrival.kv_tokens:  # KV blocks from a prefill engine arrive first (`aisim.api.disagg`): those the
+            if arrival.kv_tokens:  # KV blocks from a prefill engine arrive first (`aisim.api.openai.disagg`): those the
                 # chosen replica does not cache already, as vLLM's connector loads only the tokens it lacks
                 missing = router.missing_blocks(request, arrival.kv_tokens)
                 delay = arrival.kv_latency_ns + missing * arrival.kv_block_ns if missing else 0

@@ -83,6 +83,13 @@ class Arrival:
     keep_blocks: bool = False
     """Record the blocks the request last held (a prefill for a remote decode returns their ids)."""
 
+    @classmethod
+    def api(cls, model: str, prompt: int, output: int, *, priority: int = 0, version: str = "",
+            source: str = "api") -> Arrival:
+        """A request a server received: it arrives when submitted (the live engine stamps the time), in no
+        prefix group; `source` names the personality (`api`, `kserve`)."""
+        return cls(0, source, model, prompt, output, priority, -1, 0, version=version)
+
 
 class TraceError(InputError, ValueError):
     """A trace row that cannot be read."""

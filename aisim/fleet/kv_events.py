@@ -26,8 +26,7 @@ from typing import Any
 import msgspec
 import zmq
 
-from ..engine.kv import KvCache
-from ..engine.replica import Replica, StepReport
+from ..engine import KvCache, Replica, StepReport
 from ..scenario.fleet import KvEvents
 from .block_hash import BlockHasher
 from .errors import FleetError

@@ -10,9 +10,7 @@ import time
 import uuid
 from typing import Any
 
-from ..engine.deployment import ServedModel
-from ..engine.replica import Replica
-from ..engine.simulation import Simulation
+from ..engine import Replica, ServedModel, Simulation
 from ..scenario import Scenario
 from ..scenario.fleet import Fleet
 from .data_parallel import simulated_vllm
@@ -63,7 +61,7 @@ class FleetRuntime:
 
     def _split(self, transfer: Any) -> None:
         """Route the simulated model's requests through a prefill pool and a decode pool of its ranks."""
-        from ..engine.pd_router import PdRouter
+        from ..engine import PdRouter
 
         if transfer.role != "both":
             raise FleetError(f"server.fleet.kvTransfer.prefillRanks needs role both, not {transfer.role}")

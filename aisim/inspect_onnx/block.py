@@ -10,9 +10,9 @@ the graph's figures are mapped onto it:
 - `heads`, `kvHeads`, `headDim`: 0, as for the resnet-50 preset: no attention KV cache;
 - `vocab`: elements per sample of the first output (a classifier's classes);
 - `flopsPerSample`: the FLOPs of one sample, when the shapes give them.
-`kserve` follows Triton's auto-complete for ONNX (`model-runtimes.md` §4): platform
-`onnxruntime_onnx`; when every input and output has a variable leading dimension the model batches,
-with the default max batch size of 4 and a dynamic batcher; otherwise maxBatchSize 0.
+`kserve` follows Triton's auto-complete for ONNX (triton-inference-server/onnxruntime_backend `src/onnxruntime.cc`):
+platform `onnxruntime_onnx`; when every input and output has a variable leading dimension the model batches, with the
+default max batch size of 4 and a dynamic batcher; otherwise maxBatchSize 0.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ SHOWN_UNKNOWN = 5
 
 
 def human_bytes(size: int) -> str:
-    """Decimal units, as model cards and the reference quote sizes (102.4 MB)."""
+    """Decimal units, as model cards quote sizes (102.4 MB)."""
     for unit, scale in (("GB", 10**9), ("MB", 10**6), ("KB", 10**3)):
         if size >= scale:
             return f"{size / scale:.1f} {unit}"

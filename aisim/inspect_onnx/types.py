@@ -1,7 +1,7 @@
 """ONNX element types: their KServe v2 / Triton datatype and their size in bits.
 
-Datatypes follow Triton's onnxruntime backend (`model-runtimes.md` §1.2); an ONNX type without a
-Triton counterpart (complex, FP8, 4-bit) maps to None. Sizes are storage sizes: 4-bit and 2-bit
+Datatypes follow Triton's onnxruntime backend (triton-inference-server/onnxruntime_backend `src/onnxruntime_utils.h`);
+an ONNX type without a Triton counterpart (complex, FP8, 4-bit) maps to None. Sizes are storage sizes: 4-bit and 2-bit
 types are packed, two or four to a byte, as ONNX stores them.
 """
 

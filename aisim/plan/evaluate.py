@@ -31,8 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from ..engine.replica import ENGINE_DEAD
-from ..engine.simulation import Simulation
+from ..engine import ENGINE_DEAD, Simulation
 from ..scenario import Scenario
 from ..scenario.plan import Objective, Plan
 from .space import (

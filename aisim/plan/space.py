@@ -19,9 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from ..engine.deployment import load_failure
-from ..engine.memory import plan as memory_plan
-from ..engine.workload import SourceFeed
+from ..engine import SourceFeed, load_failure, memory_plan
 from ..errors import RunError
 from ..scenario import Scenario
 from ..scenario.models import Model

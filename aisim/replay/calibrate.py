@@ -24,8 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..engine import calibration
-from ..engine.costmodel import Efficiency
+from ..engine import Efficiency, calibrated_efficiency
 from ..errors import RunError
 from ..scenario import Scenario
 from ..scenario.models import CostModel, Model
@@ -63,7 +62,7 @@ def current_constants(scenario: Scenario, model: Model) -> Efficiency:
     """A model's constants as the engine would use them: its GPU type's fitted ones with its overrides."""
     assert model.placement is not None
     profile = scenario.gpu_devices()[model.placement.gpus[0]].resolved()
-    return calibration.efficiency(profile, model.cost_model)[0]
+    return calibrated_efficiency(profile, model.cost_model)[0]
 
 
 def _routes(scenario: Scenario, log: RequestLog, model: str | None) -> list[str]:

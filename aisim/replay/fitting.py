@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..engine.costmodel import Efficiency
+from ..engine import Efficiency
 from ..extras import require
 
 FAILED_RESIDUAL = 10.0

@@ -27,7 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from ..engine.workload import timestamp_ns
+from ..engine import timestamp_ns
 from ..errors import InputError
 from .records import LoggedLoad, LoggedRequest, RequestLog, TensorShape
 

@@ -15,10 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..engine.kernel import URGENT, VirtualClock
-from ..engine.request import Request
-from ..engine.simulation import Simulation
-from ..engine.workload import Arrival
+from ..engine import URGENT, Arrival, Request, Simulation, VirtualClock
 from ..errors import RunError
 from ..scenario import Scenario
 from .records import LoggedLoad, LoggedRequest, RequestLog

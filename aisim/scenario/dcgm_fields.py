@@ -3,10 +3,10 @@ scenario's `telemetry.dcgm.fields` and its DCGM faults are checked against, and 
 samples and renders.
 
 Names, DCGM field ids, Prometheus types and help texts are exact from dcgm-exporter
-`etc/default-counters.csv` and DCGM `dcgm_fields.h` (`shared/reference/dcgm-telemetry.md` §2).
+`etc/default-counters.csv` and DCGM `dcgm_fields.h` (NVIDIA/dcgm-exporter, NVIDIA/DCGM).
 `DCGM_EXP_XID_ERRORS_COUNT` is commented out in that CSV; its help text here is the CSV's comment
-line as remembered, not checked against the reference (unverified). Field ids order the families
-in an exposition, as the exporter's sorted template map does (§3.3).
+line as remembered, not checked against the source (unverified). Field ids order the families
+in an exposition, as the exporter's sorted template map does (`internal/pkg/rendermetrics/render_metrics.go`).
 """
 
 from __future__ import annotations

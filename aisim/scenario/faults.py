@@ -3,7 +3,7 @@
 A fault is a kind (what goes wrong), a trigger (when: with a probability, at a time, every
 period, on the n-th request, or as a pass/fail sequence) and a scope (which models, GPUs,
 endpoints or API keys it applies to). The API error table follows llm-d-inference-sim's
-`failures.go` and OpenAI's error bodies (`shared/reference/openai-api.md` §6).
+`failures.go` and OpenAI's error bodies (openai/openai-openapi `openapi.yaml`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What a fleet of `aisim serve` pods offers the routers above them (issue 26): vLLM's KV-cache events,
+"""What a fleet of `aisim serve` pods offers the routers above them (`docs/fleet.md`): vLLM's KV-cache events,
 data-parallel ranks, prefill/decode roles and the lifecycle that routers and autoscalers poll."""
 
 from __future__ import annotations

@@ -242,7 +242,8 @@ DATATYPE_BYTES: dict[str, int] = {
     "BOOL": 1, "UINT8": 1, "UINT16": 2, "UINT32": 4, "UINT64": 8, "INT8": 1, "INT16": 2, "INT32": 4, "INT64": 8,
     "FP16": 2, "FP32": 4, "FP64": 8, "BF16": 2,
 }
-"""Bytes per element (`triton-kserve.md` §7); BYTES elements have their own lengths."""
+"""Bytes per element (Triton's protocol, triton-inference-server/server `docs/protocol/README.md`); BYTES elements have
+their own lengths."""
 BYTES_ELEMENT = 64
 """Assumed size of one BYTES element where a size is needed without the data (a 4-byte length and text)."""
 

@@ -1,12 +1,12 @@
 """Built-in GPU hardware profiles and model families.
 
-GPU figures are datasheet peaks from `shared/reference/gpu-profiles.md` (dense tensor FLOP/s,
+GPU figures are peaks from the vendors' datasheets (dense tensor FLOP/s,
 decimal GB and TB/s); B300, GB200, GB300 and RTX PRO 6000 come from AIConfigurator's system files (cited
 where they are defined). B200 and H200 agree with those files on FLOP/s, power and NVLink; AIConfigurator
-gives B200 7.7 TB/s (the reference's 8 TB/s is kept: its sources disagree) and PCIe Gen6 (kept at Gen5, the
+gives B200 7.7 TB/s (the datasheet's 8 TB/s is kept: the sources disagree) and PCIe Gen6 (kept at Gen5, the
 HGX board's link), and both files give nominal memory sizes (180 GiB, 141 GiB) where the capacity here is
 torch's measured 178.35 GiB (B200) or the nominal GB x 0.989 (H200). `capacity` is the total memory that software reports (`torch.cuda`,
-vLLM logs), which is what a pool can hand out: measured values where the reference gives them
+vLLM logs), which is what a pool can hand out: measured values where published ones exist
 (80 GB cards 79.1 GiB, L4 22.04 GiB, RTX 4090 23.65 GiB, T4 14.75 GiB, B200 178.35 GiB), and
 otherwise the nominal size in GiB times 0.989, the ratio seen on 80 GB cards (approximate,
 marked in `capacity_source`). Efficiency haircuts are not here: they belong to the cost model.
@@ -61,7 +61,8 @@ class GpuProfile:
     compute_capability: str
     vendor: Literal["nvidia", "amd"] = "nvidia"
     launch_latency_ns: int = 4_000
-    """Host cost of one kernel launch (`gpu-memory-and-streams.md` §5.4: 2.5-5 us raw CUDA)."""
+    """Host cost of one kernel launch (published measurements, 3.0 us for a raw `cuLaunchKernel` in
+    meta-pytorch/tritonbench PR 1017 and 2.65 us for an enqueue in ahrefs/ocannl issue 488: 2.5-5 us raw CUDA)."""
     greatest_stream_priority: int = -5
     """Highest stream priority the device offers (CUDA range 0..-5 on Turing and later)."""
     capacity_source: str = "measured"
@@ -113,10 +114,11 @@ GPU_PROFILES: dict[str, GpuProfile] = {
         _profile("H200", 141, None, 4.8, 989, 1979, 5, 900, 700, 132, "9.0"),
         _profile("H200-NVL", 141, None, 4.8, 835, 1671, 5, 900, 600, 132, "9.0"),
         _profile("B200", 180, int(178.35 * GIB), 8.0, 2250, 4500, 5, 1800, 1000, 148, "10.0", fp4_flops=9000 * TFLOPS),
-        # Blackwell systems of AIConfigurator (`shared/data/aiconfigurator-vllm/systems/*.yaml`, Apache-2.0): capacity
-        # is the nvidia-smi total those files record; FLOP/s dense; NVLink both directions (2 x `intra_node_bw`).
-        # B300 (`b300_sxm.yaml`, Blackwell Ultra datasheet): 275,040 MiB, 7.75 TB/s (62 TB/s / 8), 2.25 PF BF16,
-        # 4.5 PF FP8, 14 PF FP4, 1,100 W, PCIe Gen6, sm_103; 160 SMs (Blackwell Ultra, inferred: not in the file).
+        # Blackwell systems of AIConfigurator (ai-dynamo/aiconfigurator
+        # `aic-core/src/aiconfigurator_core/systems/*.yaml` at 095f58a51, Apache-2.0): capacity is the nvidia-smi total
+        # those files record; FLOP/s dense; NVLink both directions (2 x `intra_node_bw`). B300 (`b300_sxm.yaml`,
+        # Blackwell Ultra datasheet): 275,040 MiB, 7.75 TB/s (62 TB/s / 8), 2.25 PF BF16, 4.5 PF FP8, 14 PF FP4, 1,100
+        # W, PCIe Gen6, sm_103; 160 SMs (Blackwell Ultra, inferred: not in the file).
         _profile("B300", 288, 275_040 * 2**20, 7.75, 2250, 4500, 6, 1800, 1100, 160, "10.3", fp4_flops=14000 * TFLOPS,
                  capacity_source="measured (nvidia-smi, AIConfigurator b300_sxm.yaml)"),
         # GB200 (`gb200.yaml`, Blackwell datasheet): 189,471 MiB, 8 TB/s, 2.5 PF BF16, 5 PF FP8, 10 PF FP4, 1,200 W,

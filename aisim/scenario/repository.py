@@ -1,10 +1,10 @@
 """A Triton model repository folder read into scenario models (`server.modelRepository`).
 
-Layout (`triton-kserve.md` §10.5, §16): `<repo>/<model>/config.pbtxt` and numeric version folders
-(`1/`, `2/`; names that are not numbers or start with 0 are ignored) holding `model.onnx`,
-`model.plan` or `model.py` (or `default_model_filename`). The config is protobuf text format of
-Triton's `ModelConfig`, parsed with Triton's own message type (`tritonclient[grpc]`:
-`pip install 'aisim[triton]'`), so an unknown field is refused as Triton refuses it.
+Layout (triton-inference-server/server `docs/user_guide/model_repository.md`, `model_configuration.md`):
+`<repo>/<model>/config.pbtxt` and numeric version folders (`1/`, `2/`; names that are not numbers or start with 0 are
+ignored) holding `model.onnx`, `model.plan` or `model.py` (or `default_model_filename`). The config is protobuf text
+format of Triton's `ModelConfig`, parsed with Triton's own message type (`tritonclient[grpc]`: `pip install
+'aisim[triton]'`), so an unknown field is refused as Triton refuses it.
 
 What becomes of it: the platform or backend gives the runtime; `max_batch_size`, inputs and
 outputs (with a `-1` batch dimension prepended when the model batches), `dynamic_batching` and

@@ -101,7 +101,7 @@ class Connections(Spec):
 
 class RequestLimits(Spec):
     """Caps on the work one request may ask for, as the real APIs have them, so no request stalls the others (the
-    2,048 inputs per embeddings request are OpenAI's fixed limit, `aisim.api.protocol.MAX_EMBEDDING_INPUTS`)."""
+    2,048 inputs per embeddings request are OpenAI's fixed limit, `aisim.api.openai.protocol.MAX_EMBEDDING_INPUTS`)."""
 
     embedding_tokens: int = Field(300_000, ge=1)
     """Tokens summed over one `/v1/embeddings` request's inputs (OpenAI's limit: 300,000)."""

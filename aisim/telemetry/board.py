@@ -1,10 +1,10 @@
 """One simulated GPU as dcgm-exporter sees it: its identity labels and its telemetry state.
 
-Identity (`dcgm-telemetry.md` §3.1, §5): `gpu` is the device's index among the scenario's NVIDIA
-devices; `UUID` is `GPU-` and a name-based (SHA-1, version 5) UUID of `<hostname>-<index>`, as
-fake-gpu-operator derives them (the namespace here is the DNS one); `pci_bus_id` is a
-deterministic bus per index; `device` is `nvidia<index>`; `modelName` is the NVML product name
-(the reference gives only the H100 SXM's; the others are the names NVML commonly reports,
+Identity (dcgm-exporter's labels, NVIDIA/dcgm-exporter `internal/pkg/rendermetrics/render_metrics.go`;
+run-ai/fake-gpu-operator's `nvidia-smi`): `gpu` is the device's index among the scenario's NVIDIA devices; `UUID` is
+`GPU-` and a name-based (SHA-1, version 5) UUID of `<hostname>-<index>`, as fake-gpu-operator derives them (the
+namespace here is the DNS one); `pci_bus_id` is a deterministic bus per index; `device` is `nvidia<index>`; `modelName`
+is the NVML product name (the sources give only the H100 SXM's; the others are the names NVML commonly reports,
 unverified).
 """
 
@@ -120,7 +120,7 @@ class Board:
         return counts
 
     def labels(self, hostname_label: str, hostname: str, driver: str) -> list[tuple[str, str]]:
-        """The label pairs every sample line of this GPU starts with, in dcgm-exporter's order (§3.1)."""
+        """The label pairs every sample line of this GPU starts with, in dcgm-exporter's order (`render_metrics.go`)."""
         ident = self.identity
         pairs = [("gpu", str(ident.index)), ("UUID", ident.uuid), ("pci_bus_id", ident.pci_bus_id),
                  ("device", f"nvidia{ident.index}"), ("modelName", ident.model_name)]

@@ -1,12 +1,11 @@
 """dcgm-exporter's text exposition, written by hand as its Go template writes it.
 
-`shared/reference/dcgm-telemetry.md` §3: per field a `# HELP` and a `# TYPE` line, then one sample
-line per GPU; families in field-id order; labels in the exporter's order with no space after
-commas; int64 values as `%d`, doubles as `%f`; blank values have no line (and a family with no line
-has no HELP / TYPE either). `DCGM_FI_DEV_XID_ERRORS` carries `err_code` and `err_msg`, and
-`DCGM_FI_DRIVER_VERSION` is a label on every line, never a series. `prometheus_client` is not used
-because it would add `_total` to counters and reformat the values (§7.6); the tests parse the
-output with its parser instead.
+dcgm-exporter's (NVIDIA/dcgm-exporter `internal/pkg/rendermetrics/render_metrics.go`): per field a `# HELP` and a `#
+TYPE` line, then one sample line per GPU; families in field-id order; labels in the exporter's order with no space after
+commas; int64 values as `%d`, doubles as `%f`; blank values have no line (and a family with no line has no HELP / TYPE
+either). `DCGM_FI_DEV_XID_ERRORS` carries `err_code` and `err_msg`, and `DCGM_FI_DRIVER_VERSION` is a label on every
+line, never a series. `prometheus_client` is not used because it would add `_total` to counters and reformat the values;
+the tests parse the output with its parser instead.
 
 The text also serves headless runs (`aisim run --metrics out.prom`), with `series_csv` for the
 whole sampled series (`--metrics out.csv`).
@@ -44,7 +43,7 @@ def render(fields: Sequence[DcgmField], boards: Sequence[tuple[Board, dict[str, 
            hostname_label: str, hostname: str, driver: str | None, xid_window_ns: int,
            attributes: Sequence[tuple[str, str]] = ()) -> str:
     """The exposition of `boards` (each with its values and its XID counts in the window). `attributes` are
-    the Kubernetes labels (`container`, `namespace`, `pod`) that follow the CSV labels (§3.1)."""
+    the Kubernetes labels (`container`, `namespace`, `pod`) that follow the CSV labels (`render_metrics.go`)."""
     out: list[str] = []
     for field in fields:
         if field.prom_type == "label":

@@ -1,9 +1,9 @@
 """DCGM field values: injection (`lookup`, `coerce`) and rendering (blank sentinels, `render_value`).
 
-The fields themselves are the scenario's list (`aisim.scenario.dcgm_fields`), which the scenario checks a
-document against. Blank values: DCGM marks a value that a GPU does not have with sentinels, and the
-exporter writes no sample line for them (`shared/reference/dcgm-telemetry.md` §3.3). Injecting a sentinel
-therefore hides a field, as on a real node.
+The fields themselves are the scenario's list (`aisim.scenario.dcgm_fields`), which the scenario checks a document
+against. Blank values: DCGM marks a value that a GPU does not have with sentinels, and the exporter writes no sample
+line for them (NVIDIA/dcgm-exporter `internal/pkg/rendermetrics/render_metrics.go`). Injecting a sentinel therefore
+hides a field, as on a real node.
 """
 
 from __future__ import annotations

@@ -3,15 +3,15 @@
 The model is deliberately small; every constant says where it comes from.
 
 - **Power.** A GPU draws its idle power with no kernel running and its board limit (the profile's
-  TDP, `gpu-profiles.md` §1) with kernels running:
+  TDP, from the vendors' datasheets) with kernels running:
 
       P(t) = P_idle + (TDP - P_idle) x busy(t),    busy(t) in {0, 1}
 
-  so the mean power over a sample interval is `P_idle + (TDP - P_idle) x utilisation`, and the
-  energy since boot is exact whatever the interval: `P_idle x t + (TDP - P_idle) x busy time`.
-  `P_idle = IDLE_POWER_FRACTION x TDP`. The only idle figure in the reference is fake-gpu-operator's
-  nvidia-smi line `33C P8 11W / 70W` (`dcgm-telemetry.md` §5), so the fraction is 11/70; it is a
-  placeholder, not a measurement. Memory-bound and compute-bound work draw the same here.
+  so the mean power over a sample interval is `P_idle + (TDP - P_idle) x utilisation`, and the energy since boot is
+  exact whatever the interval: `P_idle x t + (TDP - P_idle) x busy time`. `P_idle = IDLE_POWER_FRACTION x TDP`. The only
+  published idle figure found is fake-gpu-operator's nvidia-smi line `33C P8 11W / 70W` (run-ai/fake-gpu-operator
+  `cmd/nvidia-smi/main.go`), so the fraction is 11/70; it is a placeholder, not a measurement. Memory-bound and
+  compute-bound work draw the same here.
 - **Temperature.** First order, with a steady state linear in power:
 
       T_ss = T_idle + RISE x (P - P_idle) / (TDP - P_idle)
@@ -19,11 +19,11 @@ The model is deliberately small; every constant says where it comes from.
 
   applied per sample interval with the interval's mean power (exact for power constant over the
   interval). `T_idle` = 33 C from the same nvidia-smi line; `RISE` and `TAU` are assumptions (no
-  figure in the reference or in `shared/data/`). The memory (HBM) temperature follows the same law
+  published figure found). The memory (HBM) temperature follows the same law
   driven by the memory interface's activity (`DCGM_FI_PROF_DRAM_ACTIVE`) instead of power.
 - **Clocks.** The SM clock is the GPU's maximum while any kernel ran in the interval, else an idle
   clock; the memory clock does not change. The maximum clocks are the GPUs' commonly cited boost
-  and memory clocks: the reference has none, so they are unverified, and unknown GPUs get a
+  and memory clocks: no source checked here states them, so they are unverified, and unknown GPUs get a
   placeholder.
 """
 

@@ -1,7 +1,7 @@
 """XID errors: the exporter's message for each code, and what each does to the work on the GPU.
 
-Messages are exact from dcgm-exporter `xid_errors.go`; meanings and actions paraphrase NVIDIA's Xid
-catalog (`shared/reference/dcgm-telemetry.md` §6). In aisim the engine replicas on one GPU share
+Messages are exact from dcgm-exporter `xid_errors.go`; meanings and actions paraphrase NVIDIA's Xid catalog
+(https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html). In aisim the engine replicas on one GPU share
 its memory pool "as if they were one process", so "the application" of an XID is all of them.
 
 Effects, by what the catalogue says happens:

@@ -1,6 +1,6 @@
 """`aisim tui`: build the source the command line asks for and run the app.
 
-`--serve` needs the API layer, which the TUI may not import (DESIGN.md): the command line passes a
+`--serve` needs the API layer, which the TUI may not import (`docs/architecture.md`): the command line passes a
 `Serving` that builds the server for a scenario. The server's own simulation (built step by step, as
 serving needs) is what the TUI then shows, and its clock is the one that pause, speed and faults steer.
 """
@@ -12,8 +12,7 @@ import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from ..engine.kernel import RealTimeClock
-from ..engine.simulation import Simulation
+from ..engine import RealTimeClock, Simulation
 from ..scenario import DEFAULT_SCENARIO, Scenario, check_file, render_text
 from .app import AisimTui
 from .source import AttachSource, LocalSource, Source
@@ -49,7 +48,7 @@ def build_source(args: argparse.Namespace, serving: Serving | None = None) -> So
             return None
         args.speed = 1.0 if args.speed is None else args.speed
         return _served(serving(checked.scenario, checked.base_dir, args), checked.scenario.metadata.name, args)
-    from ..engine.simulation import EndlessWorkload
+    from ..engine import EndlessWorkload
 
     sim = local_simulation(checked.scenario, checked.base_dir, args.seed)
     try:

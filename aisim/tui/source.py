@@ -19,9 +19,7 @@ import urllib.request
 from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
-from ..engine.feed import Feed
-from ..engine.kernel import RealTimeClock, VirtualClock
-from ..engine.simulation import Simulation
+from ..engine import Feed, RealTimeClock, Simulation, VirtualClock
 
 STEP_NS = 100_000_000
 """How far one single step moves virtual time (0.1 s)."""

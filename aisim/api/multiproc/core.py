@@ -1,10 +1,10 @@
 """The engine core process: the simulation on the real-time clock and everything that is one per server.
 
-It holds a whole single-process `ServerState` and serves it twice: to the API servers' hot path over a Unix
-stream socket (submissions, aborts, fault picks, rate-limit admissions, the observations for `/metrics` and the
-request log), and, for every other route (metrics, admin, model control, health, tokenize, ...), on a private
-loopback listener per public listener that the API servers hand those requests on to. Events a loop turn
-produces for one API server leave as one message: one engine step, one message per API server.
+It holds a whole single-process `ServerState` (its engine link a `LocalEngine`) and serves it twice: to the API
+servers' hot path over a Unix stream socket (submissions, aborts, fault picks, rate-limit admissions, the
+observations for `/metrics` and the request log), and, for every other route (metrics, admin, model control, health,
+tokenize, ...), on a private loopback listener per public listener that the API servers hand those requests on to.
+Events a loop turn produces for one API server leave as one message: one engine step, one message per API server.
 """
 
 from __future__ import annotations
@@ -22,14 +22,13 @@ import tornado.httputil
 import tornado.netutil
 import tornado.web
 
-from ...engine.live import END_EVENTS, Call
-from ...engine.workload import Arrival
-from ..connections import Listener, Policy, kserve_error, openai_error
-from ..errors import ApiError
-from ..faults import Context
-from ..server import ServerState, make_app
+from ...engine import END_EVENTS, Call, FaultContext
+from ..openai.errors import ErrorAnswer
+from ..server import make_app, open_listener, start_grpc
+from ..state import ServerState
 from . import wire
 from .frontend import NO_CONTENT_TYPE
+from .mirror import Mirror
 
 ENDED_KEPT = 8192
 """Ended calls kept for the observations that follow their end (bounded, should an API server never send them)."""
@@ -76,27 +75,14 @@ class Link(asyncio.Protocol):
 Key = tuple[Link, int]
 
 
-def digest(state: ServerState) -> dict[str, Any]:
-    """What API servers mirror of the engine's state for their own routes: each model's versions' lifecycle
-    states and serving version (KServe inference picks a READY one), the loaded LoRA adapters, and each KServe
-    model's batching and instances (a repository load's config override changes them), and the registered system
-    shared-memory regions (an API server maps them too, to read inputs from them and write outputs into them), and
-    the fleet's start-up instant, sleep level and engine id (`FleetRuntime.digest`)."""
-    models = {served.model.id: [served.lifecycle.active,
-                                {v: [life.state.value, life.reason] for v, life in served.lifecycle.lives.items()}]
-              for served in state.sim.served_models}
-    kserve = {served.model.id: served.model.kserve.model_dump(mode="json", by_alias=True)
-              for served in state.sim.served_models if served.model.kserve is not None}
-    return {"models": models, "lora": state.lora_adapters, "kserve": kserve, "shm": state.shared_memory.status(None),
-            "fleet": state.fleet.digest()}
-
-
 class EngineCore:
     """The engine core's side of the API servers' connections, on the engine's event loop."""
 
     def __init__(self, state: ServerState, path: str) -> None:
         self.state = state
         self.path = path
+        self.mirrored = Mirror(state.sim, state.lora_adapters, state.fleet, state.kserve.shared_memory)
+        """What the API servers mirror of this process's state (its `digest`)."""
         self.server: asyncio.AbstractServer | None = None
         self.calls: dict[Key, Call] = {}
         self.ended: collections.OrderedDict[Key, Call] = collections.OrderedDict()
@@ -118,20 +104,16 @@ class EngineCore:
     async def start(self) -> None:
         """Listen for the API servers."""
         self.server = await self._loop.create_unix_server(lambda: Link(self), self.path)
-        self._last_digest = digest(self.state)
+        self._last_digest = self.mirrored.digest()
         self._loop.call_later(DIGEST_S, self.watch_digest)
 
     # -- in --------------------------------------------------------------------------------------
 
     def _handle(self, ident: Link, message: Any) -> None:
         state = self.state
+        engine = state.engine
         if isinstance(message, wire.Submit):
-            arrival = Arrival(0, message.kind, message.model, message.prompt, message.output, message.priority, -1, 0,
-                              version=message.version,
-                              token_ids=None if message.token_ids is None else tuple(message.token_ids),
-                              rank=message.rank, kv_tokens=message.kv_tokens, kv_block_ns=message.kv_block_ns,
-                              kv_latency_ns=message.kv_latency_ns, keep_blocks=message.keep_blocks)
-            call = state.live.submit(arrival, message.live)
+            call = engine.submit(message.arrival, message.live)
             key = (ident, message.cid)
             self.calls[key] = call
             state.requests_in_flight += 1
@@ -139,30 +121,30 @@ class EngineCore:
         elif isinstance(message, wire.Abort):
             running = self.calls.get((ident, message.cid))
             if running is not None:
-                state.live.abort(running)
+                engine.abort(running)
         elif isinstance(message, wire.Pick):
-            fault = state.faults.pick(Context(tuple(message.models), message.endpoint, message.api_key,
-                                              state.live.now()), message.override)
+            fault = state.faults.pick(FaultContext(tuple(message.models), message.endpoint, message.api_key,
+                                              engine.now()), message.override)
             faults = [s.fault for s in state.faults.states]
             value = -1 if fault is None else next((i for i, f in enumerate(faults) if f is fault), -2)
             self._reply(ident, wire.Reply(message.rid, value))  # -2: forced by the header, rebuilt there alike
         elif isinstance(message, wire.Admit):
             try:
-                headers = state.limiter.admit(message.api_key, message.tokens, message.model, state.live.now())
-            except ApiError as error:
+                headers = state.limiter.admit(message.api_key, message.tokens, message.model, engine.now())
+            except ErrorAnswer as error:
                 self._reply(ident, wire.Failed(message.rid, (error.status, error.message, error.type, error.param,
                                                              error.code, error.headers)))
                 return
             self._reply(ident, wire.Reply(message.rid, headers))
         elif isinstance(message, wire.Observed):
-            found = self._find((ident, message.cid), pop=state.recording is None)
+            found = self._find((ident, message.cid), pop=engine.log is None)
             if found is not None:
-                state.metrics.finished(found, message.reason, message.max_tokens, found.token_times, message.n)
+                engine.observe(found, message.reason, message.max_tokens, found.token_times, message.n)
         elif isinstance(message, wire.Logged):
             done = self._find((ident, message.cid), pop=True)
-            if done is not None and state.recording is not None:
+            if done is not None and engine.log is not None:
                 self.logged.add((ident, message.cid))
-                state.recording.request(done, message.end, message.endpoint, message.elapsed_s)
+                engine.log.request(done, message.end, message.endpoint, message.elapsed_s)
         elif isinstance(message, wire.LoggedInfer):
             self._log_infer(ident, message)
         elif isinstance(message, wire.Sync):
@@ -175,7 +157,7 @@ class EngineCore:
     def _sync(self, ident: Link, message: wire.Sync) -> None:
         """The digest for `ident`; with `everyone`, once every other API server has it (a model a client just
         loaded through one API server is then served by all of them)."""
-        current = digest(self.state)
+        current = self.mirrored.digest()
         self._last_digest = current
         others = [link for link in self.ranks.values() if link is not ident]
         if not message.everyone or not others:
@@ -201,7 +183,7 @@ class EngineCore:
     def watch_digest(self) -> None:
         """Push the digest to every API server when it changed by itself (a model's load finished in simulated
         time, say); every `DIGEST_S`."""
-        current = digest(self.state)
+        current = self.mirrored.digest()
         if current != self._last_digest:
             self._last_digest = current
             for link in self.ranks.values():
@@ -218,7 +200,7 @@ class EngineCore:
         return call
 
     def _log_infer(self, ident: Link, message: wire.LoggedInfer) -> None:
-        recording = self.state.recording
+        recording = self.state.engine.log
         call = self._find((ident, message.cid), pop=True) if message.cid >= 0 else None
         if recording is None:
             return
@@ -236,7 +218,8 @@ class EngineCore:
         if old is not None and old is not ident:
             self.abandon(old)
         self.ranks[rank] = ident
-        self._reply(ident, wire.Welcome(self.state.live.started_wall, self.state.live.clock.speed, digest(self.state)))
+        engine = self.state.engine
+        self._reply(ident, wire.Welcome(engine.started_wall, engine.speed, self.mirrored.digest()))
 
     def abandon(self, ident: Link) -> None:
         """Abort every request of an API server that is gone (its KV blocks return at once)."""
@@ -246,7 +229,7 @@ class EngineCore:
         for key, call in list(self.calls.items()):
             if key[0] is ident:
                 self.abandoned.add(key)
-                self.state.live.abort(call)
+                self.state.engine.abort(call)
 
     # -- out -------------------------------------------------------------------------------------
 
@@ -275,10 +258,11 @@ class EngineCore:
         self.abandoned.discard(key)
         self.ended.pop(key, None)
         reason = {"finished": "stop", "aborted": "abort"}.get(event, "error")
-        self.state.metrics.finished(call, reason, None, call.token_times, 1)
-        if self.state.recording is not None and call.arrival.source == "api":
+        engine = self.state.engine
+        engine.observe(call, reason, None, call.token_times, 1)
+        if engine.log is not None and call.arrival.source == "api":
             self.logged.add(key)
-            self.state.recording.request(call, event, "", 0.0)
+            engine.log.request(call, event, "", 0.0)
 
     def _reply(self, ident: Link, reply: Any) -> None:
         self._replies.setdefault(ident, []).append(reply)
@@ -314,12 +298,12 @@ class EngineCore:
     async def close(self) -> None:
         """Abort what is still running (its API servers are gone), log what no API server logged, stop."""
         for call in list(self.calls.values()):
-            self.state.live.abort(call)
+            self.state.engine.abort(call)
         for _ in range(50):
             if not self.calls:
                 break
             await asyncio.sleep(0.01)
-        recording = self.state.recording
+        recording = self.state.engine.log
         if recording is not None:
             for key, call in list(self.ended.items()):
                 if key not in self.logged and call.arrival.source == "api":
@@ -369,24 +353,16 @@ async def serve_private(state: ServerState, host: str) -> list[int]:
     """The engine core's listeners, per public listener its application (HTTP or gRPC) on a free loopback port:
     what the API servers hand on to. `host` is the public listeners' (the requests handed on keep their `Host`).
     Returns each listener's port, in the scenario's order."""
-    server = state.scenario.server
     state.start()
     ports: list[int] = []
-    for listener in server.listeners:
+    for listener in state.scenario.server.listeners:
         personalities = tuple(listener.personalities)
         if "kserve-grpc" in personalities:
-            from .. import kserve_grpc
-
-            grpc_server, bound = await kserve_grpc.start(state, "127.0.0.1", 0)
-            state.grpc_servers.append(grpc_server)
-            ports.append(bound)
+            ports.append(await start_grpc(state, "127.0.0.1", 0))
             continue
         app = Unmarked(make_app(state, personalities, listener.metrics_path))
-        openai = "openai" in personalities or "vllm" in personalities or "kserve" not in personalities
-        policy = Policy.of(server, host, openai_error if openai else kserve_error, lambda: state.draining)
-        http = Listener(cast(tornado.web.Application, app), server, policy, state.registry)
+        http = open_listener(state, app, personalities, host)
         sockets = tornado.netutil.bind_sockets(0, "127.0.0.1", backlog=2048)
         http.add_sockets(sockets)
-        state.http_servers.append(http)
         ports.append(sockets[0].getsockname()[1])
     return ports

@@ -1,11 +1,11 @@
 """An API-server process: HTTP, parsing, tokens, content and SSE writes, with the engine in the engine core.
 
-The handlers are the single process's: `EngineClient` stands in for `Live` (a submission becomes a message, the
-engine core's events come back per step and reach each `Call` as the engine's own would), for the fault book
-and the rate limiter (asked over the socket), and `RemoteMetrics` / `RemoteRecording` hand `/metrics`'
-observations and the request log's lines to the engine core. Routes whose state is the whole server's (metrics,
-admin, model control, health, stored responses, ...) are handed on to the engine core's private listener
-(`Forward`), so their answers are the single process's, byte for byte.
+The handlers are the single process's, around a state whose engine link is an `EngineClient`: a submission
+becomes a message, the engine core's events come back per step and reach each `Call` as the engine's own would,
+fault picks and rate-limit admissions are asked over the socket, and `/metrics`' observations and the request
+log's lines (`RemoteRecording`) go to the engine core. Routes whose handlers run in the engine core (metrics,
+admin, model control, health, stored responses, ...: `runs_in`) are passed on to its private listener
+(`Forward`, and `grpc_relay.GrpcForward` for gRPC), so their answers are the single process's, byte for byte.
 """
 
 from __future__ import annotations
@@ -13,24 +13,28 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, cast
+from pathlib import Path
+from typing import Any, TypeVar, cast
 
 import numpy as np
 import tornado.httpclient
 import tornado.httputil
 import tornado.web
 
-from ...engine.lifecycle import State
-from ...engine.live import Call, Live
-from ...engine.workload import Arrival
-from ...scenario.models import KServe
-from ..errors import ApiError
-from ..kserve_tensors import KServeError
-from ..metrics_feed import MetricsFeed
-from ..recording import Recording
-from ..server import ServerState
+from ...engine import ApiFault, Arrival, Call, FaultBook, Simulation
+from ...scenario import Scenario
+from ...scenario.distributions import DurationDistribution
+from ..openai.errors import ErrorAnswer
+from ..pod import PodIdentity
+from ..ratelimit import RateLimiter
+from ..server import Parts, Relay
+from ..state import ServerState
 from . import wire
+from .mirror import Mirror
+
+T = TypeVar("T")
 
 HOP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive"})
 NO_CONTENT_TYPE = "X-Aisim-No-Content-Type"
@@ -38,8 +42,6 @@ NO_CONTENT_TYPE = "X-Aisim-No-Content-Type"
 FORWARDED_AT_ONCE = 4096
 LAZY_S = 0.002
 """How long an observation for the engine core may wait for a message to go out with (`EngineClient.send`)."""
-LOCAL_HANDLERS = frozenset({"ChatHandler", "CompletionHandler", "EmbeddingHandler", "MessagesHandler"})
-"""The generating routes an API server serves itself (with KServe's `/infer`); every other one is handed on."""
 
 
 @dataclass(eq=False)
@@ -53,13 +55,18 @@ class ClientGone(Exception):
     """The client of a forwarded request went away."""
 
 
-class EngineClient(Live):
-    """`Live`'s interface over the engine core's socket (and its fault book's and rate limiter's)."""
+class EngineClient:
+    """An API server's `EngineLink`: the engine core's engine, fault book, rate limiter, `/metrics` and request log
+    over its Unix socket. `mirror` takes the engine core's state (`Mirror.apply`) as this process's own."""
 
-    def __init__(self, state: ServerState, path: str, rank: int) -> None:
-        self.state = state
-        self.rank = rank
+    def __init__(self, path: str, rank: int, mirror: Mirror, faults: FaultBook, limiter: RateLimiter,
+                 recording: bool) -> None:
         self.path = path
+        self.rank = rank
+        self.mirror = mirror
+        self.faults = faults
+        self.limiter = limiter
+        self.log = RemoteRecording(self) if recording else None
         self.transport: asyncio.Transport | None = None
         self._closing = False
         self.calls: dict[int, RemoteCall] = {}
@@ -69,21 +76,21 @@ class EngineClient(Live):
         self._sending = False
         self._lazy: asyncio.TimerHandle | None = None
         self.started_wall = time.monotonic()
+        """Where the engine core's virtual time 0 is on the (system-wide) monotonic clock (from its `Welcome`)."""
         self.speed = 1.0
         self.gone: str | None = None
         """Why the engine core is gone (None while it runs)."""
         self._welcome: asyncio.Future[None] | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
 
     async def connect(self) -> None:
         """Say hello and wait for the engine core's clock."""
-        self._loop = asyncio.get_running_loop()
-        self._welcome = self._loop.create_future()
-        await self._loop.create_unix_connection(lambda: _Link(self), self.path)
+        loop = asyncio.get_running_loop()
+        self._welcome = loop.create_future()
+        await loop.create_unix_connection(lambda: _Link(self), self.path)
         self._send(wire.Hello(self.rank))
         await asyncio.wait_for(self._welcome, 30)
 
-    # -- Live's interface ------------------------------------------------------------------------
+    # -- the engine link -------------------------------------------------------------------------
 
     async def run(self) -> None:  # the engine core's clock runs the simulation
         return None
@@ -94,6 +101,9 @@ class EngineClient(Live):
         self._flush()
         if self.transport is not None:
             self.transport.close()
+
+    def close(self) -> None:
+        return None  # the engine core completes the request log
 
     async def closed(self) -> None:
         """Wait until what `stop` left to write is written (the process may end then)."""
@@ -113,38 +123,48 @@ class EngineClient(Live):
             asyncio.get_running_loop().call_soon(call, "failed", None, self.now())  # type: ignore[arg-type]
             return call
         self.calls[cid] = call
-        ids = None if arrival.token_ids is None else list(arrival.token_ids)
-        self._send(wire.Submit(cid, arrival.source, arrival.model, arrival.prompt, arrival.output, arrival.priority,
-                               arrival.version, live_tokens, ids, arrival.rank, arrival.kv_tokens, arrival.kv_block_ns,
-                               arrival.kv_latency_ns, arrival.keep_blocks))
+        self._send(wire.Submit(cid, live_tokens, arrival))
         return call
 
     def abort(self, call: Call) -> None:
         if isinstance(call, RemoteCall) and call.cid in self.calls:
             self._send(wire.Abort(call.cid))
 
-    # -- the engine core's decisions ---------------------------------------------------------------
+    async def act(self, action: Callable[[Callable[[T], None]], None]) -> T:
+        """Actions run in the simulation, which is the engine core's: the handlers that act run there (`runs_in`)."""
+        raise RuntimeError("an action on the simulation runs in the engine core, not in an API server")
 
-    async def pick_fault(self, models: tuple[str, ...], endpoint: str, api_key: str | None, override: str | None) -> Any:
+    async def pick_fault(self, models: tuple[str, ...], endpoint: str, api_key: str | None,
+                         override: str | None) -> ApiFault | None:
         value = await self._rpc(lambda rid: wire.Pick(rid, list(models), endpoint, api_key, override))
         if value == -1:
             return None
         if value == -2:
-            return self.state.faults.pick(None, override)  # type: ignore[arg-type]  # forced: no context read
-        return self.state.faults.states[value].fault
+            return self.faults.forced(override or "")  # forced by the header: no counter read, made here alike
+        fault: ApiFault = self.faults.states[value].fault
+        return fault
 
     async def admit(self, api_key: str | None, tokens: int, model: str) -> dict[str, str]:
+        if self.limiter.limits is None:
+            return {}
         headers: dict[str, str] = await self._rpc(lambda rid: wire.Admit(rid, api_key, tokens, model))
         return headers
+
+    def observe(self, call: Call, finish_reason: str, max_tokens: int | None, token_times: list[int],
+                n: int | None) -> None:
+        if isinstance(call, RemoteCall):
+            self.send(wire.Observed(call.cid, finish_reason, max_tokens, n))
+
+    # -- the engine core's state -------------------------------------------------------------------
 
     async def sync(self, everyone: bool = False) -> None:
         """Mirror the engine core's state now (after a route it served, which may have changed it); `everyone`:
         once every API server mirrors it."""
-        self.apply(await self._rpc(lambda rid: wire.Sync(rid, everyone)))
+        self.mirror.apply(await self._rpc(lambda rid: wire.Sync(rid, everyone)))
 
     async def _rpc(self, make: Any) -> Any:
         if self.gone is not None:
-            raise ApiError(503, f"The engine core is not running: {self.gone}", "ServiceUnavailableError")
+            raise ErrorAnswer(503, f"The engine core is not running: {self.gone}", "ServiceUnavailableError")
         rid = next(self._ids)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.rpcs[rid] = future
@@ -211,52 +231,16 @@ class EngineClient(Live):
             future = self.rpcs.pop(message.rid, None)
             status, text, kind, param, code, headers = message.error
             if future is not None and not future.done():
-                future.set_exception(ApiError(status, text, kind, param, code, dict(headers)))
+                future.set_exception(ErrorAnswer(status, text, kind, param, code, dict(headers)))
         elif isinstance(message, wire.Digest):
-            self.apply(message.digest)
+            self.mirror.apply(message.digest)
             if message.bid:
                 self._send(wire.Ack(message.bid))
         elif isinstance(message, wire.Welcome):
             self.started_wall, self.speed = message.started_wall, message.speed
-            self.apply(message.digest)
+            self.mirror.apply(message.digest)
             if self._welcome is not None and not self._welcome.done():
                 self._welcome.set_result(None)
-
-    def apply(self, digest: dict[str, Any]) -> None:
-        """Take the engine core's model lifecycle states, LoRA adapters, KServe configurations, shared-memory regions
-        and fleet state (start-up, sleep, engine id) as this process's own."""
-        for model_id, (active, lives) in digest["models"].items():
-            served = self.state.sim.models.get(model_id)
-            if served is None:
-                continue
-            served.lifecycle.active = active
-            for version, (value, reason) in lives.items():
-                life = served.lifecycle.lives.get(version)
-                if life is not None:
-                    life.state, life.reason = State(value), reason
-        self.state.lora_adapters.clear()
-        self.state.lora_adapters.update(digest["lora"])
-        for model_id, config in digest.get("kserve", {}).items():
-            served = self.state.sim.models.get(model_id)
-            if served is not None and (served.model.kserve is None or
-                                       served.model.kserve.model_dump(mode="json", by_alias=True) != config):
-                served.reconfigure(KServe.model_validate(config))
-        self._map_regions(digest.get("shm", []))
-        self.state.fleet.mirror(digest["fleet"])
-
-    def _map_regions(self, regions: list[dict[str, Any]]) -> None:
-        """Register (map) the engine core's shared-memory regions here too; unmap those it no longer has."""
-        shared = self.state.shared_memory
-        wanted = {r["name"]: r for r in regions}
-        for name, held in list(shared.regions.items()):
-            if wanted.get(name) != held.status():
-                shared.unregister(name)
-        for name, region in wanted.items():
-            if name not in shared.regions:
-                try:
-                    shared.register(name, region["key"], region["offset"], region["byte_size"])
-                except KServeError:  # gone meanwhile: an inference naming it gets the engine's 404 then
-                    pass
 
     def engine_gone(self, reason: str) -> None:
         """The engine core died: every request still waiting for it fails now, with the reason (no client hangs)."""
@@ -270,7 +254,7 @@ class EngineClient(Live):
         self.calls.clear()
         for future in self.rpcs.values():
             if not future.done():
-                future.set_exception(ApiError(503, f"The engine core stopped: {reason}", "ServiceUnavailableError"))
+                future.set_exception(ErrorAnswer(503, f"The engine core stopped: {reason}", "ServiceUnavailableError"))
         self.rpcs.clear()
 
 
@@ -294,20 +278,8 @@ class _Link(asyncio.Protocol):
         self.client.lost()
 
 
-class RemoteMetrics(MetricsFeed):
-    """`/metrics`' observations, handed to the engine core's `MetricsFeed` (which `/metrics` renders)."""
-
-    def __init__(self, client: EngineClient) -> None:
-        self.client = client
-
-    def finished(self, call: Call, finish_reason: str, max_tokens: int | None, token_times: list[int],
-                 n: int | None) -> None:
-        if isinstance(call, RemoteCall):
-            self.client.send(wire.Observed(call.cid, finish_reason, max_tokens, n))
-
-
-class RemoteRecording(Recording):
-    """The request log's lines, written by the engine core (one file for the whole server)."""
+class RemoteRecording:
+    """The request log's lines, written by the engine core (one file for the whole server): a `RequestLog`."""
 
     def __init__(self, client: EngineClient) -> None:
         self.client = client
@@ -328,24 +300,33 @@ class RemoteRecording(Recording):
     def load(self, model: str, version: str, elapsed_s: float, error: str = "") -> None:
         return None  # loads are served by the engine core, which logs them
 
-    def close(self, sim: Any) -> None:
+    def close(self, sim: Simulation) -> None:
         return None
 
 
-def attach(state: ServerState, client: EngineClient, rank: int, recording: bool) -> None:
-    """Make `state` (built without a request log) an API server's: the engine, faults, limits, metrics and
-    request log are the engine core's. Rank 0 draws the single process's sequence of request seeds, the
-    others their own (two API servers must not give two requests the same seed)."""
-    state.live = client
-    state.core = client
-    state.metrics = RemoteMetrics(client)
-    state.recording = RemoteRecording(client) if recording else None
+def api_server_state(scenario: Scenario, base_dir: Path, address: str, rank: int, *, seed: int | None = None,
+                     network_delay: DurationDistribution | None = None, speed: float = 1.0, recording: bool = False,
+                     pod: PodIdentity | None = None,
+                     tokenizer_path: str | None = None) -> tuple[ServerState, EngineClient]:
+    """An API server's state, its engine link the client of the engine core at `address` (connected by the caller:
+    `EngineClient.connect`). The engine, faults, limits, metrics and request log are the engine core's. Rank 0
+    draws the single process's sequence of request seeds, the others their own (two API servers must not give
+    two requests the same seed)."""
+    parts = Parts.build(scenario, base_dir, seed=seed, pod=pod, speed=speed, runs_engine=False)
+    mirror = Mirror(parts.sim, parts.lora_adapters, parts.fleet, parts.kserve.shared_memory)
+    client = EngineClient(address, rank, mirror, parts.faults, parts.limiter, recording)
+    seeds = np.random.default_rng(np.random.SeedSequence([parts.sim.seed, 1, rank])) if rank else None
     # forwarded requests in flight at once (Tornado's client queues beyond 10: ten `/admin/events` watchers
     # would hold every other forwarded route)
     tornado.httpclient.AsyncHTTPClient.configure(None, max_clients=FORWARDED_AT_ONCE)
-    if rank:
-        state._seed_rng = np.random.default_rng(np.random.SeedSequence([state.sim.seed, 1, rank]))
-        state._seeds = []
+    state = parts.state(client, network_delay=network_delay, speed=speed, pod=pod, tokenizer_path=tokenizer_path,
+                        seeds=seeds)
+    return state, client
+
+
+def relay(target: str, client: EngineClient) -> Relay:
+    """What an API server's application passes the engine core's routes on with (`server.make_app`)."""
+    return Forward, {"target": target, "client": client}
 
 
 class Forward(tornado.web.RequestHandler):
@@ -420,7 +401,7 @@ async def forward(handler: tornado.web.RequestHandler, target: str, client: Engi
         request_timeout=24 * 3600, connect_timeout=10, header_callback=on_header, streaming_callback=on_chunk)
     try:  # first what this API server sent before (a finished request's observations) reaches the engine core
         await client.sync()
-    except ApiError:
+    except ErrorAnswer:
         pass
     try:
         await tornado.httpclient.AsyncHTTPClient().fetch(sent, raise_error=False)
@@ -435,26 +416,7 @@ async def forward(handler: tornado.web.RequestHandler, target: str, client: Engi
     if request.method != "GET" or "/ready" in request.uri or "/load" in request.uri:
         try:  # the engine's state may have changed (a model loaded): every API server mirrors it before the answer
             await client.sync(everyone=request.method != "GET")
-        except ApiError:
+        except ErrorAnswer:
             pass
     if not handler._finished:
         handler.finish()
-
-
-def route_locally(app: tornado.web.Application, target: str, client: EngineClient) -> tornado.web.Application:
-    """`app` (the single process's application of one listener) with every route but the generating ones and
-    KServe's `/infer` handed on to the engine core (`Forward`)."""
-    from ..kserve_api import ModelHandler
-
-    for rule in app.wildcard_router.rules:
-        handler = rule.target
-        if not isinstance(handler, type):
-            continue
-        infer = handler is ModelHandler and rule.target_kwargs.get("methods") == ("POST",)
-        if handler.__name__ in LOCAL_HANDLERS or infer:
-            continue
-        rule.target = Forward
-        rule.target_kwargs = {"target": target, "client": client}
-    app.settings["default_handler_class"] = Forward
-    app.settings["default_handler_args"] = {"target": target, "client": client}
-    return app

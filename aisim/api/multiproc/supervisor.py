@@ -32,11 +32,24 @@ from typing import Any, cast
 
 import tornado.netutil
 
+from ...collector import settle_garbage_collector
 from ...errors import AisimError
 from ...scenario import Scenario
 from ...scenario.distributions import DurationDistribution
-from ..loop import run as run_loop
+from ..http.loop import run as run_loop
 from ..pod import PodIdentity
+from ..server import (
+    LISTEN_BACKLOG,
+    RefusedToStart,
+    check_admin,
+    listener_port,
+    local_state,
+    make_app,
+    open_listener,
+    start_grpc,
+)
+from .core import EngineCore, serve_private
+from .frontend import api_server_state, relay
 
 RESTARTS = 3
 """Crashes of one API server within `RESTART_WINDOW_S` that stop the server instead of replacing it again."""
@@ -80,28 +93,17 @@ def _die_with_parent() -> None:
         pass
 
 
-def _state(scenario: Scenario, options: Options, engine: bool) -> Any:
-    """The process's `ServerState`: the engine core's (which writes the request log) or an API server's."""
-    from ..server import ServerState
-
-    return ServerState(scenario, options.base_dir, seed=options.seed, network_delay=options.network_delay,
-                       speed=options.speed, record=options.record if engine else None, pod=options.pod,
-                       tokenizer_path=options.tokenizer, runs_engine=engine)
-
-
 def _engine(scenario: Scenario, options: Options, address: str, exit_file: Path, host: str, ready: int) -> None:
     """The engine core process's body."""
-    from .core import EngineCore, serve_private
-
     async def main() -> None:
-        from ...collector import settle_garbage_collector
-
         loop = asyncio.get_running_loop()
-        state = _state(scenario, options, engine=True)
+        state = local_state(scenario, options.base_dir, seed=options.seed, network_delay=options.network_delay,
+                            speed=options.speed, record=options.record, pod=options.pod,
+                            tokenizer_path=options.tokenizer)
         core = EngineCore(state, address)
         await core.start()
         ports = await serve_private(state, host)
-        clock = loop.create_task(state.live.run())
+        clock = loop.create_task(state.engine.run())
         stop = asyncio.Event()
         clock.add_done_callback(lambda _: stop.set())
         loop.add_signal_handler(signal.SIGUSR2, stop.set)
@@ -129,39 +131,29 @@ def _engine(scenario: Scenario, options: Options, address: str, exit_file: Path,
 def _api(scenario: Scenario, options: Options, rank: int, address: str, sockets: dict[int, list[socket.socket]],
          ports: list[int], exit_file: Path, ready: int) -> None:
     """An API-server process's body."""
-    from ..connections import Listener, Policy, kserve_error, openai_error
-    from ..server import make_app
-    from .frontend import EngineClient, attach, route_locally
-
     async def main() -> None:
-        from ...collector import settle_garbage_collector
-
         loop = asyncio.get_running_loop()
-        state = _state(scenario, options, engine=False)
-        client = EngineClient(state, address, rank)
-        attach(state, client, rank, recording=options.record is not None)
+        state, client = api_server_state(scenario, options.base_dir, address, rank, seed=options.seed,
+                                         network_delay=options.network_delay, speed=options.speed,
+                                         recording=options.record is not None, pod=options.pod,
+                                         tokenizer_path=options.tokenizer)
         await client.connect()
         server = scenario.server
+        host = options.host or server.host
         for index, listener in enumerate(server.listeners):
             personalities = tuple(listener.personalities)
             if "kserve-grpc" in personalities:  # gRPC binds its own socket to the port held (with SO_REUSEPORT)
-                from .. import kserve_grpc
+                # grpcio is an optional extra, imported for a scenario that serves gRPC
+                from .grpc_relay import GrpcForward
 
                 port = sockets[index][0].getsockname()[1]
                 for held in sockets[index]:
                     held.close()
-                grpc_server, _ = await kserve_grpc.start(state, options.host or server.host, port,
-                                                         forward_to=f"127.0.0.1:{ports[index]}")
-                state.grpc_servers.append(grpc_server)
+                await start_grpc(state, host, port, GrpcForward(f"127.0.0.1:{ports[index]}", client))
                 continue
-            app = route_locally(make_app(state, personalities, listener.metrics_path), f"http://127.0.0.1:{ports[index]}",
-                                client)
-            openai = "openai" in personalities or "vllm" in personalities or "kserve" not in personalities
-            policy = Policy.of(server, options.host or server.host, openai_error if openai else kserve_error,
-                               lambda: state.draining)
-            http = Listener(app, server, policy, state.registry)
-            http.add_sockets(_listening(sockets[index]))
-            state.http_servers.append(http)
+            app = make_app(state, personalities, listener.metrics_path,
+                           relay(f"http://127.0.0.1:{ports[index]}", client))
+            open_listener(state, app, personalities, host).add_sockets(_listening(sockets[index]))
         stopping = asyncio.Event()
 
         def on_term() -> None:
@@ -223,8 +215,6 @@ def _listening(held: list[socket.socket]) -> list[socket.socket]:
     if not REUSE_PORT:
         return held
     host, port = held[0].getsockname()[:2]
-    from ..server import LISTEN_BACKLOG
-
     sockets = tornado.netutil.bind_sockets(port, host, backlog=LISTEN_BACKLOG, reuse_port=True)
     for sock in held:
         sock.close()  # this process's copy of the supervisor's hold
@@ -279,12 +269,10 @@ class Supervisor:
 
     def start(self) -> Started:
         """Bind, start the engine core, then the API servers; returns what is served."""
-        from ..server import LISTEN_BACKLOG, check_admin, listener_port
-
         server = self.scenario.server
         options = self.options
         host = options.host or server.host
-        check_admin(cast(Any, type("S", (), {"scenario": self.scenario})), host)
+        check_admin(server, host)
         for index, listener in enumerate(server.listeners):
             chosen = options.port if (index == 0 and options.port is not None) else listener_port(listener.port, options.port_offset)
             self.sockets[index] = _reserve(chosen, host, LISTEN_BACKLOG)
@@ -428,8 +416,6 @@ def _wait_all(pids: dict[int, int], timeout_s: float) -> None:
 
 def serve(scenario: Scenario, options: Options) -> int:
     """`aisim serve --api-server-count N` in the foreground: print the listeners, run until a signal."""
-    from ..server import RefusedToStart
-
     supervisor = Supervisor(scenario, options)
     try:
         started = supervisor.start()

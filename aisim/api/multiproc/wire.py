@@ -16,6 +16,8 @@ from typing import Any
 
 import msgspec
 
+from ...engine import Arrival
+
 
 class Hello(msgspec.Struct, tag=True, array_like=True):
     """An API server (re)started as `rank`: the engine core aborts what an earlier one of that rank left."""
@@ -32,23 +34,12 @@ class Welcome(msgspec.Struct, tag=True, array_like=True):
 
 
 class Submit(msgspec.Struct, tag=True, array_like=True):
-    """A request for the engine (the fields of `engine.workload.Arrival`), `cid` being the API server's id; the
-    fleet's fields last (`aisim.api.disagg.extend`), at their defaults for a request that has none."""
+    """A request for the engine: its arrival as the handler made it (`engine.Arrival`, encoded by its own field list),
+    `cid` being the API server's id for it and `live` whether its tokens are streamed."""
 
     cid: int
-    kind: str
-    model: str
-    prompt: int
-    output: int
-    priority: int
-    version: str
     live: bool
-    token_ids: list[int] | None = None
-    rank: int = -1
-    kv_tokens: int = 0
-    kv_block_ns: int = 0
-    kv_latency_ns: int = 0
-    keep_blocks: bool = False
+    arrival: Arrival
 
 
 class Abort(msgspec.Struct, tag=True, array_like=True):
@@ -150,7 +141,7 @@ class Reply(msgspec.Struct, tag=True, array_like=True):
 
 
 class Failed(msgspec.Struct, tag=True, array_like=True):
-    """An error for an API server's rpc `rid`: (status, message, type, param, code, headers) of an `ApiError`."""
+    """An error for an API server's rpc `rid`: (status, message, type, param, code, headers) of an `ErrorAnswer`."""
 
     rid: int
     error: tuple[int, str, str, str | None, str | None, dict[str, str]]

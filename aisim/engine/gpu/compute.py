@@ -1,6 +1,6 @@
 """One GPU's SMs shared by the kernels of its streams: priorities, preemption at block boundaries.
 
-The model (`gpu-memory-and-streams.md` §5.1-5.2):
+The model (CUDA Programming Guide, streams and `cudaStreamCreateWithPriority`):
 
 - The block scheduler places thread blocks on free SM slots. Kernels of streams with the same
   priority interleave block by block, so they share the SMs: each of n such kernels progresses at

@@ -2,9 +2,9 @@
 
 A GPU has one copy engine per direction here (`asyncEngineCount` = 2 on data-centre parts). Each
 runs its copies one at a time in launch order; stream priorities do not apply to copies
-(`gpu-memory-and-streams.md` §5.1). A copy costs a fixed latency plus bytes over the PCIe
+(CUDA Programming Guide, streams). A copy costs a fixed latency plus bytes over the PCIe
 bandwidth of its direction; pageable host memory goes through the driver's staging buffer at a
-fraction of that (§5.3, §5.5: the ratio is a parameter, 0.5 by default). Copies overlap with
+fraction of that (no authoritative modern figure: the ratio is a parameter, 0.5 by default). Copies overlap with
 kernels: they occupy the copy engine, not the SMs.
 """
 
@@ -17,9 +17,9 @@ from ..kernel import Kernel
 from ..timeline import Timeline
 
 COPY_LATENCY_NS = 8_000
-"""Per-copy latency (reference §5.5: 5-10 us per `cudaMemcpy` call)."""
+"""Per-copy latency (about 5-10 us per `cudaMemcpy` call; unverified)."""
 PAGEABLE_FACTOR = 0.5
-"""Pageable over pinned bandwidth (reference §5.5: roughly half to 0.8x; unverified)."""
+"""Pageable over pinned bandwidth (roughly half to 0.8x in published measurements; unverified)."""
 
 
 def copy_ns(size: int, bandwidth: float, pinned: bool = True, pageable_factor: float = PAGEABLE_FACTOR) -> int:

@@ -7,7 +7,7 @@ exist; the largest block is the largest power of two that fits. A request takes 
 free block of the smallest order that fits and splits it in halves down to the request's order,
 caching the upper halves; a free merges with its buddy (address XOR size within the top block)
 while the buddy is free. Internal fragmentation is the price: up to 50 % of a block, about 25 % for
-sizes spread evenly over an octave (reference §3.3).
+sizes spread evenly over an octave (2 ln 2 - 1 of the request for sizes uniform in an octave).
 
 `reserved_bytes` is the whole arena from the start (it is never returned), so usage and thresholds
 are read from `allocated_bytes`; `inactive_split_bytes` counts the free bytes of top blocks that are

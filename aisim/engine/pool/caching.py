@@ -17,7 +17,7 @@
   `garbage_collection_threshold`, and expandable segments (`expandable.py`).
 
 CUDA graph private pools, free-memory callbacks and IPC are not modelled. Reference:
-`shared/reference/gpu-memory-and-streams.md` §1.
+pytorch/pytorch `c10/cuda/CUDACachingAllocator.cpp`.
 """
 
 from __future__ import annotations

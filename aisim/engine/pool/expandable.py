@@ -2,7 +2,7 @@
 
 Source: "Note [Expandable Segments]" and `find_expandable_block`, `map_block`,
 `try_allocate_expandable_block`, `unmap_block`, `release_expandable_segment` in
-`c10/cuda/CUDACachingAllocator.cpp`; reference §1.9. Each segment reserves virtual address space for
+`c10/cuda/CUDACachingAllocator.cpp`. Each segment reserves virtual address space for
 1 1/8 x the device's total memory and maps physical pages (2 MiB in the small pool, 20 MiB in the
 large pool) at the lowest address where the request fits, so free space stays contiguous and merges.
 On out-of-memory, `release_cached_blocks` unmaps every fully free page. Mapping a range counts as

@@ -1,7 +1,7 @@
 """PyTorch's out-of-memory error: `format_size` and the current (2.2 and later) message text.
 
 Source: `c10/cuda/CUDACachingAllocator.cpp`, `DeviceCachingAllocator::malloc` and
-`reportProcessMemoryInfo`; `shared/reference/gpu-memory-and-streams.md` §1.10. The text is built
+`reportProcessMemoryInfo` (pytorch/pytorch `c10/cuda/CUDACachingAllocator.cpp`). The text is built
 piece by piece exactly as the C++ concatenates it, double spaces included, so that a client that
 parses real messages parses ours.
 """

@@ -1,9 +1,10 @@
 """Replay a recorded PyTorch allocator trace through a modelled allocator and say where they differ.
 
-The recorded device trace (reference §1.12) is fed, event by event, to a fresh allocator model:
+The recorded device trace (pytorch/pytorch `torch/cuda/memory.py`, `_snapshot`) is fed, event by event, to a fresh
+allocator model:
 
 - `alloc` -> `malloc(size, stream)`; the model's block is kept under the recorded address.
-- `free_requested` directly followed by its `free_completed` (a same-stream free, §1.7) -> `free`.
+- `free_requested` directly followed by its `free_completed` (a same-stream free) -> `free`.
   A `free_requested` whose `free_completed` comes later (`record_stream`) leaves the block unusable
   by the model until that `free_completed` too. The old single `free` action is a plain free.
 - `segment_alloc` / `segment_free` (and `segment_map` / `segment_unmap`) are the recorded
@@ -14,12 +15,12 @@ The recorded device trace (reference §1.12) is fed, event by event, to a fresh 
 - `oom` -> the model is asked for the same (rounded) size: either it runs out too, or it serves it
   and the block is freed at once (the recorded program got the exception, not the tensor).
 
-A snapshot that starts mid-life is handled as `MemoryViz.js` does (§1.13): a free whose address had
-no earlier `alloc`, and an `active_allocated` block of `segments` that the trace never touches, are
-allocations made before the ring buffer started; they are allocated in the model, in address order,
-before the first event. The model starts with an empty cache, where the recorded allocator may have
-held cached segments: the recorded reserved memory at trace start is derived from `segments` minus
-the trace's segment events, and the difference shows from the first event on.
+A snapshot that starts mid-life is handled as `MemoryViz.js` does (pytorch/pytorch `torch/utils/viz/MemoryViz.js`): a
+free whose address had no earlier `alloc`, and an `active_allocated` block of `segments` that the trace never touches,
+are allocations made before the ring buffer started; they are allocated in the model, in address order, before the first
+event. The model starts with an empty cache, where the recorded allocator may have held cached segments: the recorded
+reserved memory at trace start is derived from `segments` minus the trace's segment events, and the difference shows
+from the first event on.
 
 A model out-of-memory is recorded (event, time, size, PyTorch's message) and that allocation is
 skipped, with its later frees. Capacity: the given one; else, when the trace has an `oom`, what the

@@ -1,4 +1,5 @@
-"""PyTorch's size rules: request rounding, pool choice and segment size (reference §1.1-§1.3).
+"""PyTorch's size rules: request rounding, pool choice and segment size (pytorch/pytorch
+`c10/cuda/CUDACachingAllocator.cpp`: `round_size`, `get_pool`, `get_allocation_size`).
 
 Pure functions of a size, so tests can check them against the worked examples and the caching
 allocator can inline the common case.

@@ -1,6 +1,6 @@
 """PyTorch memory snapshots (`torch.cuda.memory._dump_snapshot()` pickles): read safely, or write one.
 
-A snapshot is the dict `torch.cuda.memory._snapshot()` returns (reference §1.12): `segments` (the
+A snapshot is the dict `torch.cuda.memory._snapshot()` returns (pytorch/pytorch `torch/cuda/memory.py`): `segments` (the
 allocator's state when the snapshot was taken), `device_traces` (per device index, the ring buffer of
 allocator events: `alloc`, `free_requested`, `free_completed`, `segment_alloc`, `segment_free`,
 `oom`, ...) and `allocator_settings`. It holds only dicts, lists, tuples, strings and numbers, so

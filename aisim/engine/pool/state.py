@@ -1,8 +1,8 @@
 """What the TUI, the telemetry samplers and the report read about a pool: plain, JSON-ready records.
 
-A `PoolState` is a snapshot taken on demand (its cost is linear in the number of blocks), in the
-spirit of `torch.cuda.memory_snapshot()` plus the fragmentation metrics of
-`shared/reference/gpu-memory-and-streams.md` §3.1:
+A `PoolState` is a snapshot taken on demand (its cost is linear in the number of blocks), in the spirit of
+`torch.cuda.memory_snapshot()` plus the fragmentation metrics of the caching allocator's statistics (pytorch/pytorch
+`torch/cuda/memory.py`, `memory_stats`) and the textbook external fragmentation:
 
 - `fragmentation` = (reserved - allocated) / reserved, PyTorch's "reserved but unallocated" share;
 - `external_fragmentation` = 1 - largest free block / total free, over the memory the pool holds

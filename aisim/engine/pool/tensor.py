@@ -4,7 +4,7 @@ PyTorch frees a tensor's block when its last Python reference goes, but the bloc
 after the work queued on it is done. On the tensor's own stream that is automatic (later work on
 the stream runs after), so the block returns to the pool at once. A tensor that another stream
 reads must be recorded on that stream (`Tensor.record_stream`); its free then waits for an event
-on each such stream (`Allocator.stream_done` / `process_events`), reference §1.7. The states make
+on each such stream (`Allocator.stream_done` / `process_events`), as `CUDACachingAllocator.cpp` does. The states make
 the order explicit and refuse what cannot happen, such as reading a tensor no kernel has written
 or freeing one twice. `tag` says what the memory holds (weights, KV cache, activations, CUDA graph
 pool, workspace), for the memory map and the report.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.text import Text
 
-from ...engine.lifecycle import EDGES, State
+from ...engine import EDGES, State
 from ..board import NS, Frame, Machine
 from .base import FrameView
 
