@@ -1,4 +1,4 @@
-"""Who may call what: every route of every personality, against the table in README.md ("Who may call what"),
+"""Who may call what: every route of every personality, against the table in docs/hostile-clients.md ("Who may call what"),
 with no key, a wrong key and the right key, on a server with API keys and one without; stored Responses
 belong to their key; a browser's form or `text/plain` POST from a foreign page changes nothing."""
 
@@ -43,7 +43,7 @@ class Route:
 
 
 def documented() -> list[Route]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "hostile-clients.md").read_text(encoding="utf-8")
     table = text.split("<!-- routes -->", 1)[1].split("<!-- /routes -->", 1)[0]
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.strip().splitlines()[2:]]
     return [Route(*row) for row in rows]
