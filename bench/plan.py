@@ -9,7 +9,7 @@ microseconds per simulated request (wall and CPU) on azure-conv.
     python bench/plan.py [--jobs N] [--skip-plan] [--out DIR] [--docs]
 
 `--docs` also rewrites what docs/plan.md shows of this run: `docs/plan-llama3-8b-pareto.svg` and the
-console block under `$ aisim plan scenarios/plan-llama3-8b.yaml --out plan-out` (the terminal table's
+console block under `$ aisim plan scenarios/plan-llama3-8b.yaml` (the terminal table's
 first rows, the answer and the winner's `vllm serve` line, as `aisim plan` prints them). Rerun it
 whenever the engine or the cost model changes the figures.
 """
@@ -31,7 +31,7 @@ EXAMPLE = ROOT / "scenarios" / "plan-llama3-8b.yaml"
 AZURE = ROOT / "scenarios" / "azure-conv.yaml"
 README = ROOT / "docs" / "plan.md"
 PARETO = ROOT / "docs" / "plan-llama3-8b-pareto.svg"
-COMMAND = "$ aisim plan scenarios/plan-llama3-8b.yaml --out plan-out"
+COMMAND = "$ aisim plan scenarios/plan-llama3-8b.yaml"
 README_ROWS = 8
 """Ranked rows the README shows (the terminal shows 15)."""
 
