@@ -33,6 +33,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -124,7 +125,7 @@ def _same(shown: str, actual: str) -> bool:
     return shown == actual
 
 
-def _place(shown: list[str], actual: list[str], same=_same) -> list[int] | None:  # type: ignore[no-untyped-def]
+def _place(shown: list[str], actual: list[str], same: Callable[[str, str], bool] = _same) -> list[int] | None:
     """For each shown line (`...` excluded) the index of the actual line it stands for, or None."""
     segments: list[list[str]] = [[]]
     for line in shown:
@@ -151,9 +152,7 @@ def _place(shown: list[str], actual: list[str], same=_same) -> list[int] | None:
                 break
         else:
             return None
-    if not open_end and segments[-1] == [] and not placed and actual:
-        return None
-    if len(segments) == 1 and not segments[0]:
+    if len(segments) == 1 and not segments[0]:  # an empty block: the command prints nothing
         return [] if not actual else None
     return placed
 

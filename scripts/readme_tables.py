@@ -35,8 +35,8 @@ def _number(value: float, digits: int = 0) -> str:
 
 def gpu_table() -> str:
     """One row per GPU profile: the datasheet figures a scenario's `profile:` stands for."""
-    rows = ["| profile | vendor | memory | reported capacity | bandwidth | BF16 dense | FP8 dense | FP4 dense "
-            "| NVLink / fabric | PCIe | TDP | SMs | compute capability |",
+    rows = [("| profile | vendor | memory | reported capacity | bandwidth | BF16 dense | FP8 dense | FP4 dense "
+             "| NVLink / fabric | PCIe | TDP | SMs | compute capability |"),
             "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |"]
     for name, gpu in GPU_PROFILES.items():
         tflops: Callable[[int | None], str] = lambda flops: "-" if flops is None else f"{_number(flops / 1e12, 0)} TFLOPS"
