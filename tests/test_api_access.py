@@ -85,7 +85,7 @@ def test_every_route_served_is_in_the_documented_table() -> None:
         for pattern in patterns:
             served = {personality, "openai"} if personality == "vllm" else {personality}  # vLLM is OpenAI plus
             examples = [Route(p, "", path, "").url([""] * 4).split("?")[0] for p, path in documented_paths if p in served]
-            assert any(re.fullmatch(pattern.rstrip("$"), e) for e in examples), f"{personality} {pattern} not in README"
+            assert any(re.fullmatch(pattern.rstrip("$"), e) for e in examples), f"{personality} {pattern} not in docs/hostile-clients.md"
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=[f"{r.method} {r.personality} {r.path}" for r in ROUTES])
