@@ -43,6 +43,8 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 MARKER = re.compile(r"<!-- (output|quickstart)(?::\s*([\w-]+))? -->")
 ELLIPSIS = "..."
 TIMEOUT = 600
+SLOW_TIMEOUT = 7200
+"""The full example plan: about 2 minutes on 8 free cores, over 10 on 2 shared ones."""
 
 NORMALISE = [
     (re.compile(r"in [\d.,]+ wall s \([\d,.]+x real time\)"), "in # wall s (#x real time)"),
@@ -187,9 +189,12 @@ PRELUDE = f'aisim() {{ "{sys.executable}" -m aisim "$@"; }}\npython() {{ "{sys.e
 """`aisim` and `python` in a command are this checkout's and this interpreter's."""
 
 
-def run(command: str) -> list[str]:
-    done = subprocess.run(["bash", "-c", PRELUDE + command], cwd=ROOT, env=_environment(), capture_output=True,
-                          text=True, timeout=TIMEOUT, check=False)
+def run(command: str, timeout: int = TIMEOUT) -> list[str]:
+    try:
+        done = subprocess.run(["bash", "-c", PRELUDE + command], cwd=ROOT, env=_environment(), capture_output=True,
+                              text=True, timeout=timeout, check=False)
+    except subprocess.TimeoutExpired:
+        return [f"(no output: the command ran past {timeout} s)"]
     text = done.stdout + done.stderr
     return text.rstrip("\n").split("\n") if text.strip() else []
 
@@ -259,7 +264,7 @@ def run_served(steps: list[Step]) -> list[list[str]]:
 def outputs(block: Block) -> list[list[str]]:
     if block.mode == "served":
         return run_served(block.steps)
-    return [run(step.command) for step in block.steps]
+    return [run(step.command, SLOW_TIMEOUT if block.mode == "slow" else TIMEOUT) for step in block.steps]
 
 
 def check(block: Block) -> list[str]:
