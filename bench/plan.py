@@ -9,8 +9,8 @@ microseconds per simulated request (wall and CPU) on azure-conv.
     python bench/plan.py [--jobs N] [--skip-plan] [--out DIR] [--docs]
 
 `--docs` also rewrites what docs/plan.md shows of this run: `docs/plan-llama3-8b-pareto.svg` and the
-console block under `$ aisim plan scenarios/plan-llama3-8b.yaml` (the terminal table's
-first rows, the answer and the winner's `vllm serve` line, as `aisim plan` prints them). Rerun it
+console block under `$ aisim plan scenarios/plan-llama3-8b.yaml` (the terminal table,
+the answer and the winner's `vllm serve` line, as `aisim plan` prints them). Rerun it
 whenever the engine or the cost model changes the figures.
 """
 
@@ -32,8 +32,6 @@ AZURE = ROOT / "scenarios" / "azure-conv.yaml"
 PAGE = ROOT / "docs" / "plan.md"
 PARETO = ROOT / "docs" / "plan-llama3-8b-pareto.svg"
 COMMAND = "$ aisim plan scenarios/plan-llama3-8b.yaml"
-PAGE_ROWS = 8
-"""Ranked rows docs/plan.md shows (the terminal shows 15)."""
 
 
 def write_docs(result: dict[str, object]) -> None:
@@ -45,7 +43,7 @@ def write_docs(result: dict[str, object]) -> None:
     text = PAGE.read_text(encoding="utf-8")
     start = text.index(COMMAND + "\n") + len(COMMAND) + 1
     end = text.index("```\n", start)
-    PAGE.write_text(text[:start] + table(result, PAGE_ROWS) + text[end:], encoding="utf-8")
+    PAGE.write_text(text[:start] + table(result) + text[end:], encoding="utf-8")
     print(f"docs      wrote {PARETO.relative_to(ROOT)} and docs/plan.md's console block")
 
 
