@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import shutil
 import sys
 import tomllib
 from types import ModuleType
+from typing import Any
 
 import pytest
 
@@ -52,7 +54,9 @@ BLOCKS, _ = outputs.checked_blocks(slow=False)
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.where for b in BLOCKS])
-def test_each_console_output_is_what_the_command_prints(block: object) -> None:
+def test_each_console_output_is_what_the_command_prints(block: Any) -> None:
+    if any(step.command.startswith("curl ") for step in block.steps) and shutil.which("curl") is None:
+        pytest.skip("no curl on this machine")
     problems = outputs.check(block)
     assert not problems, "\n".join(problems) + "\n(python scripts/readme_outputs.py --update rewrites it; read the diff)"
 
