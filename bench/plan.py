@@ -8,9 +8,9 @@ microseconds per simulated request (wall and CPU) on azure-conv.
 
     python bench/plan.py [--jobs N] [--skip-plan] [--out DIR] [--docs]
 
-`--docs` also rewrites what the README shows of this run: `docs/plan-llama3-8b-pareto.svg` and the
-console block under `$ aisim plan scenarios/plan-llama3-8b.yaml --out plan-out` (the terminal table's
-first rows, the answer and the winner's `vllm serve` line, as `aisim plan` prints them). Rerun it
+`--docs` also rewrites what docs/plan.md shows of this run: `docs/plan-llama3-8b-pareto.svg` and the
+console block under `$ aisim plan scenarios/plan-llama3-8b.yaml` (the terminal table,
+the answer and the winner's `vllm serve` line, as `aisim plan` prints them). Rerun it
 whenever the engine or the cost model changes the figures.
 """
 
@@ -29,24 +29,22 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "scenarios" / "plan-llama3-8b.yaml"
 AZURE = ROOT / "scenarios" / "azure-conv.yaml"
-README = ROOT / "README.md"
+PAGE = ROOT / "docs" / "plan.md"
 PARETO = ROOT / "docs" / "plan-llama3-8b-pareto.svg"
-COMMAND = "$ aisim plan scenarios/plan-llama3-8b.yaml --out plan-out"
-README_ROWS = 8
-"""Ranked rows the README shows (the terminal shows 15)."""
+COMMAND = "$ aisim plan scenarios/plan-llama3-8b.yaml"
 
 
 def write_docs(result: dict[str, object]) -> None:
-    """The README's Pareto plot and console block from this run's result."""
+    """docs/plan.md's Pareto plot and console block from this run's result."""
     from aisim.plan.charts import pareto_image
     from aisim.plan.output import table
 
     pareto_image(result, PARETO)
-    text = README.read_text(encoding="utf-8")
+    text = PAGE.read_text(encoding="utf-8")
     start = text.index(COMMAND + "\n") + len(COMMAND) + 1
     end = text.index("```\n", start)
-    README.write_text(text[:start] + table(result, README_ROWS) + text[end:], encoding="utf-8")
-    print(f"docs      wrote {PARETO.relative_to(ROOT)} and the README's console block")
+    PAGE.write_text(text[:start] + table(result) + text[end:], encoding="utf-8")
+    print(f"docs      wrote {PARETO.relative_to(ROOT)} and docs/plan.md's console block")
 
 
 def _cpu() -> float:
@@ -77,7 +75,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="processes (default: every core)")
     parser.add_argument("--skip-plan", action="store_true", help="only the headless azure-conv figure")
     parser.add_argument("--out", help="also write the plan's outputs (report, Pareto plot, winner) here")
-    parser.add_argument("--docs", action="store_true", help="also rewrite the README's example output and Pareto plot")
+    parser.add_argument("--docs", action="store_true", help="also rewrite docs/plan.md's example output and Pareto plot")
     args = parser.parse_args()
     from aisim.plan import plan_file
     from aisim.plan.command import write_outputs

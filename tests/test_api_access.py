@@ -1,4 +1,4 @@
-"""Who may call what: every route of every personality, against the table in README.md ("Who may call what"),
+"""Who may call what: every route of every personality, against the table in docs/hostile-clients.md ("Who may call what"),
 with no key, a wrong key and the right key, on a server with API keys and one without; stored Responses
 belong to their key; a browser's form or `text/plain` POST from a foreign page changes nothing."""
 
@@ -43,7 +43,7 @@ class Route:
 
 
 def documented() -> list[Route]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    text = (ROOT / "docs" / "hostile-clients.md").read_text(encoding="utf-8")
     table = text.split("<!-- routes -->", 1)[1].split("<!-- /routes -->", 1)[0]
     rows = [[cell.strip() for cell in line.strip("|").split("|")] for line in table.strip().splitlines()[2:]]
     return [Route(*row) for row in rows]
@@ -85,7 +85,7 @@ def test_every_route_served_is_in_the_documented_table() -> None:
         for pattern in patterns:
             served = {personality, "openai"} if personality == "vllm" else {personality}  # vLLM is OpenAI plus
             examples = [Route(p, "", path, "").url([""] * 4).split("?")[0] for p, path in documented_paths if p in served]
-            assert any(re.fullmatch(pattern.rstrip("$"), e) for e in examples), f"{personality} {pattern} not in README"
+            assert any(re.fullmatch(pattern.rstrip("$"), e) for e in examples), f"{personality} {pattern} not in docs/hostile-clients.md"
 
 
 @pytest.mark.parametrize("route", ROUTES, ids=[f"{r.method} {r.personality} {r.path}" for r in ROUTES])

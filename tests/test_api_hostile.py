@@ -25,7 +25,7 @@ from .conftest import TEST_SCENARIOS
 HOSTILE = TEST_SCENARIOS / "serve" / "hostile.yaml"
 P99_S = 0.050
 RSS_GROWTH_MB = 60
-"""The most a case may add to the server's resident memory (README, "Connections and limits")."""
+"""The most a case may add to the server's resident memory (docs/hostile-clients.md)."""
 LOG_BYTES = 4096
 
 PROBE = r"""

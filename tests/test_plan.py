@@ -191,3 +191,17 @@ def test_the_winner_scenario_is_a_valid_scenario(tmp_path: Path) -> None:
     result = plan_file(_write(tmp_path), jobs=1)
     checked = check_text(yaml_text(result["winner_scenario"], "winner"), "w.yaml", tmp_path)
     assert checked.valid, checked.problems
+
+
+def test_a_slo_met_at_every_rate_stops_at_the_highest_rate_searched(tmp_path: Path) -> None:
+    """Twenty requests meet a loose SLO at any rate: one replica passes up to the highest rate searched, and two
+    replicas, which start from that rate doubled, start at the highest rate instead of searching nothing (an
+    IndexError before)."""
+    from aisim.plan.evaluate import MAX_RATE
+
+    loose = PLAN.replace("ttft: {max: 400ms}", "ttft: {max: 1h}").replace("itl: {max: 60ms}", "itl: {max: 1h}")
+    loose = loose.replace("maxNumSeqs: [64, 256]", "maxNumSeqs: [256]").replace("requests: 60", "requests: 20")
+    result = plan_file(_write(tmp_path, loose), jobs=1, cache_dir=str(tmp_path / "cache"))
+    rows = {row["replicas"]: row for row in result["configurations"]}
+    assert {replicas: row["status"] for replicas, row in rows.items()} == {1: "meets", 2: "meets"}
+    assert rows[2]["max_rate"] <= MAX_RATE and rows[2]["curve"]

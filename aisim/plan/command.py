@@ -11,6 +11,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from ..extras import require
 from ..scenario import Scenario, check_file, render_text
 from . import PlanError, plan_scenario, raw_document
 from .charts import html_report, pareto_image
@@ -33,6 +34,10 @@ def _overridden(document: dict[str, Any], args: argparse.Namespace) -> dict[str,
 
 def plan_command(args: argparse.Namespace) -> int:
     """Run `aisim plan`; the exit status is 0 when a configuration meets the SLO (and the target rate)."""
+    if args.out:  # before any work: the report is drawn after minutes of simulation
+        require("plan", "aisim plan --out")
+    if args.ray:
+        require("ray", "aisim plan --ray")
     checked = check_file(args.scenario)
     sys.stderr.write(render_text(checked.problems))
     if checked.scenario is None:

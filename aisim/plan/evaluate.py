@@ -190,6 +190,7 @@ def search(task: Task) -> dict[str, Any]:
 
     start = task.start or (plan.search.start.per_second if plan.search.start
                            else base_rate(scenario, model, base_dir) * config.replicas)
+    start = min(max(start, MIN_RATE), MAX_RATE)  # a sibling's rate scaled up may pass the highest rate searched
     passed, failed = _bracket(evaluate, start, task.step, plan.search.max_evaluations)
     if curve and "failure" in curve[0]:
         return {**result, "status": "infeasible", "reason": curve[0]["failure"], "simulations": result["simulations"],

@@ -145,7 +145,7 @@ class Server(Spec):
     error event (default 30s, Kubernetes' terminationGracePeriodSeconds)."""
     api_server_count: int = Field(0, ge=0, le=64)
     """API-server processes in front of one engine-core process (vLLM's `--api-server-count`; `aisim serve
-    --api-server-count` overrides it). 0: one process serves everything (see README, "Serving on several cores")."""
+    --api-server-count` overrides it). 0: one process serves everything (docs/split-server.md)."""
     model_repository: str | None = None
     """A Triton model repository folder whose models are served besides `models`."""
     fleet: Fleet = Fleet()
