@@ -1,0 +1,347 @@
+"""A published OpenAPI document as a test oracle: requests generated from its request schemas, mutated into
+schema-invalid ones, sent to a running server; answers judged against its response schemas.
+
+Shared by `tests/test_openai_conformance.py` (bounded, in CI) and `bench/conformance.py` (thousands of
+requests, per-operation figures). The generator is a small seeded one written here rather than
+hypothesis-jsonschema: that library's object strategy relies on a Hypothesis internal (`many.more`) that
+the Hypothesis this project pins no longer has. Every generated request is checked against the schema with
+`jsonschema` before it is sent, so a generator slip is counted, never reported as the server's fault.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from collections import Counter
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+from jsonschema import Draft202012Validator
+
+DATA = Path(__file__).resolve().parent / "data"
+OPENAI_SPEC = DATA / "openai" / "openapi.yaml"
+KSERVE_SPEC = DATA / "kserve" / "open_inference_rest.yaml"
+
+Json = Any
+
+
+@cache
+def load_spec(path: Path) -> dict[str, Json]:
+    """The document as JSON values (YAML timestamps, such as examples' dates, become strings)."""
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    with path.open(encoding="utf-8") as stream:
+        document = yaml.load(stream, Loader=loader)  # noqa: S506 (a safe loader)
+    return json.loads(json.dumps(document, default=str))  # type: ignore[no-any-return]
+
+
+class Spec:
+    """One OpenAPI document: its components, validators for them and a generator of instances."""
+
+    def __init__(self, path: Path) -> None:
+        self.document = load_spec(path)
+        self.components = self.document.get("components", {})
+
+    def ref(self, name: str) -> dict[str, Json]:
+        return {"$ref": f"#/components/schemas/{name}"}
+
+    def validator(self, schema: dict[str, Json]) -> Draft202012Validator:
+        """A validator of `schema` whose `$ref`s resolve into this document."""
+        return _validator(json.dumps(schema), id(self), self)
+
+    def resolve(self, node: dict[str, Json]) -> dict[str, Json]:
+        """`node` with its `$ref` followed (sibling keywords kept, as OpenAPI 3.1 allows)."""
+        while "$ref" in node:
+            target = self.document
+            for part in node["$ref"].removeprefix("#/").split("/"):
+                target = target[part]
+            rest = {k: v for k, v in node.items() if k != "$ref"}
+            node = {**target, **rest}
+        return node
+
+
+@cache
+def _validator(schema: str, _key: int, spec: Spec) -> Draft202012Validator:
+    return Draft202012Validator({**json.loads(schema), "components": spec.components})
+
+
+class Generator:
+    """Seeded instances of JSON Schemas: required properties always, optional ones at `optional` odds, depth-bounded."""
+
+    def __init__(self, spec: Spec, rng: random.Random, optional: float = 0.35, depth: int = 7) -> None:
+        self.spec = spec
+        self.rng = rng
+        self.optional = optional
+        self.depth = depth
+
+    def value(self, schema: Json, depth: int = 0) -> Json:
+        if schema is True or schema == {}:
+            return self._scalar()
+        node = self.spec.resolve(schema)
+        if "const" in node:
+            return copy.deepcopy(node["const"])
+        if "enum" in node:
+            return copy.deepcopy(self.rng.choice(node["enum"]))
+        for key in ("anyOf", "oneOf"):
+            if key in node:
+                branches = node[key]
+                if depth >= self.depth:  # prefer a scalar branch deep down
+                    scalar = [b for b in branches if self.spec.resolve(b).get("type") not in ("object", "array")]
+                    branches = scalar or branches
+                rest = {k: v for k, v in node.items() if k != key}
+                return self.value({**rest, **self.spec.resolve(self.rng.choice(branches))}, depth)
+        if "allOf" in node:
+            return self.value(self._merge(node), depth)
+        kind = node.get("type")
+        if isinstance(kind, list):
+            kind = self.rng.choice(kind)
+        if kind is None:
+            kind = "object" if "properties" in node else "array" if "items" in node else None
+        if kind is None:
+            return self._scalar()
+        return getattr(self, f"_{kind}")(node, depth)
+
+    def _merge(self, node: dict[str, Json]) -> dict[str, Json]:
+        merged: dict[str, Json] = {k: v for k, v in node.items() if k != "allOf"}
+        for part in node["allOf"]:
+            part = self.spec.resolve(part)
+            if "allOf" in part:
+                part = self._merge(part)
+            for key, value in part.items():
+                if key == "properties":
+                    merged["properties"] = {**merged.get("properties", {}), **value}
+                elif key == "required":
+                    merged["required"] = [*merged.get("required", []), *value]
+                else:
+                    merged.setdefault(key, value)
+        return merged
+
+    def _scalar(self) -> Json:
+        return self.rng.choice([self.rng.randint(-3, 100), "x", True, None, 0.5])
+
+    def _null(self, node: dict[str, Json], depth: int) -> None:
+        return None
+
+    def _boolean(self, node: dict[str, Json], depth: int) -> bool:
+        return self.rng.random() < 0.5
+
+    def _integer(self, node: dict[str, Json], depth: int) -> int:
+        low, high = _bounds(node, -5, 64)
+        low, high = int(-(-low // 1)), int(high // 1)
+        return self.rng.randint(low, max(low, min(high, low + 64)))
+
+    def _number(self, node: dict[str, Json], depth: int) -> float:
+        low, high = _bounds(node, -5.0, 5.0)
+        return round(self.rng.uniform(low, min(high, low + 10)), 3)
+
+    def _string(self, node: dict[str, Json], depth: int) -> str:
+        low = node.get("minLength", 0)
+        high = min(node.get("maxLength", low + 12), low + 12)
+        alphabet = "abcdefghijklmnopqrstuvwxyz ABCXYZ0123456789_-"
+        return "".join(self.rng.choice(alphabet) for _ in range(self.rng.randint(low, max(low, high))))
+
+    def _array(self, node: dict[str, Json], depth: int) -> list[Json]:
+        low = node.get("minItems", 0)
+        high = low if depth >= self.depth else min(node.get("maxItems", low + 3), low + 3)
+        items = node.get("items", {})
+        return [self.value(items, depth + 1) for _ in range(self.rng.randint(low, max(low, high)))]
+
+    def _object(self, node: dict[str, Json], depth: int) -> dict[str, Json]:
+        properties = node.get("properties", {})
+        required = set(node.get("required", []))
+        out: dict[str, Json] = {}
+        for name, schema in properties.items():
+            if name in required or (depth < self.depth and self.rng.random() < self.optional):
+                out[name] = self.value(schema, depth + 1)
+        return out
+
+
+def _bounds(node: dict[str, Json], low: float, high: float) -> tuple[float, float]:
+    step = 1e-3 if isinstance(low, float) else 1
+    if "minimum" in node:
+        low = node["minimum"]
+    if isinstance(node.get("exclusiveMinimum"), (int, float)) and not isinstance(node["exclusiveMinimum"], bool):
+        low = node["exclusiveMinimum"] + step
+    if "maximum" in node:
+        high = node["maximum"]
+    if isinstance(node.get("exclusiveMaximum"), (int, float)) and not isinstance(node["exclusiveMaximum"], bool):
+        high = node["exclusiveMaximum"] - step
+    return low, max(low, high)
+
+
+WRONG = [12345, "AAA", True, 0.5, None, [1, "x"], {"x": 1}, -1, 10**9, [], {}]
+"""The values a mutation puts in place of a field's: each is of the wrong type or out of range for most fields."""
+
+
+def mutate(request: dict[str, Json], rng: random.Random) -> tuple[dict[str, Json], str]:
+    """`request` with one field (a top-level one, or one level down in a list of objects) given a wrong value or
+    removed; and the path of that field, as OpenAI names it (`tools.[0].type`)."""
+    out = copy.deepcopy(request)
+    paths: list[tuple[Any, Any, str]] = [(out, key, key) for key in out]
+    for key, value in out.items():
+        if isinstance(value, list):
+            for index, item in enumerate(value[:2]):
+                if isinstance(item, dict):
+                    paths += [(item, sub, f"{key}.[{index}].{sub}") for sub in item]
+        elif isinstance(value, dict):
+            paths += [(value, sub, f"{key}.{sub}") for sub in value]
+    container, key, name = rng.choice(paths)
+    if rng.random() < 0.15:
+        del container[key]
+    else:
+        container[key] = copy.deepcopy(rng.choice(WRONG))
+    return out, name
+
+
+@dataclass
+class Operation:
+    """One operation under test: how to send it, and the schemas it is judged by."""
+
+    name: str
+    method: str
+    path: str
+    request: str | None
+    response: str | None
+    stream_event: str | None = None
+    fix: Callable[[dict[str, Json], random.Random], None] | None = None
+    """Makes a generated body address this server (its model names): applied before the schema check."""
+
+
+@dataclass
+class Tally:
+    """What one operation's requests came to."""
+
+    sent: int = 0
+    valid_sent: int = 0
+    invalid_sent: int = 0
+    generator_misses: int = 0
+    status: Counter[int] = field(default_factory=Counter)
+    server_errors: list[str] = field(default_factory=list)
+    bad_200: list[str] = field(default_factory=list)
+    """200 answers whose body (or a stream event) the response schema rejects."""
+    bad_error_shape: list[str] = field(default_factory=list)
+    accepted_invalid: list[str] = field(default_factory=list)
+    """Schema-invalid requests answered 200: the mutated field's path and the body."""
+    refused_valid: list[str] = field(default_factory=list)
+    """Schema-valid requests answered 4xx: the error's param and message."""
+
+    def line(self, name: str) -> str:
+        return (f"{name}: {self.sent} requests ({self.valid_sent} valid, {self.invalid_sent} invalid, "
+                f"{self.generator_misses} generator misses), statuses {dict(sorted(self.status.items()))}, "
+                f"5xx {len(self.server_errors)}, schema-invalid 200 bodies {len(self.bad_200)}, "
+                f"invalid accepted {len(self.accepted_invalid)}, valid refused {len(self.refused_valid)}, "
+                f"error bodies not in OpenAI's shape {len(self.bad_error_shape)}")
+
+
+def error_shape(body: Json) -> bool:
+    """OpenAI's (and vLLM's) error body: `{"error": {"message": str, "type": str, "param", "code"}}`."""
+    error = body.get("error") if isinstance(body, dict) else None
+    return (isinstance(error, dict) and isinstance(error.get("message"), str) and isinstance(error.get("type"), str)
+            and "param" in error and "code" in error)
+
+
+def events(text: str) -> Iterator[Json]:
+    """The JSON payloads of a server-sent event stream (`[DONE]` left out)."""
+    for block in text.split("\n\n"):
+        data = "".join(line[5:].strip() for line in block.splitlines() if line.startswith("data:"))
+        if data and data != "[DONE]":
+            yield json.loads(data)
+
+
+def check_answer(spec: Spec, operation: Operation, response: httpx.Response, tally: Tally, sent: str) -> None:
+    """Judge one answer: no 5xx, a 200 valid against the response schema, an error in OpenAI's shape."""
+    tally.status[response.status_code] += 1
+    if response.status_code >= 500:
+        tally.server_errors.append(f"{response.status_code} {response.text[:200]} <- {sent}")
+        return
+    if response.status_code != 200:
+        try:
+            body = response.json()
+        except ValueError:
+            body = None
+        if not error_shape(body):
+            tally.bad_error_shape.append(f"{response.status_code} {response.text[:200]} <- {sent}")
+        return
+    if response.headers.get("content-type", "").startswith("text/event-stream"):
+        schema, payloads = operation.stream_event, list(events(response.text))
+    else:
+        schema, payloads = operation.response, [response.json()]
+    if schema is None:
+        return
+    validator = spec.validator(spec.ref(schema))
+    for payload in payloads:
+        problem = next(iter(validator.iter_errors(payload)), None)
+        if problem is not None:
+            where = "/".join(str(p) for p in problem.absolute_path)
+            tally.bad_200.append(f"{where}: {problem.message[:200]} <- {sent[:300]}")
+            return
+
+
+def run_operation(client: httpx.Client, spec: Spec, operation: Operation, count: int, seed: int,
+                  invalid_share: float = 0.4) -> Tally:
+    """`count` requests of one operation: about `invalid_share` of them mutated into schema-invalid ones."""
+    rng = random.Random(seed)
+    generator = Generator(spec, rng)
+    tally = Tally()
+    request_validator = spec.validator(spec.ref(operation.request)) if operation.request else None
+    for _ in range(count):
+        if operation.request is None or request_validator is None:
+            response = client.request(operation.method, operation.path)
+            tally.sent += 1
+            tally.valid_sent += 1
+            check_answer(spec, operation, response, tally, operation.path)
+            continue
+        body = generator.value(spec.ref(operation.request))
+        if operation.fix:
+            operation.fix(body, rng)
+        if not request_validator.is_valid(body):
+            tally.generator_misses += 1
+            continue
+        mutated = rng.random() < invalid_share
+        where = ""
+        if mutated:
+            body, where = mutate(body, rng)
+            if request_validator.is_valid(body):  # the mutation happened to keep it valid
+                mutated = False
+        text = json.dumps(body)
+        response = client.request(operation.method, operation.path, content=text,
+                                  headers={"content-type": "application/json"})
+        tally.sent += 1
+        if mutated:
+            tally.invalid_sent += 1
+        else:
+            tally.valid_sent += 1
+        check_answer(spec, operation, response, tally, text)
+        if mutated and response.status_code == 200:
+            tally.accepted_invalid.append(f"{where} <- {text[:300]}")
+        elif not mutated and 400 <= response.status_code < 500:
+            error = response.json().get("error", {}) if error_shape(response.json()) else {}
+            tally.refused_valid.append(f"{error.get('param')}: {str(error.get('message'))[:160]} <- {text[:300]}")
+    return tally
+
+
+def _model(name: str) -> Callable[[dict[str, Json], random.Random], None]:
+    def fix(body: dict[str, Json], rng: random.Random) -> None:
+        body["model"] = name
+    return fix
+
+
+OPENAI_OPERATIONS = [
+    Operation("POST /v1/chat/completions", "POST", "/v1/chat/completions", "CreateChatCompletionRequest",
+              "CreateChatCompletionResponse", "CreateChatCompletionStreamResponse", _model("quick")),
+    Operation("POST /v1/completions", "POST", "/v1/completions", "CreateCompletionRequest",
+              "CreateCompletionResponse", "CreateCompletionResponse", _model("quick")),
+    Operation("POST /v1/embeddings", "POST", "/v1/embeddings", "CreateEmbeddingRequest",
+              "CreateEmbeddingResponse", None, _model("embedder")),
+    Operation("POST /v1/responses", "POST", "/v1/responses", "CreateResponse", "Response", "ResponseStreamEvent",
+              _model("quick")),
+    Operation("GET /v1/models", "GET", "/v1/models", None, "ListModelsResponse"),
+    Operation("GET /v1/models/{model}", "GET", "/v1/models/quick", None, "Model"),
+]
+"""The operations of OpenAI's document that the OpenAI personality serves, each aimed at a model that answers
+it (a generated model name is almost never served: its 404 would teach nothing)."""
