@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import re
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -36,7 +37,7 @@ def load_spec(path: Path) -> dict[str, Json]:
     """The document as JSON values (YAML timestamps, such as examples' dates, become strings)."""
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     with path.open(encoding="utf-8") as stream:
-        document = yaml.load(stream, Loader=loader)  # noqa: S506 (a safe loader)
+        document = yaml.load(stream, Loader=loader)
     return json.loads(json.dumps(document, default=str))  # type: ignore[no-any-return]
 
 
@@ -198,6 +199,18 @@ def mutate(request: dict[str, Json], rng: random.Random) -> tuple[dict[str, Json
     return out, name
 
 
+def _at(body: dict[str, Json], path: str) -> str:
+    """The JSON of the value at a `mutate` path (`absent` when the mutation removed it)."""
+    node: Json = body
+    for part in path.split("."):
+        index = re.fullmatch(r"\[(\d+)\]", part)
+        try:
+            node = node[int(index.group(1))] if index else node[part]
+        except (KeyError, IndexError, TypeError):
+            return "absent"
+    return json.dumps(node)
+
+
 @dataclass
 class Operation:
     """One operation under test: how to send it, and the schemas it is judged by."""
@@ -212,6 +225,14 @@ class Operation:
     """Makes a generated body address this server (its model names): applied before the schema check."""
 
 
+Finding = tuple[str, str, str]
+"""(key, detail, request): the key is a path with list indices as `*` (`tools.[*].type`, `choices/*/logprobs`)."""
+
+
+def _key(path: str) -> str:
+    return re.sub(r"\[\d+\]", "[*]", re.sub(r"(^|/)\d+(?=/|$)", r"\1*", path))
+
+
 @dataclass
 class Tally:
     """What one operation's requests came to."""
@@ -221,14 +242,14 @@ class Tally:
     invalid_sent: int = 0
     generator_misses: int = 0
     status: Counter[int] = field(default_factory=Counter)
-    server_errors: list[str] = field(default_factory=list)
-    bad_200: list[str] = field(default_factory=list)
-    """200 answers whose body (or a stream event) the response schema rejects."""
-    bad_error_shape: list[str] = field(default_factory=list)
-    accepted_invalid: list[str] = field(default_factory=list)
-    """Schema-invalid requests answered 200: the mutated field's path and the body."""
-    refused_valid: list[str] = field(default_factory=list)
-    """Schema-valid requests answered 4xx: the error's param and message."""
+    server_errors: list[Finding] = field(default_factory=list)
+    bad_200: list[Finding] = field(default_factory=list)
+    """200 answers whose body (or a stream event) the response schema rejects: (where in the body, why, request)."""
+    bad_error_shape: list[Finding] = field(default_factory=list)
+    accepted_invalid: list[Finding] = field(default_factory=list)
+    """Schema-invalid requests answered 200: (the mutated field's path, its new value as JSON, request)."""
+    refused_valid: list[Finding] = field(default_factory=list)
+    """Schema-valid requests answered 4xx: (the error's param, its message, request)."""
 
     def line(self, name: str) -> str:
         return (f"{name}: {self.sent} requests ({self.valid_sent} valid, {self.invalid_sent} invalid, "
@@ -257,7 +278,7 @@ def check_answer(spec: Spec, operation: Operation, response: httpx.Response, tal
     """Judge one answer: no 5xx, a 200 valid against the response schema, an error in OpenAI's shape."""
     tally.status[response.status_code] += 1
     if response.status_code >= 500:
-        tally.server_errors.append(f"{response.status_code} {response.text[:200]} <- {sent}")
+        tally.server_errors.append((str(response.status_code), response.text[:200], sent))
         return
     if response.status_code != 200:
         try:
@@ -265,7 +286,7 @@ def check_answer(spec: Spec, operation: Operation, response: httpx.Response, tal
         except ValueError:
             body = None
         if not error_shape(body):
-            tally.bad_error_shape.append(f"{response.status_code} {response.text[:200]} <- {sent}")
+            tally.bad_error_shape.append((str(response.status_code), response.text[:200], sent))
         return
     if response.headers.get("content-type", "").startswith("text/event-stream"):
         schema, payloads = operation.stream_event, list(events(response.text))
@@ -278,7 +299,7 @@ def check_answer(spec: Spec, operation: Operation, response: httpx.Response, tal
         problem = next(iter(validator.iter_errors(payload)), None)
         if problem is not None:
             where = "/".join(str(p) for p in problem.absolute_path)
-            tally.bad_200.append(f"{where}: {problem.message[:200]} <- {sent[:300]}")
+            tally.bad_200.append((_key(where), problem.message[:200], sent))
             return
 
 
@@ -306,6 +327,7 @@ def run_operation(client: httpx.Client, spec: Spec, operation: Operation, count:
         where = ""
         if mutated:
             body, where = mutate(body, rng)
+            value = _at(body, where)
             if request_validator.is_valid(body):  # the mutation happened to keep it valid
                 mutated = False
         text = json.dumps(body)
@@ -318,10 +340,10 @@ def run_operation(client: httpx.Client, spec: Spec, operation: Operation, count:
             tally.valid_sent += 1
         check_answer(spec, operation, response, tally, text)
         if mutated and response.status_code == 200:
-            tally.accepted_invalid.append(f"{where} <- {text[:300]}")
+            tally.accepted_invalid.append((_key(where), value, text))
         elif not mutated and 400 <= response.status_code < 500:
             error = response.json().get("error", {}) if error_shape(response.json()) else {}
-            tally.refused_valid.append(f"{error.get('param')}: {str(error.get('message'))[:160]} <- {text[:300]}")
+            tally.refused_valid.append((_key(str(error.get("param"))), str(error.get("message")), text))
     return tally
 
 
@@ -345,3 +367,40 @@ OPENAI_OPERATIONS = [
 ]
 """The operations of OpenAI's document that the OpenAI personality serves, each aimed at a model that answers
 it (a generated model name is almost never served: its 404 would teach nothing)."""
+
+
+def declared_fields(operation: str) -> frozenset[str]:
+    """The top-level fields aisim's request model of an operation declares (what vLLM's declares, by design)."""
+    from aisim.api.openai import protocol
+
+    models = {"POST /v1/chat/completions": protocol.ChatRequest, "POST /v1/completions": protocol.CompletionRequest,
+              "POST /v1/embeddings": protocol.EmbeddingRequest, "POST /v1/responses": protocol.ResponseRequest}
+    model = models.get(operation)
+    return frozenset(model.model_fields) if model else frozenset()
+
+
+def unexplained(operation: str, tally: Tally, exceptions: dict[tuple[str, str, str], str]) -> list[str]:
+    """The findings of one operation that no documented exception (nor one of its two rules) covers."""
+    declared = declared_fields(operation)
+    left: list[str] = []
+    for kind, findings in (("response", tally.bad_200), ("accepted", tally.accepted_invalid),
+                           ("refused", tally.refused_valid)):
+        for key, detail, request in findings:
+            if (operation, kind, key) in exceptions:
+                continue
+            top = key.split(".")[0]
+            if kind == "accepted" and top not in declared:
+                continue  # rule 1: a field vLLM does not declare is ignored, whatever its value
+            if kind == "accepted" and detail == "null" and "." not in key:
+                continue  # rule 2: null for a field vLLM declares Optional means its default
+            left.append(f"{kind} {key}: {detail[:160]} <- {request[:400]}")
+    left += [f"5xx {status}: {body} <- {request[:400]}" for status, body, request in tally.server_errors]
+    left += [f"error shape {status}: {body} <- {request[:400]}" for status, body, request in tally.bad_error_shape]
+    return left
+
+
+OPENAI_EXCEPTIONS: dict[tuple[str, str, str], str] = {}
+"""(operation, kind, key) -> why aisim, following vLLM (or OpenAI's own service), departs from the document there.
+Each is listed in docs/openai-conformance.md (a test checks it). `kind`: `response` (a 200 body the response
+schema rejects at `key`), `accepted` (a schema-invalid `key` answered 200), `refused` (a schema-valid request
+refused with error param `key`)."""

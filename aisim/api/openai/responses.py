@@ -175,7 +175,7 @@ class ResponsesHandler(GenerationHandler):
                 emit("response.output_item.added", output_index=0, item=started)
                 if not result.tool_calls:
                     emit("response.content_part.added", item_id=item_id, output_index=0, content_index=0,
-                         part={"type": "output_text", "text": "", "annotations": []})
+                         part={"type": "output_text", "text": "", "annotations": [], "logprobs": []})
             if result.tool_calls:
                 pieces = result.tool_calls[0].pieces
                 delta = pieces[position[0]] if position[0] < len(pieces) else ""
@@ -240,5 +240,6 @@ class ResponsesHandler(GenerationHandler):
                 "previous_response_id": body.previous_response_id,
                 "reasoning": {"effort": None, "summary": None}, "store": body.store, "temperature": body.temperature or 1.0,
                 "text": body.text or {"format": {"type": "text"}}, "tool_choice": body.tool_choice, "tools": body.tools,
-                "top_p": body.top_p or 1.0, "truncation": "disabled", "usage": usage, "user": body.user,
-                "metadata": body.metadata}
+                "top_p": body.top_p or 1.0, "truncation": body.truncation or "disabled", "metadata": body.metadata,
+                # usage and user are optional, not nullable, in OpenAI's `Response`: absent until known, absent unset
+                **({"usage": usage} if usage is not None else {}), **({"user": body.user} if body.user is not None else {})}
