@@ -271,7 +271,7 @@ class ResponseRequest(_Body):
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, ge=0, le=1)
     seed: int | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    metadata: dict[str, str] = Field(default_factory=dict)
     store: bool = True
     user: str | None = None
     previous_response_id: str | None = None
