@@ -19,7 +19,14 @@ import pytest
 from aisim.testing import running_server
 
 from .conftest import ROOT, TEST_SCENARIOS
-from .oracle import OPENAI_EXCEPTIONS, OPENAI_OPERATIONS, OPENAI_SPEC, Spec, run_operation, unexplained
+from .oracle import (
+    OPENAI_EXCEPTIONS,
+    OPENAI_OPERATIONS,
+    OPENAI_SPEC,
+    Spec,
+    run_operation,
+    unexplained,
+)
 
 SCENARIO = TEST_SCENARIOS / "serve" / "fuzz-openai.yaml"
 REQUESTS = 120
