@@ -229,6 +229,12 @@ def _serve(args: argparse.Namespace) -> int:
 
     count = scenario.server.api_server_count if args.api_server_count is None else args.api_server_count
     if count:
+        from .api.listen import probe
+        from .api.server import listener_port
+
+        for index, listener in enumerate(scenario.server.listeners):  # a port in use, named before any process starts
+            chosen = args.port if (index == 0 and args.port is not None) else listener_port(listener.port, args.port_offset)
+            probe(args.host or scenario.server.host, chosen, "gRPC" if "kserve-grpc" in listener.personalities else "")
         from .api.multiproc.supervisor import Options
         from .api.multiproc.supervisor import serve as serve_split
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -40,6 +39,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from ..http.credentials import bearer_token
+from ..listen import probe
 from ..state import ServerState
 from .config import model_config_types
 from .models import (
@@ -435,14 +435,6 @@ def _local_handler(servicer: Servicer) -> grpc.GenericRpcHandler:
             response_serializer=pb.ModelStreamInferResponse.SerializeToString)})
 
 
-def _probe(host: str, port: int) -> None:
-    """Raise the operating system's OSError (EADDRINUSE, ...) when `host:port` cannot be bound."""
-    family, kind, proto, _, address = socket.getaddrinfo(host, port, 0, socket.SOCK_STREAM, 0, socket.AI_PASSIVE)[0]
-    with socket.socket(family, kind, proto) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        probe.bind(address)
-
-
 async def start(state: ServerState, host: str, port: int,
                 passed_on: grpc.GenericRpcHandler | None = None) -> tuple[grpc.aio.Server, int]:
     """A gRPC listener on the running loop; returns the server (stopped by `ServerState.stop`) and its port. With
@@ -456,7 +448,7 @@ async def start(state: ServerState, host: str, port: int,
     else:
         server.add_generic_rpc_handlers((_local_handler(Servicer(state)), passed_on))
     if port and passed_on is None:  # (split, the API servers share the port the supervisor holds)
-        _probe(host, port)  # before gRPC's own bind, which logs to stderr and raises a bare RuntimeError
+        probe(host, port, "gRPC")  # before gRPC's own bind, which logs to stderr and raises a bare RuntimeError
     try:
         bound = server.add_insecure_port(f"{host}:{port}")
     except RuntimeError:
