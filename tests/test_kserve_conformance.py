@@ -13,7 +13,15 @@ import pytest
 from aisim.testing import running_server
 
 from .conftest import ROOT, TEST_SCENARIOS
-from .oracle import KSERVE_EXCEPTIONS, KSERVE_OPERATIONS, KSERVE_SPEC, Operation, Spec, run_operation, unexplained
+from .oracle import (
+    KSERVE_EXCEPTIONS,
+    KSERVE_OPERATIONS,
+    KSERVE_SPEC,
+    Operation,
+    Spec,
+    run_operation,
+    unexplained,
+)
 
 SCENARIO = TEST_SCENARIOS / "serve" / "triton.yaml"
 REQUESTS = 100
