@@ -287,6 +287,8 @@ class ResponseRequest(_Body):
             if kind is None and "role" not in item and "id" not in item:
                 raise ValueError(f"input.[{index}]|Missing required parameter: 'input[{index}].type'."
                                  "|missing_required_parameter")
+            if kind is not None and not isinstance(kind, str):
+                raise ValueError(f"input.[{index}].type|Invalid type for 'input[{index}].type': expected a string.")
             if kind is not None and kind not in INPUT_ITEM_TYPES:
                 raise ValueError(f"input.[{index}].type|Invalid value: {_quoted(kind)}. Supported values are: "
                                  f"{_choices(INPUT_ITEM_TYPES)}.|invalid_value")
@@ -308,7 +310,7 @@ class ResponseRequest(_Body):
             raise ValueError("text.format|Invalid type for 'text.format': expected an object.")
         if isinstance(fmt, dict) and not isinstance(fmt.get("schema", {}), (dict, bool)):
             raise ValueError("text.format.schema|Invalid type for 'text.format.schema': expected an object.")  # noqa: TRY004 (pydantic wraps ValueError only)
-        if isinstance(self.tool_choice, dict) and self.tool_choice.get("name") is not None:
+        if isinstance(self.tool_choice, dict) and self.tool_choice.get("type") == "function":
             name = self.tool_choice["name"]
             if not isinstance(name, str) or name not in {t.get("name") for t in self.tools if t.get("type") == "function"}:
                 raise ValueError(f"tool_choice|Invalid value for 'tool_choice': no function named '{name}' in 'tools'.")

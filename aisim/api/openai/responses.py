@@ -124,8 +124,9 @@ class ResponsesHandler(GenerationHandler):
         response_format = ({"type": "json_schema", "json_schema": {"schema": fmt.get("schema") or {}}}
                            if fmt.get("type") == "json_schema" else fmt if fmt.get("type") == "json_object" else None)
         tool_choice: Any = body.tool_choice
-        if isinstance(tool_choice, dict) and tool_choice.get("name"):
-            tool_choice = {"function": {"name": tool_choice["name"]}}
+        if isinstance(tool_choice, dict):  # a named function is forced; any other choice (a hosted tool, allowed_tools)
+            named = tool_choice.get("type") == "function" and tool_choice.get("name")  # leaves the model free
+            tool_choice = {"function": {"name": tool_choice["name"]}} if named else "auto"
         ask = Ask(prompt, last_user(messages), messages[-1].role, model.id, min(body.max_output_tokens or budget, budget),
                   [], body.seed, ignore_eos(body), response_format, tools, tool_choice if tools else None,
                   fallback_seed=state.next_seed())
