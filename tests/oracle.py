@@ -463,6 +463,8 @@ OPENAI_EXCEPTIONS: dict[tuple[str, str, str], str] = {
         'an empty content array is accepted, as vLLM accepts it (the document asks for one part at least)',
     ('POST /v1/chat/completions', 'accepted', 'messages.[*].audio'):
         'fields of a message vLLM does not declare are ignored',
+    ('POST /v1/completions', 'accepted', 'best_of'):
+        'vLLM sets no maximum on `best_of` (the document: 20)',
     ('POST /v1/completions', 'refused', 'best_of'):
         'vLLM refuses `best_of` below `n`',
     ('POST /v1/completions', 'refused', 'stream_options'):

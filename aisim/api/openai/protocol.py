@@ -268,9 +268,9 @@ class ResponseRequest(_Body):
     tool_choice: str | dict[str, Any] = "auto"
     parallel_tool_calls: bool = True
     text: dict[str, Any] | None = None
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, ge=0, le=1)
-    seed: int | None = None
+    temperature: StrictFloat | None = Field(None, ge=0, le=2)
+    top_p: StrictFloat | None = Field(None, ge=0, le=1)
+    seed: StrictInt | None = None
     metadata: dict[str, str] = Field(default_factory=dict)
     store: bool = True
     user: str | None = None
