@@ -423,9 +423,10 @@ def _tui_server(scenario: Scenario, base_dir: Path, args: argparse.Namespace) ->
 
 
 def _list(args: argparse.Namespace) -> int:
-    from .cli_list import list_command
+    from .scenario.listing import listing
 
-    return list_command(args)
+    sys.stdout.write(listing(args.what, args.json))
+    return 0
 
 
 def _schema(args: argparse.Namespace) -> int:

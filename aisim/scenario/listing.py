@@ -1,11 +1,9 @@
-"""`aisim list gpus|models`: the GPU profiles and model families a scenario can name, from the registries
-themselves (`aisim.scenario.presets`), so the list cannot go stale."""
+"""The GPU profiles and model families a scenario can name, as rows and a plain table (`aisim list gpus|models`),
+read from the registries themselves (`presets`), so the list cannot go stale."""
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
 from typing import Any
 
 GIB = 2**30
@@ -13,7 +11,7 @@ GIB = 2**30
 
 def gpu_rows() -> list[dict[str, Any]]:
     """One row per GPU profile: its name, vendor, memory as software reports it, bandwidth and dense FLOP/s."""
-    from .scenario.presets import GPU_PROFILES
+    from .presets import GPU_PROFILES
 
     return [{"name": name, "vendor": gpu.vendor, "memory_gib": round(gpu.capacity / GIB, 1),
              "datasheet_memory_gb": round(gpu.memory / 1e9), "bandwidth_tb_s": round(gpu.memory_bandwidth / 1e12, 2),
@@ -24,7 +22,7 @@ def gpu_rows() -> list[dict[str, Any]]:
 def model_rows() -> list[dict[str, Any]]:
     """One row per model family: its task (generate, embed, classify), parameters, dtype, context, and the
     shipped Hugging Face config it is read from (None for a hand-written one)."""
-    from .scenario.presets import MODEL_FAMILIES, family_config
+    from .presets import MODEL_FAMILIES, family_config
 
     rows = []
     for name, family in MODEL_FAMILIES.items():
@@ -52,10 +50,7 @@ def table(rows: list[dict[str, Any]], columns: list[tuple[str, str]]) -> str:
     return "".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths)).rstrip() + "\n" for line in cells)
 
 
-def list_command(args: argparse.Namespace) -> int:
-    rows = gpu_rows() if args.what == "gpus" else model_rows()
-    if args.json:
-        sys.stdout.write(json.dumps(rows, indent=2) + "\n")
-    else:
-        sys.stdout.write(table(rows, COLUMNS[args.what]))
-    return 0
+def listing(what: str, as_json: bool) -> str:
+    """`aisim list WHAT`'s output: the rows of `gpus` or `models` as JSON or as a table."""
+    rows = gpu_rows() if what == "gpus" else model_rows()
+    return json.dumps(rows, indent=2) + "\n" if as_json else table(rows, COLUMNS[what])
