@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from . import __version__
-from .errors import AisimError, InputError, OutputError, ServeError, UsageError, within
+from .errors import (
+    AisimError,
+    InputError,
+    ListenError,
+    OutputError,
+    ServeError,
+    UsageError,
+    within,
+)
 from .fleet import options as fleet_options
 from .scenario import (
     DEFAULT_SCENARIO,
@@ -229,12 +237,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     count = scenario.server.api_server_count if args.api_server_count is None else args.api_server_count
     if count:
-        from .api.listen import probe
-        from .api.server import listener_port
-
-        for index, listener in enumerate(scenario.server.listeners):  # a port in use, named before any process starts
-            chosen = args.port if (index == 0 and args.port is not None) else listener_port(listener.port, args.port_offset)
-            probe(args.host or scenario.server.host, chosen, "gRPC" if "kserve-grpc" in listener.personalities else "")
+        _probe_listeners(scenario, args.host, args.port, args.port_offset)  # named before any process starts
         from .api.multiproc.supervisor import Options
         from .api.multiproc.supervisor import serve as serve_split
 
@@ -275,6 +278,22 @@ def _serve(args: argparse.Namespace) -> int:
     except OSError as error:  # an address in use, say
         raise ServeError(str(error)) from None
     return 0
+
+
+def _probe_listeners(scenario: Scenario, host: str | None, port: int | None, port_offset: int) -> None:
+    """Raise ListenError naming the first listener address that cannot be bound now: for a server whose own bind
+    happens where its error cannot be reported in one line (split processes, the TUI's serving)."""
+    from .api.listen import probe
+    from .api.server import listener_port
+
+    try:
+        for index, listener in enumerate(scenario.server.listeners):
+            chosen = port if (index == 0 and port is not None) else listener_port(listener.port, port_offset)
+            probe(host or scenario.server.host, chosen, "gRPC" if "kserve-grpc" in listener.personalities else "")
+    except ListenError:
+        raise
+    except OSError as error:  # a port moved out of range by the offset
+        raise ServeError(str(error)) from None
 
 
 def _tokenizer(args: argparse.Namespace) -> int:
@@ -412,6 +431,7 @@ def _tui_server(scenario: Scenario, base_dir: Path, args: argparse.Namespace) ->
     from .api.link import LocalEngine
     from .api.server import local_state, serve
 
+    _probe_listeners(scenario, args.host, args.port, 0)  # (a bind error inside the TUI would end in its traceback)
     state = local_state(scenario, base_dir, seed=args.seed, speed=args.speed)
     assert isinstance(state.engine, LocalEngine)  # the engine runs in this process
 

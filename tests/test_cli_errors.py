@@ -155,6 +155,15 @@ def test_serve_on_a_port_in_use_says_so(api_servers: str) -> None:
     assert done.stderr == f"aisim serve: cannot listen on 127.0.0.1:{port}: Address already in use\n"
 
 
+def test_tui_serve_names_the_port_in_use_before_the_tui_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        status, out, err = _aisim(capsys, "tui", "--serve", "--port", str(port))
+    assert (status, out, err) == (1, "", f"aisim tui: cannot listen on 127.0.0.1:{port}: Address already in use\n")
+
+
 @pytest.mark.parametrize("api_servers", ["0", "2"])
 def test_serve_names_the_grpc_port_in_use(tmp_path: Path, api_servers: str) -> None:
     with socket.socket() as held:
