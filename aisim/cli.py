@@ -18,7 +18,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from . import __version__
-from .errors import AisimError, InputError, OutputError, ServeError, UsageError, within
+from .errors import (
+    AisimError,
+    InputError,
+    ListenError,
+    OutputError,
+    ServeError,
+    UsageError,
+    within,
+)
 from .fleet import options as fleet_options
 from .scenario import (
     DEFAULT_SCENARIO,
@@ -229,6 +237,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     count = scenario.server.api_server_count if args.api_server_count is None else args.api_server_count
     if count:
+        _probe_listeners(scenario, args.host, args.port, args.port_offset)  # named before any process starts
         from .api.multiproc.supervisor import Options
         from .api.multiproc.supervisor import serve as serve_split
 
@@ -269,6 +278,22 @@ def _serve(args: argparse.Namespace) -> int:
     except OSError as error:  # an address in use, say
         raise ServeError(str(error)) from None
     return 0
+
+
+def _probe_listeners(scenario: Scenario, host: str | None, port: int | None, port_offset: int) -> None:
+    """Raise ListenError naming the first listener address that cannot be bound now: for a server whose own bind
+    happens where its error cannot be reported in one line (split processes, the TUI's serving)."""
+    from .api.listen import probe
+    from .api.server import listener_port
+
+    try:
+        for index, listener in enumerate(scenario.server.listeners):
+            chosen = port if (index == 0 and port is not None) else listener_port(listener.port, port_offset)
+            probe(host or scenario.server.host, chosen, "gRPC" if "kserve-grpc" in listener.personalities else "")
+    except ListenError:
+        raise
+    except OSError as error:  # a port moved out of range by the offset
+        raise ServeError(str(error)) from None
 
 
 def _tokenizer(args: argparse.Namespace) -> int:
@@ -406,6 +431,7 @@ def _tui_server(scenario: Scenario, base_dir: Path, args: argparse.Namespace) ->
     from .api.link import LocalEngine
     from .api.server import local_state, serve
 
+    _probe_listeners(scenario, args.host, args.port, 0)  # (a bind error inside the TUI would end in its traceback)
     state = local_state(scenario, base_dir, seed=args.seed, speed=args.speed)
     assert isinstance(state.engine, LocalEngine)  # the engine runs in this process
 
@@ -414,6 +440,13 @@ def _tui_server(scenario: Scenario, base_dir: Path, args: argparse.Namespace) ->
         return ", ".join(f"http://{host}:{port}" for host, port in bound)
 
     return state.sim, state.engine.clock, start
+
+
+def _list(args: argparse.Namespace) -> int:
+    from .scenario.listing import listing
+
+    sys.stdout.write(listing(args.what, args.json))
+    return 0
 
 
 def _schema(args: argparse.Namespace) -> int:
@@ -519,8 +552,9 @@ def _add_schedule_command(commands: argparse._SubParsersAction[argparse.Argument
     schedule.add_argument("--num-gpu-blocks", type=_number(int, 2), required=True, metavar="N",
                           help="KV cache blocks, vLLM's null block included")
     schedule.add_argument("--block-size", type=COUNT, required=True, metavar="B", help="tokens per block")
-    schedule.add_argument("--max-num-seqs", type=COUNT, required=True, metavar="S")
-    schedule.add_argument("--max-num-batched-tokens", type=COUNT, required=True, metavar="T")
+    schedule.add_argument("--max-num-seqs", type=COUNT, required=True, metavar="S", help="sequences per step at most")
+    schedule.add_argument("--max-num-batched-tokens", type=COUNT, required=True, metavar="T",
+                          help="tokens per step at most")
     schedule.add_argument("--no-prefix-caching", action="store_true", help="prefix caching off (default on)")
     schedule.add_argument("--async", dest="async_scheduling", action="store_true",
                           help="async scheduling: two batches in flight, as a GPU server's default")
@@ -592,7 +626,7 @@ def build_parser() -> argparse.ArgumentParser:
     tokenizer_commands = tokenizer.add_subparsers(dest="action", required=True)
     save = tokenizer_commands.add_parser("save", help="write tokenizer.json and tokenizer_config.json that count as "
                                                       "aisim serve does (for guidellm --processor, aiperf --tokenizer)")
-    save.add_argument("directory", metavar="DIR")
+    save.add_argument("directory", metavar="DIR", help="the folder to write (created if missing)")
     save.set_defaults(handler=_tokenizer)
 
     memory = commands.add_parser("memory", help="predict weights, activations and KV-cache capacity, as vLLM sizes them")
@@ -601,15 +635,21 @@ def build_parser() -> argparse.ArgumentParser:
     memory.add_argument("--config", metavar="PATH", help="a Hugging Face config.json, or a folder holding one")
     memory.add_argument("--quantization", help="vLLM's --quantization (fp8 on an unquantized checkpoint, ...)")
     memory.add_argument("--gpu", help="a GPU profile (H100-SXM, ...)")
-    memory.add_argument("--tensor-parallel", type=COUNT, default=1)
+    memory.add_argument("--tensor-parallel", type=COUNT, default=1, metavar="N",
+                        help="vLLM's --tensor-parallel-size: GPUs the weights are split over (default 1)")
     memory.add_argument("--data-parallel", type=COUNT, help="vLLM's --data-parallel-size (MoE: ranks share the experts)")
     memory.add_argument("--enable-expert-parallel", action="store_true", help="vLLM's --enable-expert-parallel")
-    memory.add_argument("--max-num-seqs", type=COUNT)
-    memory.add_argument("--max-num-batched-tokens", type=COUNT)
-    memory.add_argument("--max-model-len", type=COUNT)
-    memory.add_argument("--gpu-memory-utilization", type=FRACTION)
-    memory.add_argument("--block-size", type=COUNT)
-    memory.add_argument("--kv-cache-dtype", choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"))
+    memory.add_argument("--max-num-seqs", type=COUNT, metavar="N",
+                        help="vLLM's --max-num-seqs: sequences per step, which sizes the profiling run")
+    memory.add_argument("--max-num-batched-tokens", type=COUNT, metavar="N",
+                        help="vLLM's --max-num-batched-tokens: tokens per step, which sizes the activations")
+    memory.add_argument("--max-model-len", type=COUNT, metavar="N",
+                        help="vLLM's --max-model-len (default: the model's context length)")
+    memory.add_argument("--gpu-memory-utilization", type=FRACTION, metavar="F",
+                        help="vLLM's --gpu-memory-utilization: the share of GPU memory vLLM may use (default 0.9)")
+    memory.add_argument("--block-size", type=COUNT, metavar="N", help="vLLM's --block-size: tokens per KV block (default 16)")
+    memory.add_argument("--kv-cache-dtype", choices=("auto", "fp8", "fp8_e4m3", "fp8_e5m2"),
+                        help="vLLM's --kv-cache-dtype (default auto: the model's dtype)")
     memory.add_argument("--json", action="store_true", help="print the figures as JSON")
     memory.set_defaults(handler=_memory)
 
@@ -675,7 +715,65 @@ def build_parser() -> argparse.ArgumentParser:
 
     schema = commands.add_parser("schema", help="print the JSON Schema of the scenario language")
     schema.set_defaults(handler=_schema)
+
+    listing = commands.add_parser("list", help="list the GPU profiles or the model families a scenario can name")
+    listing.add_argument("what", choices=("gpus", "models"), help="gpus: GPU profiles with their memory; models: model "
+                         "families with their task and shipped config")
+    listing.add_argument("--json", action="store_true", help="print the rows as JSON")
+    listing.set_defaults(handler=_list)
+    _explain_commands(parser)
     return parser
+
+
+class _ExampleFormatter(argparse.HelpFormatter):
+    """argparse's formatter, but an `example:` epilog keeps its lines (the description is still wrapped)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("example:"):
+            return "".join(indent + line + "\n" for line in text.splitlines()).rstrip("\n")
+        return super()._fill_text(text, width, indent)
+
+
+EXAMPLES = {
+    "validate": "aisim validate scenarios/default.yaml scenarios/oom.yaml",
+    "run": "aisim run scenarios/default.yaml --until 2m --json",
+    "workload": "aisim workload import inference-perf config.yml --model llama -o workload.yaml",
+    "workload import": "aisim workload import inference-perf config.yml --model llama -o workload.yaml",
+    "serve": "aisim serve scenarios/default.yaml --port 8000",
+    "tokenizer": "aisim tokenizer save ./aisim-tokenizer",
+    "tokenizer save": "aisim tokenizer save ./aisim-tokenizer",
+    "memory": "aisim memory --model llama-3-8b --gpu H100-SXM --max-model-len 8192",
+    "plan": "aisim plan scenarios/plan-llama3-8b.yaml --out plan-out",
+    "replay-snapshot": "aisim replay-snapshot snapshot.pickle --allocator caching",
+    "inspect": "aisim inspect model.onnx --scenario",
+    "tui": "aisim tui scenarios/oom.yaml",
+    "replay": "aisim replay requests.jsonl --scenario scenarios/default.yaml",
+    "calibrate": "aisim calibrate requests.jsonl --scenario scenarios/default.yaml",
+    "schedule": "aisim schedule trace.jsonl --num-gpu-blocks 512 --block-size 16 --max-num-seqs 64 "
+                "--max-num-batched-tokens 2048",
+    "schema": "aisim schema > scenario.schema.json",
+    "list": "aisim list gpus",
+}
+"""One example command line per subcommand, shown at the foot of its --help (tests/test_cli_help.py checks that
+every subcommand has one)."""
+
+
+def _explain_commands(parser: argparse.ArgumentParser, prefix: str = "") -> None:
+    """Give every subcommand (nested ones too) its one-line help as description, unless it has a longer one, and its
+    example as epilog."""
+    for action in parser._actions:
+        if not isinstance(action, argparse._SubParsersAction):
+            continue
+        helps = {choice.dest: choice.help for choice in action._choices_actions}
+        for name, sub in action.choices.items():
+            full = f"{prefix}{name}"
+            if not sub.description and helps.get(name):
+                text = str(helps[name])
+                sub.description = text[0].upper() + text[1:] + "."
+            if full in EXAMPLES:
+                sub.epilog = f"example:\n  {EXAMPLES[full]}"
+                sub.formatter_class = _ExampleFormatter
+            _explain_commands(sub, f"{full} ")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -27,6 +27,7 @@ too, so `except ValueError` around a parser still catches its error):
     + ReplayError                 exit 1   replay/simulate.py: a log the scenario cannot replay
     + CalibrationError            exit 1   replay/calibrate.py: nothing to fit
   x ServeError                    exit 1   a server that cannot start
+    + ListenError                 exit 1   errors.py: a listener's address in use (names host:port)
     + RefusedToStart              exit 1   api/server.py: a configuration `serve` will not start with
     + FleetError                  exit 1   fleet/errors.py: a fleet setting or socket it cannot serve with
     + HashUnavailable             exit 1   fleet/block_hash.py: a block-hash algorithm whose package is missing
@@ -106,3 +107,13 @@ class RunError(AisimError):
 
 class ServeError(AisimError):
     """A server that cannot start: a setting it will not serve with, an address it cannot bind."""
+
+
+class ListenError(ServeError, OSError):
+    """A listener that cannot bind its address: the message names host and port (`cannot listen on
+    127.0.0.1:8080: Address already in use`), which the operating system's error does not."""
+
+    def __init__(self, host: str, port: int, error: OSError, what: str = "") -> None:
+        self.host, self.port = host, port
+        reason = error.strerror or "the address is in use or cannot be bound"
+        super().__init__(f"cannot listen on {host}:{port}{f' ({what})' if what else ''}: {reason}")

@@ -24,6 +24,9 @@ SYNTAX_ERROR = TEST_SCENARIOS / "invalid" / "syntax-error.yaml"
 ENDLESS = ("apiVersion: aisim/v1\nkind: Scenario\nmetadata: {name: endless}\nmodels: [{id: m, latency: {total: 1ms}}]\n"
            "workload:\n  sources:\n    - {name: s, model: m, arrival: {kind: poisson, rate: 1/s}, promptTokens: 1, "
            "outputTokens: 1}\n")
+GRPC_ONLY = ("apiVersion: aisim/v1\nkind: Scenario\nmetadata: {{name: grpc}}\nmodels: [{{id: m, latency: {{total: 1ms}}}}]\n"
+             "server:\n  listeners:\n    - {{port: 0, personalities: [kserve]}}\n"
+             "    - {{port: {port}, personalities: [kserve-grpc]}}\n")
 SCHEDULE_LIMITS = ("--num-gpu-blocks", "4", "--block-size", "16", "--max-num-seqs", "4", "--max-num-batched-tokens", "1000")
 
 
@@ -140,15 +143,40 @@ def test_serve_stops_on_a_bad_content_dataset_without_a_traceback(tmp_path: Path
     assert (done.returncode, done.stdout, done.stderr) == (1, "", f"aisim serve: {split}{reason}\n")
 
 
-def test_serve_on_a_port_in_use_says_so() -> None:
+@pytest.mark.parametrize("api_servers", ["0", "2"])
+def test_serve_on_a_port_in_use_says_so(api_servers: str) -> None:
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
         port = held.getsockname()[1]
-        done = subprocess.run([sys.executable, "-m", "aisim", "serve", "--port", str(port)], capture_output=True,
-                              text=True, cwd=ROOT, timeout=60, check=False)
-    assert done.returncode == 1 and done.stdout == ""
-    assert done.stderr.startswith("aisim serve: [Errno ") and "in use" in done.stderr and done.stderr.count("\n") == 1
+        done = subprocess.run([sys.executable, "-m", "aisim", "serve", "--port", str(port), "--api-server-count",
+                               api_servers], capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == f"aisim serve: cannot listen on 127.0.0.1:{port}: Address already in use\n"
+
+
+def test_tui_serve_names_the_port_in_use_before_the_tui_starts(capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        status, out, err = _aisim(capsys, "tui", "--serve", "--port", str(port))
+    assert (status, out, err) == (1, "", f"aisim tui: cannot listen on 127.0.0.1:{port}: Address already in use\n")
+
+
+@pytest.mark.parametrize("api_servers", ["0", "2"])
+def test_serve_names_the_grpc_port_in_use(tmp_path: Path, api_servers: str) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        scenario = tmp_path / "grpc.yaml"
+        scenario.write_text(GRPC_ONLY.format(port=port), encoding="utf-8")
+        done = subprocess.run([sys.executable, "-m", "aisim", "serve", str(scenario), "--api-server-count", api_servers],
+                              capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr.startswith(f"aisim serve: cannot listen on 127.0.0.1:{port} (gRPC): ")
+    assert done.stderr.count("\n") == 1
 
 
 def test_tokenizer_save_names_the_folder_it_cannot_write(capsys: pytest.CaptureFixture[str], not_a_folder: Path) -> None:

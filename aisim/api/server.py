@@ -19,7 +19,7 @@ import tornado.netutil
 import tornado.web
 
 from ..engine import Draws, FaultBook, Simulation
-from ..errors import ServeError
+from ..errors import ListenError, ServeError
 from ..fleet.data_parallel import with_data_parallel
 from ..fleet.runtime import FleetRuntime
 from ..scenario import Scenario
@@ -217,11 +217,14 @@ async def serve(state: ServerState, host: str | None = None, port: int | None = 
     for index, listener in enumerate(server.listeners):
         personalities = tuple(listener.personalities)
         chosen = port if (index == 0 and port is not None) else listener_port(listener.port, port_offset)
-        if "kserve-grpc" in personalities:  # validation keeps it alone on its listener
-            bound.append((address, await start_grpc(state, address, chosen)))
-            continue
+        try:
+            if "kserve-grpc" in personalities:  # validation keeps it alone on its listener
+                bound.append((address, await start_grpc(state, address, chosen)))
+                continue
+            sockets = tornado.netutil.bind_sockets(chosen, address, backlog=LISTEN_BACKLOG)
+        except OSError as error:
+            raise ListenError(address, chosen, error, "gRPC" if "kserve-grpc" in personalities else "") from None
         http = open_listener(state, make_app(state, personalities, listener.metrics_path), personalities, address)
-        sockets = tornado.netutil.bind_sockets(chosen, address, backlog=LISTEN_BACKLOG)
         http.add_sockets(sockets)
         bound.append((host or server.host, sockets[0].getsockname()[1]))
     return bound

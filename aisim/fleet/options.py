@@ -31,7 +31,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--kv-events-topic", metavar="TOPIC", help="the events' ZMQ topic")
     group.add_argument("--kv-events-encoding", choices=("tagged", "positional"),
                        help="events as tagged maps (vLLM today) or positional arrays (earlier vLLM)")
-    group.add_argument("--prefix-caching-hash-algo", choices=("sha256", "sha256_cbor", "xxhash", "xxhash_cbor"))
+    group.add_argument("--prefix-caching-hash-algo", choices=("sha256", "sha256_cbor", "xxhash", "xxhash_cbor"),
+                       help="vLLM's block-hash algorithm for the KV events' block hashes (default sha256)")
     group.add_argument("--data-parallel-size", type=int, metavar="N", help="engine ranks per simulated vLLM model")
     group.add_argument("--kv-transfer-config", metavar="JSON", help="vLLM's KV-transfer config (kv_role: "
                        "kv_producer = prefill, kv_consumer = decode, kv_both)")

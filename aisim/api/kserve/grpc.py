@@ -26,6 +26,7 @@ not the inputs') are aisim's: Triton's sources give none.
 from __future__ import annotations
 
 import asyncio
+import errno
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
@@ -38,6 +39,7 @@ from tritonclient.grpc import service_pb2 as pb
 from tritonclient.grpc import service_pb2_grpc
 
 from ..http.credentials import bearer_token
+from ..listen import probe
 from ..state import ServerState
 from .config import model_config_types
 from .models import (
@@ -445,8 +447,13 @@ async def start(state: ServerState, host: str, port: int,
         service_pb2_grpc.add_GRPCInferenceServiceServicer_to_server(Servicer(state), server)
     else:
         server.add_generic_rpc_handlers((_local_handler(Servicer(state)), passed_on))
-    bound = server.add_insecure_port(f"{host}:{port}")
+    if port and passed_on is None:  # (split, the API servers share the port the supervisor holds)
+        probe(host, port, "gRPC")  # before gRPC's own bind, which logs to stderr and raises a bare RuntimeError
+    try:
+        bound = server.add_insecure_port(f"{host}:{port}")
+    except RuntimeError:
+        bound = 0
     if bound == 0:
-        raise OSError(f"could not bind the gRPC listener to {host}:{port}")
+        raise OSError(errno.EADDRNOTAVAIL, "gRPC could not bind it")
     await server.start()
     return server, bound

@@ -202,6 +202,12 @@ def parse_request(body: bytes, header_length: str | None, model: str, limit: int
     if not isinstance(inputs_json, list):
         raise KServeError(500, "Unable to parse 'inputs': attempt to access JSON non-array as array")
     given_id = document.get("id")
+    if given_id is not None and not isinstance(given_id, str):  # (Triton reads `id`, `outputs` and `parameters`
+        raise KServeError(500, "Unable to parse 'id': attempt to access JSON non-string as string")  # as it reads
+    if document.get("outputs") is not None and not isinstance(document["outputs"], list):  # an input's fields)
+        raise KServeError(500, "Unable to parse 'outputs': attempt to access JSON non-array as array")
+    if document.get("parameters") is not None and not isinstance(document["parameters"], dict):
+        raise KServeError(500, "Unable to parse 'parameters': attempt to access JSON non-object as object")
     request_id = given_id if isinstance(given_id, str) else ""
     offset = 0
     inputs = []

@@ -16,6 +16,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    StrictFloat,
     StrictInt,
     ValidationError,
     model_validator,
@@ -76,7 +77,7 @@ def _check_roles(messages: list[Message]) -> None:
                              "have a 'tool_call_id'.")
         if message.role == "function" and message.name is None:
             raise ValueError(f"{where}.name|Missing required parameter: '{where}.name'.|missing_required_parameter")
-        if message.content is None and message.role != "assistant":
+        if message.content is None and message.role not in ("assistant", "function"):  # both nullable in the spec
             raise ValueError(f"{where}.content|Missing required parameter: '{where}.content'.|missing_required_parameter")
 
 
@@ -111,15 +112,15 @@ class _Sampling(_Body):
     nullable = frozenset({"stream"})
 
     model: str
-    n: int = Field(1, ge=1, le=128)
+    n: StrictInt = Field(1, ge=1, le=128)
     stream: bool = False
     stream_options: StreamOptions | None = None
     stop: Stop = None
-    seed: int | None = None
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, ge=0, le=1)
-    presence_penalty: float | None = Field(None, ge=-2, le=2)
-    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    seed: StrictInt | None = None
+    temperature: StrictFloat | None = Field(None, ge=0, le=2)
+    top_p: StrictFloat | None = Field(None, ge=0, le=1)
+    presence_penalty: StrictFloat | None = Field(None, ge=-2, le=2)
+    frequency_penalty: StrictFloat | None = Field(None, ge=-2, le=2)
     user: str | None = None
     logit_bias: dict[str, Annotated[float, Field(ge=-100, le=100)]] | None = None
     priority: int = 0
@@ -152,10 +153,10 @@ class ChatRequest(_Sampling):
     nullable = frozenset({"stream", "n", "logprobs", "parallel_tool_calls"})
 
     messages: list[Message] = Field(min_length=1)
-    max_tokens: int | None = Field(None, ge=1)
-    max_completion_tokens: int | None = Field(None, ge=1)
+    max_tokens: StrictInt | None = Field(None, ge=1)
+    max_completion_tokens: StrictInt | None = Field(None, ge=1)
     logprobs: bool = False
-    top_logprobs: int | None = Field(None, ge=0, le=20)
+    top_logprobs: StrictInt | None = Field(None, ge=0, le=20)
     tools: list[Tool] | None = None
     tool_choice: Literal["none", "auto", "required"] | dict[str, Any] | None = None
     parallel_tool_calls: bool = True
@@ -197,15 +198,18 @@ class CompletionRequest(_Sampling):
 
     nullable = frozenset({"stream", "echo"})
 
-    prompt: str | list[str] | list[int] | list[list[int]]
-    max_tokens: int | None = Field(16, ge=1)
-    logprobs: int | None = Field(None, ge=0, le=5)
+    prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]]
+    max_tokens: StrictInt | None = Field(16, ge=1)
+    logprobs: StrictInt | None = Field(None, ge=0, le=5)
     echo: bool = False
     suffix: str | None = None
-    best_of: int | None = Field(None, ge=1)
+    best_of: StrictInt | None = Field(None, ge=1)
 
     @model_validator(mode="after")
     def _best_of_is_not_streamed(self) -> CompletionRequest:
+        if self.prompt == [] or (isinstance(self.prompt, list) and any(p == [] for p in self.prompt)):
+            raise ValueError("prompt|Invalid 'prompt': the prompt is empty. Expected a string, an array of strings or a "
+                             "non-empty array of token ids.|invalid_value")
         if self.stream and self.best_of is not None and self.best_of > 1:
             raise ValueError("best_of|Invalid 'best_of': results cannot be streamed when best_of is greater than 1.")
         if self.best_of is not None and self.best_of < self.n:
@@ -218,9 +222,9 @@ class EmbeddingRequest(_Body):
     """`POST /v1/embeddings`."""
 
     model: str
-    input: str | list[str] | list[int] | list[list[int]]
+    input: str | list[str] | list[StrictInt] | list[list[StrictInt]]
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: int | None = Field(None, ge=1)
+    dimensions: StrictInt | None = Field(None, ge=1)
     user: str | None = None
 
     @model_validator(mode="after")
@@ -234,6 +238,22 @@ class EmbeddingRequest(_Body):
         return self
 
 
+RESPONSE_TOOL_TYPES = frozenset({
+    "apply_patch", "code_interpreter", "computer", "computer_use_preview", "custom", "file_search", "function",
+    "image_generation", "local_shell", "mcp", "namespace", "shell", "tool_search", "web_search", "web_search_2025_08_26",
+    "web_search_preview", "web_search_preview_2025_03_11"})
+"""The `type`s of OpenAI's `Tool` union (its OpenAPI document, 2.3.0): anything else is a 400, as vLLM's typed
+`tools` answers it."""
+
+INPUT_ITEM_TYPES = frozenset({
+    "apply_patch_call", "apply_patch_call_output", "code_interpreter_call", "compaction", "compaction_trigger",
+    "computer_call", "computer_call_output", "custom_tool_call", "custom_tool_call_output", "file_search_call",
+    "function_call", "function_call_output", "image_generation_call", "item_reference", "local_shell_call",
+    "local_shell_call_output", "mcp_approval_request", "mcp_approval_response", "mcp_call", "mcp_list_tools", "message",
+    "reasoning", "shell_call", "shell_call_output", "tool_search_call", "tool_search_output", "web_search_call"})
+"""The `type`s of OpenAI's `InputItem` union: an input item of another type is a 400."""
+
+
 class ResponseRequest(_Body):
     """`POST /v1/responses` (a flat tool shape, `text.format` for structured output)."""
 
@@ -242,24 +262,46 @@ class ResponseRequest(_Body):
     model: str
     input: str | list[dict[str, Any]] = ""
     instructions: str | None = None
-    max_output_tokens: int | None = Field(None, ge=1)
+    max_output_tokens: StrictInt | None = Field(None, ge=1)
     stream: bool = False
     tools: list[dict[str, Any]] = Field(default_factory=list)
     tool_choice: str | dict[str, Any] = "auto"
     parallel_tool_calls: bool = True
     text: dict[str, Any] | None = None
-    temperature: float | None = Field(None, ge=0, le=2)
-    top_p: float | None = Field(None, ge=0, le=1)
-    seed: int | None = None
-    metadata: dict[str, Any] = Field(default_factory=dict)
+    temperature: StrictFloat | None = Field(None, ge=0, le=2)
+    top_p: StrictFloat | None = Field(None, ge=0, le=1)
+    seed: StrictInt | None = None
+    metadata: dict[str, str] = Field(default_factory=dict)
     store: bool = True
     user: str | None = None
     previous_response_id: str | None = None
+    truncation: Literal["auto", "disabled"] | None = None
+    include: list[str] | None = None
 
     @model_validator(mode="after")
     def _typed_parts(self) -> ResponseRequest:
-        """The parts kept as plain objects (echoed back as sent) still have the types the handler reads."""
+        """The parts kept as plain objects (echoed back as sent) still have the types the handler reads, and a type
+        OpenAI's document names."""
+        for index, item in enumerate(self.input if isinstance(self.input, list) else []):
+            kind = item.get("type")
+            if kind is None and "role" not in item and "id" not in item:
+                raise ValueError(f"input.[{index}]|Missing required parameter: 'input[{index}].type'."
+                                 "|missing_required_parameter")
+            if kind is not None and not isinstance(kind, str):
+                raise ValueError(f"input.[{index}].type|Invalid type for 'input[{index}].type': expected a string.")
+            if kind is not None and kind not in INPUT_ITEM_TYPES:
+                raise ValueError(f"input.[{index}].type|Invalid value: {_quoted(kind)}. Supported values are: "
+                                 f"{_choices(INPUT_ITEM_TYPES)}.|invalid_value")
         for index, tool in enumerate(self.tools):
+            if tool.get("type") is None:
+                raise ValueError(f"tools.[{index}].type|Missing required parameter: 'tools[{index}].type'."
+                                 "|missing_required_parameter")
+            if isinstance(tool["type"], str) and tool["type"] not in RESPONSE_TOOL_TYPES:
+                raise ValueError(f"tools.[{index}].type|Invalid value: {_quoted(tool['type'])}. Supported values are: "
+                                 f"{_choices(RESPONSE_TOOL_TYPES)}.|invalid_value")
+            if tool["type"] == "function" and not isinstance(tool.get("name"), str):
+                raise ValueError(f"tools.[{index}].name|Missing required parameter: 'tools[{index}].name'."
+                                 "|missing_required_parameter")
             for key, kind, word in (("type", str, "a string"), ("name", str, "a string"), ("parameters", dict, "an object")):
                 if tool.get(key) is not None and not isinstance(tool[key], kind):
                     raise ValueError(f"tools.[{index}].{key}|Invalid type for 'tools[{index}].{key}': expected {word}.")
@@ -268,7 +310,7 @@ class ResponseRequest(_Body):
             raise ValueError("text.format|Invalid type for 'text.format': expected an object.")
         if isinstance(fmt, dict) and not isinstance(fmt.get("schema", {}), (dict, bool)):
             raise ValueError("text.format.schema|Invalid type for 'text.format.schema': expected an object.")  # noqa: TRY004 (pydantic wraps ValueError only)
-        if isinstance(self.tool_choice, dict) and self.tool_choice.get("name") is not None:
+        if isinstance(self.tool_choice, dict) and self.tool_choice.get("type") == "function":
             name = self.tool_choice["name"]
             if not isinstance(name, str) or name not in {t.get("name") for t in self.tools if t.get("type") == "function"}:
                 raise ValueError(f"tool_choice|Invalid value for 'tool_choice': no function named '{name}' in 'tools'.")
@@ -305,6 +347,16 @@ class LoraRequest(_Body):
     lora_name: str | None = None
     lora_path: str | None = None
     base_model_name: str | None = None
+
+
+def _quoted(value: Any) -> str:
+    return f"'{value}'" if isinstance(value, str) else repr(value)
+
+
+def _choices(values: frozenset[str]) -> str:
+    """`'a', 'b', and 'c'`: OpenAI's way of listing the values a field takes."""
+    ordered = [f"'{v}'" for v in sorted(values)]
+    return ", ".join(ordered[:-1]) + f", and {ordered[-1]}" if len(ordered) > 1 else ordered[0]
 
 
 Body = TypeVar("Body", bound=BaseModel)
@@ -358,6 +410,9 @@ def _explain(error: ValidationError, data: dict[str, Any]) -> ErrorAnswer:
     if kind in ("too_short", "too_long"):
         return invalid(f"Invalid '{param}': {first['msg'].lower()}.", param, "array_too_short" if kind == "too_short"
                        else "array_above_max_length")
+    if kind == "literal_error" and isinstance(value, str):
+        expected = str(first.get("ctx", {}).get("expected", "")).replace(" or ", ", and ")
+        return invalid(f"Invalid value: '{value}'. Supported values are: {expected}.", param, "invalid_value")
     if kind.endswith(("_type", "_parsing")) or kind == "literal_error" or kind.startswith("model_"):
         expected = _TYPE_WORDS.get(kind.split("_")[0], "a valid value")
         return invalid(f"Invalid type for '{param}': expected {expected}, but got {_json_type(value)} instead.",

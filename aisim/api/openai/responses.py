@@ -124,8 +124,9 @@ class ResponsesHandler(GenerationHandler):
         response_format = ({"type": "json_schema", "json_schema": {"schema": fmt.get("schema") or {}}}
                            if fmt.get("type") == "json_schema" else fmt if fmt.get("type") == "json_object" else None)
         tool_choice: Any = body.tool_choice
-        if isinstance(tool_choice, dict) and tool_choice.get("name"):
-            tool_choice = {"function": {"name": tool_choice["name"]}}
+        if isinstance(tool_choice, dict):  # a named function is forced; any other choice (a hosted tool, allowed_tools)
+            named = tool_choice.get("type") == "function" and tool_choice.get("name")  # leaves the model free
+            tool_choice = {"function": {"name": tool_choice["name"]}} if named else "auto"
         ask = Ask(prompt, last_user(messages), messages[-1].role, model.id, min(body.max_output_tokens or budget, budget),
                   [], body.seed, ignore_eos(body), response_format, tools, tool_choice if tools else None,
                   fallback_seed=state.next_seed())
@@ -175,7 +176,7 @@ class ResponsesHandler(GenerationHandler):
                 emit("response.output_item.added", output_index=0, item=started)
                 if not result.tool_calls:
                     emit("response.content_part.added", item_id=item_id, output_index=0, content_index=0,
-                         part={"type": "output_text", "text": "", "annotations": []})
+                         part={"type": "output_text", "text": "", "annotations": [], "logprobs": []})
             if result.tool_calls:
                 pieces = result.tool_calls[0].pieces
                 delta = pieces[position[0]] if position[0] < len(pieces) else ""
@@ -240,5 +241,6 @@ class ResponsesHandler(GenerationHandler):
                 "previous_response_id": body.previous_response_id,
                 "reasoning": {"effort": None, "summary": None}, "store": body.store, "temperature": body.temperature or 1.0,
                 "text": body.text or {"format": {"type": "text"}}, "tool_choice": body.tool_choice, "tools": body.tools,
-                "top_p": body.top_p or 1.0, "truncation": "disabled", "usage": usage, "user": body.user,
-                "metadata": body.metadata}
+                "top_p": body.top_p or 1.0, "truncation": body.truncation or "disabled", "metadata": body.metadata,
+                # usage and user are optional, not nullable, in OpenAI's `Response`: absent until known, absent unset
+                **({"usage": usage} if usage is not None else {}), **({"user": body.user} if body.user is not None else {})}
