@@ -619,7 +619,7 @@ def build_parser() -> argparse.ArgumentParser:
     fleet_options.add_arguments(serve)
     serve.add_argument("--api-server-count", type=API_SERVERS, metavar="N",
                        help="N API-server processes and an engine core, as vLLM V1 runs (default: the "
-                            "scenario's server.apiServerCount, 0: one process; README, 'Serving on several cores')")
+                            "scenario's server.apiServerCount, 0: one process; docs/split-server.md)")
     serve.set_defaults(handler=_serve, foreign=[])
 
     tokenizer = commands.add_parser("tokenizer", help="the built-in tokenizer as a Hugging Face tokenizer folder")

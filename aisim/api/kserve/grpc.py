@@ -353,7 +353,7 @@ class Servicer(service_pb2_grpc.GRPCInferenceServiceServicer):
 
 
 PUBLIC_METHODS = frozenset({"ServerLive", "ServerReady", "ModelReady"})
-"""The health checks, open to all as their HTTP routes are (the README's "Who may call what")."""
+"""The health checks, open to all as their HTTP routes are (docs/hostile-clients.md, "Who may call what")."""
 
 
 class KeyCheck(grpc.aio.ServerInterceptor):

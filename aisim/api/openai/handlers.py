@@ -54,7 +54,7 @@ class ConnectionDropped(Exception):
 class BaseHandler(tornado.web.RequestHandler):
     """Shared plumbing: request ids, JSON bodies, OpenAI error bodies, auth, disconnects.
 
-    `access` says who may call a handler (the route table in README.md, "Who may call what"): `public`, or
+    `access` says who may call a handler (the route table in docs/hostile-clients.md, "Who may call what"): `public`, or
     `key`, which needs one of `server.apiKeys` when any is configured (vLLM's rule: every `/v1` path). A `POST`
     to a handler with `json_body_required` needs a JSON `Content-Type`, as vLLM's do (so that a web page cannot
     reach it with a form or a `text/plain` body, which browsers send without asking the server first).
