@@ -26,7 +26,7 @@ from ...scenario.distributions import DurationDistribution
 from ..openai.errors import ErrorAnswer
 from ..pod import PodIdentity
 from ..ratelimit import RateLimiter
-from ..server import Parts, Relay
+from ..server import Parts
 from ..state import ServerState
 from . import wire
 from .mirror import Mirror
@@ -326,10 +326,3 @@ def api_server_state(scenario: Scenario, base_dir: Path, address: str, rank: int
     state = parts.state(client, network_delay=network_delay, speed=speed, pod=pod, tokenizer_path=tokenizer_path,
                         seeds=seeds)
     return state, client
-
-
-def relay(target: str, client: EngineClient) -> Relay:
-    """What an API server's application passes the engine core's routes on with (`server.make_app`)."""
-    from .relay import Forward  # the relay is built on this module's client
-
-    return Forward, {"target": target, "client": client}

@@ -29,6 +29,7 @@ import tornado.web
 from ...engine import Call
 from ..openai.errors import ErrorAnswer
 from ..openai.handlers import SHUTTING_DOWN
+from ..server import Relay
 from .frontend import NO_CONTENT_TYPE, EngineClient, not_running
 
 HOP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive"})
@@ -41,6 +42,11 @@ server ends it itself (the API server's drain waits 0.5 s for every cut request 
 GONE_WAIT_S = 0.2
 """How long a relay whose connection to the engine core broke waits to learn why (the engine core's Unix socket
 closes in the same instant when it dies)."""
+
+
+def relay(target: str, client: EngineClient) -> Relay:
+    """What an API server's application passes the engine core's routes on with (`server.make_app`)."""
+    return Forward, {"target": target, "client": client}
 
 
 class Forward(tornado.web.RequestHandler):

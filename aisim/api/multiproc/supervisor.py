@@ -49,7 +49,8 @@ from ..server import (
     start_grpc,
 )
 from .core import EngineCore, serve_private
-from .frontend import api_server_state, relay
+from .frontend import api_server_state
+from .relay import relay
 
 HEARTBEAT_S = 0.5
 """How often each child tells the supervisor that its event loop turns (a byte on its pipe)."""
