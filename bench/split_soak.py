@@ -10,7 +10,13 @@ process, RSS after the warm-up, in the middle and at the end, the slope of a lin
 the operations, their errors, the exit status and the request log's records (each request once, no negative
 `frontend`).
 
-    python bench/split_soak.py [--seconds 300] [--api-servers 2] [--workers 8] [--every 2]
+    python bench/split_soak.py [--seconds 300] [--api-servers 2] [--workers 8] [--every 2] [--timeline-window 10000]
+
+A serving simulation keeps a rolling window of its timeline (`engine.simulation.ROLLING_RECORDS`, 100,000 records of
+each kind: about 110 MiB of step runs once full, after some 10 minutes of a busy server): bounded, but 5 minutes do
+not fill it, so the engine core's RSS would still climb for that reason alone. The soak shrinks the window to
+`--timeline-window` records (`AISIM_TIMELINE_WINDOW`; 0: the server's own), which fill in about a minute here: what
+grows after that grows per request.
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ import argparse
 import asyncio
 import collections
 import json
+import os
 import re
 import signal
 import subprocess
@@ -145,11 +152,15 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--every", type=float, default=2.0)
     parser.add_argument("--seed", type=int, default=41)
+    parser.add_argument("--timeline-window", type=int, default=10000)
     args = parser.parse_args()
+    env = dict(os.environ)
+    if args.timeline_window:
+        env["AISIM_TIMELINE_WINDOW"] = str(args.timeline_window)
     log = Path(tempfile.mkdtemp(prefix="aisim-soak-")) / "requests.jsonl"
     process = subprocess.Popen([sys.executable, "-m", "aisim", "serve", str(SCENARIO), "--port", "0", "--record",
                                 str(log), "--api-server-count", str(args.api_servers)],
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
     assert process.stdout is not None and process.stderr is not None
     found = re.search(r"at (http://\S+)", process.stdout.readline())
     if found is None:
@@ -177,7 +188,8 @@ def main() -> int:
     status = process.wait(timeout=60)
     stderr = process.stderr.read()
     print(f"split_soak: {args.seconds:g}s, {args.api_servers} API servers, {args.workers} workers, seed {args.seed}, "
-          f"RSS every {args.every:g}s ({min(map(len, samples.values()))} samples)")
+          f"timeline window {args.timeline_window or 'the default'}, RSS every {args.every:g}s "
+          f"({min(map(len, samples.values()))} samples)")
     print(f"{'process':<14} {'pid':>7} {'warm MiB':>9} {'mid MiB':>8} {'end MiB':>8} {'slope MiB/min':>14}  plateau")
     plateaus = []
     for name, values in samples.items():

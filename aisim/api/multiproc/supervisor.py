@@ -113,8 +113,9 @@ def _beat(loop: asyncio.AbstractEventLoop, pipe: int) -> None:
 
 
 def _engine(scenario: Scenario, options: Options, address: str, exit_file: Path, host: str, ready: int) -> None:
-    """The engine core process's body. SIGTERM (the server drains) drains its private listeners as one process
-    does, while its engine goes on serving the API servers' requests; SIGUSR2 (they have exited) stops it."""
+    """The engine core process's body. SIGUSR1 (the server drains) drains its private listeners as one process
+    does, while its engine goes on serving the API servers' requests; SIGUSR2 (they have exited) stops it. It
+    ignores SIGTERM and SIGINT: the supervisor says what to do."""
     async def main() -> None:
         loop = asyncio.get_running_loop()
         state = local_state(scenario, options.base_dir, seed=options.seed, network_delay=options.network_delay,
@@ -135,7 +136,7 @@ def _engine(scenario: Scenario, options: Options, address: str, exit_file: Path,
             else:
                 draining.append(loop.create_task(state.finish_requests()))
 
-        loop.add_signal_handler(signal.SIGTERM, on_term)
+        loop.add_signal_handler(signal.SIGUSR1, on_term)
         settle_garbage_collector()
         os.write(ready, (json.dumps({"ports": ports}) + "\n").encode())
         os.set_blocking(ready, False)
@@ -147,7 +148,7 @@ def _engine(scenario: Scenario, options: Options, address: str, exit_file: Path,
         await state.stop()
         await clock
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor says when to drain (SIGTERM) and stop (SIGUSR2)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor says when to drain (SIGUSR1) and stop (SIGUSR2)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         run_loop(main())
@@ -377,11 +378,12 @@ class Supervisor:
     # -- watching ----------------------------------------------------------------------------------
 
     def on_signal(self, _signum: int, _frame: Any) -> None:
-        """One SIGTERM per signal to every child (the first drains, a second ends the grace), the engine core first:
-        its private listeners drain the requests the API servers passed on, at the same deadline as theirs."""
+        """Per signal one SIGTERM to every API server and one SIGUSR1 to the engine core, first (the first drains, a
+        second ends the grace): its private listeners drain the requests the API servers passed on, at the same
+        deadline as theirs."""
         self.signals += 1
         if self.engine_pid:
-            _kill(self.engine_pid, signal.SIGTERM)
+            _kill(self.engine_pid, signal.SIGUSR1)
         for pid in self.api.values():
             _kill(pid, signal.SIGTERM)
 
