@@ -285,7 +285,8 @@ def test_a_killed_engine_core_fails_every_request_with_its_routes_error(tmp_path
                         continue  # the server is gone: no answer is an answer too
                     later.append((asked_later.status_code, asked_later.text))
             answers = {kind: future.result(timeout=30) for kind, future in asked.items()}
-        assert served.stop() == 1
+        assert served.process.wait(timeout=30) == 1  # by itself, with the reason
+        time.sleep(0.1)  # the stderr reader's last lines
     finally:
         served.close()
     chat = answers["chat-stream"]
@@ -298,6 +299,7 @@ def test_a_killed_engine_core_fails_every_request_with_its_routes_error(tmp_path
     for status, text in later:
         assert status == 503 and "The engine core is not running" in json.loads(text)["error"]["message"], text
     assert "Traceback" not in served.stderr and "Uncaught" not in served.stderr, served.stderr
+    assert "aisim serve: the engine core stopped: " in served.stderr
 
 
 def test_a_hung_process_is_noticed_and_health_answers_in_bounded_time(tmp_path: Path) -> None:
