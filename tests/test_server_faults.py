@@ -139,11 +139,13 @@ class Answer:
 
 
 def _ask(url: str, kind: str, answer: Answer, read_lines: int | None = None, read_timeout: float = 60) -> Answer:
-    """Send one of `KINDS`; read it whole (or, with `read_lines`, that many lines, then go away)."""
-    route, stream = KINDS[kind]
+    """Send one of `KINDS` (or watch `/admin/events`); read it whole (or, with `read_lines`, that many lines, then go
+    away)."""
+    method, route, body = ("GET", "/admin/events", None) if kind == "events" else \
+        ("POST", KINDS[kind][0], _body(KINDS[kind][0], KINDS[kind][1]))
     try:
         with httpx.Client(timeout=httpx.Timeout(10, read=read_timeout)) as client, \
-                client.stream("POST", url + route, json=_body(route, stream)) as response:
+                client.stream(method, url + route, json=body) as response:
             answer.status = response.status_code
             answer.begun.set()
             for line in response.iter_lines():
@@ -180,11 +182,12 @@ def _check_log(records: list[dict[str, Any]], expected: dict[str, list[str]]) ->
 def test_sigterm_drains_local_and_passed_on_requests_with_their_routes_own_endings(
         api_servers: int, tmp_path: Path) -> None:
     """SIGTERM with requests longer than the 1 s grace: each ends with its route's own ending: chat's error event
-    and `[DONE]`, the Responses stream's `error` event, a waiting request's 503 JSON; the server exits 0."""
+    and `[DONE]`, the Responses stream's `error` event, a waiting request's 503 JSON, `/admin/events`' complete
+    answer; the server exits 0."""
     served = Served(tmp_path, api_servers)
     try:
-        with ThreadPoolExecutor(3) as pool:
-            asked = _start(pool, served.url, FAULTED)
+        with ThreadPoolExecutor(4) as pool:
+            asked = _start(pool, served.url, [*FAULTED, "events"])
             assert _until(lambda: _running(served) == 3)
             served.process.send_signal(signal.SIGTERM)
             answers = {kind: future.result(timeout=30) for kind, future in asked.items()}
@@ -205,7 +208,9 @@ def test_sigterm_drains_local_and_passed_on_requests_with_their_routes_own_endin
     whole = answers["responses"]
     assert whole.error is None and whole.status == 503
     assert "shutting down" in json.loads(whole.text)["error"]["message"]
-    assert "Traceback" not in served.stderr, served.stderr
+    events = answers["events"]  # a passed-on stream that is no generation: ended whole at the end of the grace
+    assert events.error is None and events.status == 200 and events.lines
+    assert "Traceback" not in served.stderr and "Cannot send" not in served.stderr, served.stderr
     _check_log(served.records(), {CHAT: ["aborted"], RESPONSES: ["aborted", "aborted"]})
 
 
