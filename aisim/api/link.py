@@ -29,11 +29,12 @@ class RequestLog(Protocol):
     """The request log (`aisim serve --record`): written here (`Recording`), or by the engine core for an API
     server (`multiproc.frontend.RemoteRecording`)."""
 
-    def request(self, call: Call, end: str, endpoint: str, elapsed_s: float) -> None: ...
+    def request(self, call: Call, end: str, endpoint: str, elapsed_s: float,
+                started_wall: float | None = None) -> None: ...
 
     def infer(self, call: Call | None, model: str, version: str, batch: int, inputs: list[Any],
               outputs: list[tuple[Any, list[int], bytes]], elapsed_s: float, error: str = "",
-              end: str = "finished") -> None: ...
+              end: str = "finished", started_wall: float | None = None) -> None: ...
 
     def load(self, model: str, version: str, elapsed_s: float, error: str = "") -> None: ...
 
@@ -58,8 +59,9 @@ class EngineLink(Protocol):
     def now(self) -> int:
         """The current virtual time, in nanoseconds."""
 
-    def submit(self, arrival: Arrival, live_tokens: bool = True) -> Call:
-        """Let a request arrive now; its tokens and end come through the returned call."""
+    def submit(self, arrival: Arrival, live_tokens: bool = True, origin: tuple[str, float] | None = None) -> Call:
+        """Let a request arrive now; its tokens and end come through the returned call. `origin`: the handler's
+        endpoint and the instant its request began (`time.monotonic`), for a request log kept elsewhere."""
 
     def abort(self, call: Call) -> None:
         """Give a request up (its client went away, or the server is shutting down): its KV blocks return."""
@@ -105,6 +107,9 @@ class LocalEngine(Live):
     @property
     def speed(self) -> float:
         return self.clock.speed
+
+    def submit(self, arrival: Arrival, live_tokens: bool = True, origin: tuple[str, float] | None = None) -> Call:
+        return super().submit(arrival, live_tokens)  # the handler logs its own request here (`origin` unused)
 
     async def pick_fault(self, models: tuple[str, ...], endpoint: str, api_key: str | None,
                          override: str | None) -> ApiFault | None:

@@ -42,10 +42,12 @@ class Recording:
     def _arrival(self, started_wall: float) -> int:
         return round((started_wall - self.origin) * 1e9)
 
-    def request(self, call: Call, end: str, endpoint: str, elapsed_s: float) -> None:
+    def request(self, call: Call, end: str, endpoint: str, elapsed_s: float, started_wall: float | None = None) -> None:
         """A generating request ended (`end`: finished, failed or aborted); `elapsed_s` since Tornado
-        started reading it."""
+        started reading it, or `started_wall`, that instant on the monotonic clock (a split server's engine core,
+        whose own call's arrival, tokens and end measure the rest: every field on one clock)."""
         now = time.monotonic()
+        started = now - elapsed_s if started_wall is None else started_wall
         submitted = call.submitted_wall
         walls = call.token_walls
         streamed = call.live_tokens
@@ -54,19 +56,19 @@ class Recording:
             self._arrival(submitted), call.arrival.model, call.arrival.prompt, call.arrival.output, endpoint, streamed,
             STATUS.get(end, end), ttft=walls[0] - submitted if streamed and walls else None,
             itl=[b - a for a, b in itertools.pairwise(walls)] if streamed else None,
-            e2e=(call.ended_wall or now) - submitted, error=error, frontend=submitted - (now - elapsed_s),
+            e2e=(call.ended_wall or now) - submitted, error=error, frontend=submitted - started,
             priority=call.arrival.priority,
         )
         self.writer.write(request_record(logged))
 
     def infer(self, call: Call | None, model: str, version: str, batch: int, inputs: list[Any],
               outputs: list[tuple[Any, list[int], bytes]], elapsed_s: float, error: str = "",
-              end: str = "finished") -> None:
+              end: str = "finished", started_wall: float | None = None) -> None:
         """A KServe inference ended (`end`: finished or aborted, failed when `error` is given): its tensors
         as sent and answered (none answered when it failed or was aborted); `call` is None when it failed
-        before reaching the engine."""
+        before reaching the engine. `started_wall`: as `request`'s."""
         now = time.monotonic()
-        started = now - elapsed_s
+        started = now - elapsed_s if started_wall is None else started_wall
         submitted = call.submitted_wall if call is not None else started
         ended = call.ended_wall if call is not None and call.ended_wall is not None else now
         status = "failed" if error else STATUS[end]

@@ -119,9 +119,12 @@ def local_state(scenario: Scenario, base_dir: Path = Path("."), *, seed: int | N
 
 
 def make_app(state: ServerState, personalities: tuple[str, ...] = DEFAULT_PERSONALITIES,
-             metrics_path: str = "/metrics", relay: Relay | None = None) -> tornado.web.Application:
+             metrics_path: str = "/metrics", relay: Relay | None = None,
+             access_log: bool = True) -> tornado.web.Application:
     """The Tornado application of one listener, speaking the given personalities. With `relay` (an API server of a
-    split server), every route whose handler runs in the engine core (`runs_in`) is passed on with it."""
+    split server), every route whose handler runs in the engine core (`runs_in`) is passed on with it (told the
+    route's handler: its error shapes). `access_log` False: Tornado's access log is not written (the engine core's
+    private listener: the API server that passed a request on logs it, once, with what its client got)."""
     routes: list[Any] = []
     if "openai" in personalities or "vllm" in personalities:
         routes += openai_routes.routes()
@@ -147,9 +150,12 @@ def make_app(state: ServerState, personalities: tuple[str, ...] = DEFAULT_PERSON
         anthropic.NotFoundHandler if "anthropic" in personalities else kserve_http.NotFoundHandler)
     missing_args: dict[str, Any] = {}
     if relay is not None:
-        routes = [(route[0], *relay) if route[1].runs_in == "engine_core" else route for route in routes]
-        missing, missing_args = relay
-    app = tornado.web.Application(routes, state=state, compress_response=False,
+        passer, passer_args = relay
+        routes = [(route[0], passer, {**passer_args, "route": route[1]}) if route[1].runs_in == "engine_core"
+                  else route for route in routes]
+        missing, missing_args = passer, {**passer_args, "route": missing}
+    quiet: dict[str, Any] = {} if access_log else {"log_function": lambda _handler: None}
+    app = tornado.web.Application(routes, state=state, compress_response=False, **quiet,
                                   transforms=[security_headers(tuple(state.scenario.server.cors_origins))],
                                   default_handler_class=missing, default_handler_args=missing_args)
     return apply(app, state.pod)

@@ -170,6 +170,13 @@ class ServerState:
         flight finish for up to `grace_s` (default `server.shutdownGrace`), then end each stream still open with
         a final error event (and `[DONE]`) and each waiting request with a 503, and `stop`. Returns how many
         requests were ended that way (0: all finished in time)."""
+        cut = await self.finish_requests(grace_s)
+        await self.stop()
+        return cut
+
+    async def finish_requests(self, grace_s: float | None = None) -> int:
+        """`drain` but the final `stop`: a split server's engine core drains its private listeners so (the requests
+        its API servers passed on end as in one process) while its engine still serves the API servers."""
         grace = self.scenario.server.shutdown_grace / 1e9 if grace_s is None else grace_s
         self.draining = True
         for http in self.http_servers:
@@ -185,7 +192,6 @@ class ServerState:
             if not self.handlers:
                 break
             await asyncio.sleep(0.01)
-        await self.stop()
         return len(cut)
 
     # -- lookups -----------------------------------------------------------------------------

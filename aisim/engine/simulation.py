@@ -7,6 +7,7 @@ meet; nothing else draws random numbers.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -32,8 +33,10 @@ from .timeline import Timeline
 from .workload import Arrival, ClosedLoop, SourceFeed
 from .xid import apply_xid
 
-ROLLING_RECORDS = 100_000
-"""Timeline records of each kind a non-retaining (serving) simulation keeps."""
+ROLLING_RECORDS = int(os.environ.get("AISIM_TIMELINE_WINDOW", "100000"))
+"""Timeline records of each kind a non-retaining (serving) simulation keeps: the most memory a server's timeline
+holds (about 1.1 KiB per step run: some 110 MiB once full, after about 10 minutes of a busy server).
+`AISIM_TIMELINE_WINDOW` sets it (`bench/split_soak.py` shrinks it, so that 5 minutes fill it)."""
 
 
 def wants_telemetry(scenario: Scenario) -> bool:

@@ -86,7 +86,10 @@ class EngineCore:
         self.server: asyncio.AbstractServer | None = None
         self.calls: dict[Key, Call] = {}
         self.ended: collections.OrderedDict[Key, Call] = collections.OrderedDict()
-        self.logged: set[Key] = set()
+        """Ended calls whose request log line has not come yet (bounded: `ENDED_KEPT`); one that is logged leaves,
+        so that `close` logs exactly the others, once."""
+        self.origins: dict[Key, tuple[str, float]] = {}
+        """Each request's endpoint and the instant it began in its API server (`wire.Submit`), until it is logged."""
         self.abandoned: set[Key] = set()
         """Requests of API servers that are gone: the engine core observes and logs their end itself."""
         self.ranks: dict[int, Link] = {}
@@ -116,6 +119,8 @@ class EngineCore:
             call = engine.submit(message.arrival, message.live)
             key = (ident, message.cid)
             self.calls[key] = call
+            if engine.log is not None:
+                self.origins[key] = (message.endpoint, message.started or call.submitted_wall)
             state.requests_in_flight += 1
             call.listen(partial(self._event, ident, message.cid, call))
         elif isinstance(message, wire.Abort):
@@ -141,10 +146,11 @@ class EngineCore:
             if found is not None:
                 engine.observe(found, message.reason, message.max_tokens, found.token_times, message.n)
         elif isinstance(message, wire.Logged):
-            done = self._find((ident, message.cid), pop=True)
+            key = (ident, message.cid)
+            done = self._find(key, pop=True)
+            self.origins.pop(key, None)
             if done is not None and engine.log is not None:
-                self.logged.add((ident, message.cid))
-                engine.log.request(done, message.end, message.endpoint, message.elapsed_s)
+                engine.log.request(done, message.end, message.endpoint, 0.0, message.started)
         elif isinstance(message, wire.LoggedInfer):
             self._log_infer(ident, message)
         elif isinstance(message, wire.Sync):
@@ -202,14 +208,13 @@ class EngineCore:
     def _log_infer(self, ident: Link, message: wire.LoggedInfer) -> None:
         recording = self.state.engine.log
         call = self._find((ident, message.cid), pop=True) if message.cid >= 0 else None
+        self.origins.pop((ident, message.cid), None)
         if recording is None:
             return
-        if message.cid >= 0:
-            self.logged.add((ident, message.cid))
         inputs = [SimpleNamespace(name=n, datatype=d, shape=s) for n, d, s in message.inputs]
         outputs = [(SimpleNamespace(name=n, datatype=d), s, b"") for n, d, s in message.outputs]
-        recording.infer(call, message.model, message.version, message.batch, inputs, outputs, message.elapsed_s,
-                        message.error, message.end)
+        recording.infer(call, message.model, message.version, message.batch, inputs, outputs, 0.0,
+                        message.error, message.end, message.started)
 
     def _hello(self, ident: Link, rank: int) -> None:
         """An API server (re)started: what an earlier one of its rank left running is aborted (its client's
@@ -241,7 +246,8 @@ class EngineCore:
             self.calls.pop(key, None)
             self.ended[key] = call
             if len(self.ended) > ENDED_KEPT:
-                self.ended.popitem(last=False)
+                evicted, _ = self.ended.popitem(last=False)
+                self.origins.pop(evicted, None)
             self.state.requests_in_flight -= 1
             if key in self.abandoned:
                 self._orphan_ended(key, call, event)
@@ -254,15 +260,15 @@ class EngineCore:
 
     def _orphan_ended(self, key: Key, call: Call, event: str) -> None:
         """A request whose API server died ended (aborted): in `/metrics` and the request log, as its handler would
-        have written it (the endpoint is not known here)."""
+        have written it (its endpoint and start as its `Submit` gave them)."""
         self.abandoned.discard(key)
         self.ended.pop(key, None)
+        endpoint, started = self.origins.pop(key, ("", call.submitted_wall))
         reason = {"finished": "stop", "aborted": "abort"}.get(event, "error")
         engine = self.state.engine
         engine.observe(call, reason, None, call.token_times, 1)
         if engine.log is not None and call.arrival.source == "api":
-            self.logged.add(key)
-            engine.log.request(call, event, "", 0.0)
+            engine.log.request(call, event, endpoint, 0.0, started)
 
     def _reply(self, ident: Link, reply: Any) -> None:
         self._replies.setdefault(ident, []).append(reply)
@@ -304,10 +310,13 @@ class EngineCore:
                 break
             await asyncio.sleep(0.01)
         recording = self.state.engine.log
-        if recording is not None:
+        if recording is not None:  # what is still here no API server logged (it left first): logged once, here
             for key, call in list(self.ended.items()):
-                if key not in self.logged and call.arrival.source == "api":
-                    recording.request(call, call.ending[0] if call.ending else "aborted", "", 0.0)
+                if call.arrival.source == "api":
+                    endpoint, started = self.origins.get(key, ("", call.submitted_wall))
+                    recording.request(call, call.ending[0] if call.ending else "aborted", endpoint, 0.0, started)
+            self.ended.clear()
+            self.origins.clear()
         self.flush()
         if self.server is not None:
             self.server.close()
@@ -360,7 +369,7 @@ async def serve_private(state: ServerState, host: str) -> list[int]:
         if "kserve-grpc" in personalities:
             ports.append(await start_grpc(state, "127.0.0.1", 0))
             continue
-        app = Unmarked(make_app(state, personalities, listener.metrics_path))
+        app = Unmarked(make_app(state, personalities, listener.metrics_path, access_log=False))
         http = open_listener(state, app, personalities, host)
         sockets = tornado.netutil.bind_sockets(0, "127.0.0.1", backlog=2048)
         http.add_sockets(sockets)

@@ -5,7 +5,7 @@ becomes a message, the engine core's events come back per step and reach each `C
 fault picks and rate-limit admissions are asked over the socket, and `/metrics`' observations and the request
 log's lines (`RemoteRecording`) go to the engine core. Routes whose handlers run in the engine core (metrics,
 admin, model control, health, stored responses, ...: `runs_in`) are passed on to its private listener
-(`Forward`, and `grpc_relay.GrpcForward` for gRPC), so their answers are the single process's, byte for byte.
+(`relay.Forward`, and `grpc_relay.GrpcForward` for gRPC), so their answers are the single process's, byte for byte.
 """
 
 from __future__ import annotations
@@ -19,9 +19,6 @@ from pathlib import Path
 from typing import Any, TypeVar, cast
 
 import numpy as np
-import tornado.httpclient
-import tornado.httputil
-import tornado.web
 
 from ...engine import ApiFault, Arrival, Call, FaultBook, Simulation
 from ...scenario import Scenario
@@ -29,19 +26,22 @@ from ...scenario.distributions import DurationDistribution
 from ..openai.errors import ErrorAnswer
 from ..pod import PodIdentity
 from ..ratelimit import RateLimiter
-from ..server import Parts, Relay
+from ..server import Parts
 from ..state import ServerState
 from . import wire
 from .mirror import Mirror
 
 T = TypeVar("T")
 
-HOP_HEADERS = frozenset({"content-length", "transfer-encoding", "connection", "keep-alive"})
 NO_CONTENT_TYPE = "X-Aisim-No-Content-Type"
 """Marks a forwarded request that came without a `Content-Type` (the engine core's listener removes both)."""
-FORWARDED_AT_ONCE = 4096
 LAZY_S = 0.002
 """How long an observation for the engine core may wait for a message to go out with (`EngineClient.send`)."""
+
+
+def not_running(reason: str) -> ErrorAnswer:
+    """The one answer of an API server whose engine core is unreachable: a 503 with the reason."""
+    return ErrorAnswer(503, f"The engine core is not running: {reason}", "ServiceUnavailableError")
 
 
 @dataclass(eq=False)
@@ -49,10 +49,6 @@ class RemoteCall(Call):
     """A `Call` whose request runs in the engine core; `cid` names it there."""
 
     cid: int = -1
-
-
-class ClientGone(Exception):
-    """The client of a forwarded request went away."""
 
 
 class EngineClient:
@@ -115,15 +111,21 @@ class EngineClient:
     def now(self) -> int:
         return int((time.monotonic() - self.started_wall) * self.speed * 1e9)
 
-    def submit(self, arrival: Arrival, live_tokens: bool = True) -> Call:
+    def submit(self, arrival: Arrival, live_tokens: bool = True, origin: tuple[str, float] | None = None) -> Call:
+        """`origin`: the handler's endpoint and the instant its request began (the request log's, should this API
+        server die before it logs the request). An engine core that is gone: an OpenAI route's 503 (raised), a
+        KServe inference's failed call."""
         cid = next(self._ids)
         call = RemoteCall(arrival, live_tokens, submitted_wall=time.monotonic(), cid=cid)
         if self.gone is not None:
-            call.error = self.gone
+            if arrival.source != "kserve":
+                raise not_running(self.gone)
+            call.error = f"The engine core is not running: {self.gone}"
             asyncio.get_running_loop().call_soon(call, "failed", None, self.now())  # type: ignore[arg-type]
             return call
         self.calls[cid] = call
-        self._send(wire.Submit(cid, live_tokens, arrival))
+        endpoint, started = origin if origin is not None else ("", call.submitted_wall)
+        self._send(wire.Submit(cid, live_tokens, arrival, endpoint, started))
         return call
 
     def abort(self, call: Call) -> None:
@@ -164,7 +166,7 @@ class EngineClient:
 
     async def _rpc(self, make: Any) -> Any:
         if self.gone is not None:
-            raise ErrorAnswer(503, f"The engine core is not running: {self.gone}", "ServiceUnavailableError")
+            raise not_running(self.gone)
         rid = next(self._ids)
         future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self.rpcs[rid] = future
@@ -243,8 +245,10 @@ class EngineClient:
                 self._welcome.set_result(None)
 
     def engine_gone(self, reason: str) -> None:
-        """The engine core died: every request still waiting for it fails now, with the reason (no client hangs)."""
+        """The engine core died: every request still waiting for it fails now, with the reason (no client hangs).
+        Called again (the supervisor's reason after the lost connection's), the reason becomes the later one."""
         if self.gone is not None:
+            self.gone = reason
             return
         self.gone = reason
         now = self.now()
@@ -284,18 +288,21 @@ class RemoteRecording:
     def __init__(self, client: EngineClient) -> None:
         self.client = client
 
-    def request(self, call: Call, end: str, endpoint: str, elapsed_s: float) -> None:
+    def request(self, call: Call, end: str, endpoint: str, elapsed_s: float,
+                started_wall: float | None = None) -> None:
+        """Sent as the instant the request began on the (system-wide) monotonic clock, so that the engine core
+        measures every timing field of the record on one clock: its own call's arrival, tokens and end."""
         if isinstance(call, RemoteCall):
-            self.client.send(wire.Logged(call.cid, end, endpoint, elapsed_s))
+            self.client.send(wire.Logged(call.cid, end, endpoint, time.monotonic() - elapsed_s))
 
     def infer(self, call: Call | None, model: str, version: str, batch: int, inputs: list[Any],
               outputs: list[tuple[Any, list[int], bytes]], elapsed_s: float, error: str = "",
-              end: str = "finished") -> None:
+              end: str = "finished", started_wall: float | None = None) -> None:
         cid = call.cid if isinstance(call, RemoteCall) else -1
         self.client.send(wire.LoggedInfer(cid, model, version, batch,
                                           [(t.name, t.datatype, list(t.shape)) for t in inputs],
                                           [(t.name, t.datatype, list(shape)) for t, shape, _ in outputs],
-                                          elapsed_s, error, end))
+                                          time.monotonic() - elapsed_s, error, end))
 
     def load(self, model: str, version: str, elapsed_s: float, error: str = "") -> None:
         return None  # loads are served by the engine core, which logs them
@@ -316,107 +323,6 @@ def api_server_state(scenario: Scenario, base_dir: Path, address: str, rank: int
     mirror = Mirror(parts.sim, parts.lora_adapters, parts.fleet, parts.kserve.shared_memory)
     client = EngineClient(address, rank, mirror, parts.faults, parts.limiter, recording)
     seeds = np.random.default_rng(np.random.SeedSequence([parts.sim.seed, 1, rank])) if rank else None
-    # forwarded requests in flight at once (Tornado's client queues beyond 10: ten `/admin/events` watchers
-    # would hold every other forwarded route)
-    tornado.httpclient.AsyncHTTPClient.configure(None, max_clients=FORWARDED_AT_ONCE)
     state = parts.state(client, network_delay=network_delay, speed=speed, pod=pod, tokenizer_path=tokenizer_path,
                         seeds=seeds)
     return state, client
-
-
-def relay(target: str, client: EngineClient) -> Relay:
-    """What an API server's application passes the engine core's routes on with (`server.make_app`)."""
-    return Forward, {"target": target, "client": client}
-
-
-class Forward(tornado.web.RequestHandler):
-    """Hand a request on to the engine core's private listener and relay its answer as it comes (a stream
-    too), status, headers and body unchanged."""
-
-    SUPPORTED_METHODS = ("GET", "HEAD", "POST", "DELETE", "PATCH", "PUT", "OPTIONS")
-
-    def initialize(self, target: str, client: EngineClient, **_: Any) -> None:
-        self.target = target
-        self.client = client
-        self.client_gone = False
-
-    def on_connection_close(self) -> None:
-        self.client_gone = True  # a forwarded stream (`/admin/events`) is closed at its next chunk
-
-    def set_default_headers(self) -> None:
-        self._headers = tornado.httputil.HTTPHeaders()
-
-    async def forward(self, *_: Any) -> None:
-        await forward(self, self.target, self.client)
-
-    get = head = post = delete = patch = put = options = forward
-
-    def compute_etag(self) -> None:
-        return None
-
-
-async def forward(handler: tornado.web.RequestHandler, target: str, client: EngineClient) -> None:
-    """`handler`'s request, answered by the engine core at `target` (`http://127.0.0.1:PORT`)."""
-    request = handler.request
-    started: list[bool] = [False]
-    status: list[int] = [200]
-    reason: list[str] = [""]
-    headers = tornado.httputil.HTTPHeaders()
-
-    def on_header(line: str) -> None:
-        if line.startswith("HTTP/"):
-            start = tornado.httputil.parse_response_start_line(line.strip())
-            status[0], reason[0] = start.code, start.reason
-            headers.clear()
-        elif line.strip():
-            headers.parse_line(line)
-
-    def begin() -> None:
-        if started[0]:
-            return
-        started[0] = True
-        handler.set_status(status[0], reason[0] or None)
-        for name, value in headers.get_all():
-            if name.lower() not in HOP_HEADERS:
-                handler.add_header(name, value)
-
-    def on_chunk(chunk: bytes) -> None:
-        if getattr(handler, "client_gone", False):
-            raise ClientGone  # ends the forwarded request: the engine core sees its connection close
-        begin()
-        if not handler.request.connection or handler._finished:
-            return
-        handler.write(chunk)
-        if "Content-Length" not in headers:  # a stream (chunked): each piece goes on as it comes; an answer of
-            handler.flush()  # known length goes out whole, with its Content-Length, as the engine core sent it
-
-    body = request.body if request.method in ("POST", "PUT", "PATCH", "DELETE") else None
-    sent_headers = request.headers
-    if body is not None and "Content-Type" not in sent_headers:  # Tornado's client would add a form's type
-        sent_headers = tornado.httputil.HTTPHeaders(sent_headers)
-        sent_headers[NO_CONTENT_TYPE] = "1"
-    sent = tornado.httpclient.HTTPRequest(
-        target + request.uri, method=request.method, headers=sent_headers, body=body,
-        allow_nonstandard_methods=True, follow_redirects=False, decompress_response=False,
-        request_timeout=24 * 3600, connect_timeout=10, header_callback=on_header, streaming_callback=on_chunk)
-    try:  # first what this API server sent before (a finished request's observations) reaches the engine core
-        await client.sync()
-    except ErrorAnswer:
-        pass
-    try:
-        await tornado.httpclient.AsyncHTTPClient().fetch(sent, raise_error=False)
-    except ClientGone:
-        return
-    except OSError as error:
-        if not started[0]:
-            handler.set_status(503)
-            handler.finish(f'{{"error": "the engine core is not reachable: {error}"}}')
-        return
-    begin()
-    if request.method != "GET" or "/ready" in request.uri or "/load" in request.uri:
-        try:  # the engine's state may have changed (a model loaded): every API server mirrors it before the answer
-            await client.sync(everyone=request.method != "GET")
-        except ErrorAnswer:
-            pass
-    if not handler._finished:
-        handler.finish()

@@ -49,8 +49,14 @@ from ..server import (
     start_grpc,
 )
 from .core import EngineCore, serve_private
-from .frontend import api_server_state, relay
+from .frontend import api_server_state
+from .relay import relay
 
+HEARTBEAT_S = 0.5
+"""How often each child tells the supervisor that its event loop turns (a byte on its pipe)."""
+HEARTBEAT_TIMEOUT_S = 10.0
+"""A child whose heartbeat stops this long is hung (paused, stuck): an API server is killed and replaced, an engine
+core stops the server with that reason (`AISIM_HEARTBEAT_TIMEOUT_S` overrides it)."""
 RESTARTS = 3
 """Crashes of one API server within `RESTART_WINDOW_S` that stop the server instead of replacing it again."""
 RESTART_WINDOW_S = 30.0
@@ -74,6 +80,8 @@ class Options:
     tokenizer: str | None = None
     quiet: bool = False
     """Print no serving lines (an embedding caller reads `Started` instead)."""
+    heartbeat_timeout_s: float = field(
+        default_factory=lambda: float(os.environ.get("AISIM_HEARTBEAT_TIMEOUT_S", HEARTBEAT_TIMEOUT_S)))
 
 
 @dataclass
@@ -93,8 +101,21 @@ def _die_with_parent() -> None:
         pass
 
 
+def _beat(loop: asyncio.AbstractEventLoop, pipe: int) -> None:
+    """Write the heartbeat on `pipe` every `HEARTBEAT_S` while this loop turns (a paused or stuck loop stops it)."""
+    try:
+        os.write(pipe, b".")
+    except BlockingIOError:
+        pass  # the supervisor reads late: it saw the earlier beats
+    except OSError:
+        return  # the supervisor is gone
+    loop.call_later(HEARTBEAT_S, _beat, loop, pipe)
+
+
 def _engine(scenario: Scenario, options: Options, address: str, exit_file: Path, host: str, ready: int) -> None:
-    """The engine core process's body."""
+    """The engine core process's body. SIGUSR1 (the server drains) drains its private listeners as one process
+    does, while its engine goes on serving the API servers' requests; SIGUSR2 (they have exited) stops it. It
+    ignores SIGTERM and SIGINT: the supervisor says what to do."""
     async def main() -> None:
         loop = asyncio.get_running_loop()
         state = local_state(scenario, options.base_dir, seed=options.seed, network_delay=options.network_delay,
@@ -107,8 +128,19 @@ def _engine(scenario: Scenario, options: Options, address: str, exit_file: Path,
         stop = asyncio.Event()
         clock.add_done_callback(lambda _: stop.set())
         loop.add_signal_handler(signal.SIGUSR2, stop.set)
+        draining: list[asyncio.Task[int]] = []
+
+        def on_term() -> None:  # the passed-on requests end within the grace period (a second signal: now)
+            if draining:
+                state.hurry = True
+            else:
+                draining.append(loop.create_task(state.finish_requests()))
+
+        loop.add_signal_handler(signal.SIGUSR1, on_term)
         settle_garbage_collector()
         os.write(ready, (json.dumps({"ports": ports}) + "\n").encode())
+        os.set_blocking(ready, False)
+        _beat(loop, ready)
         await stop.wait()
         if clock.done() and clock.exception() is not None:
             raise cast(BaseException, clock.exception())
@@ -116,7 +148,7 @@ def _engine(scenario: Scenario, options: Options, address: str, exit_file: Path,
         await state.stop()
         await clock
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor says when to stop (SIGUSR2)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the supervisor says when to drain (SIGUSR1) and stop (SIGUSR2)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
         run_loop(main())
@@ -171,6 +203,8 @@ def _api(scenario: Scenario, options: Options, rank: int, address: str, sockets:
         loop.add_signal_handler(signal.SIGUSR1, on_engine_gone)
         settle_garbage_collector()
         os.write(ready, b"ready\n")
+        os.set_blocking(ready, False)
+        _beat(loop, ready)
         await stopping.wait()
         cut = await state.drain(0 if client.gone else None)
         await client.closed()
@@ -243,7 +277,7 @@ def _wait_ready(read: int, pid: int) -> str:
         if readable:
             line = os.read(read, 65536).decode()
             if line:
-                return line
+                return line.split("\n", 1)[0]  # the heartbeats that follow are not part of it
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
             raise RuntimeError(f"exited with status {os.waitstatus_to_exitcode(status)} while starting")
@@ -266,6 +300,8 @@ class Supervisor:
         """rank -> pid of the API servers running."""
         self.crashes: dict[int, list[float]] = {}
         self.signals = 0
+        self.beats: dict[int, tuple[int, float]] = {}
+        """pid -> (the read end of its heartbeat pipe, when it last beat)."""
 
     def start(self) -> Started:
         """Bind, start the engine core, then the API servers; returns what is served."""
@@ -280,9 +316,9 @@ class Supervisor:
         try:
             self.ports = json.loads(_wait_ready(read, self.engine_pid))["ports"]
         except RuntimeError as error:
-            raise RuntimeError(f"the engine core {error}: {self._engine_reason()}") from None
-        finally:
             os.close(read)
+            raise RuntimeError(f"the engine core {error}: {self._engine_reason()}") from None
+        self._watch_beats(self.engine_pid, read)
         for rank in range(options.count):
             self._start_api(rank)
         bound = [("grpc" if "kserve-grpc" in listener.personalities else "http", host,
@@ -296,9 +332,45 @@ class Supervisor:
         try:
             _wait_ready(read, pid)
         except RuntimeError as error:
-            raise RuntimeError(f"API server {rank} {error}") from None
-        finally:
             os.close(read)
+            raise RuntimeError(f"API server {rank} {error}") from None
+        self._watch_beats(pid, read)
+
+    def _watch_beats(self, pid: int, read: int) -> None:
+        os.set_blocking(read, False)
+        self.beats[pid] = (read, time.monotonic())
+
+    def _forget(self, pid: int) -> None:
+        beat = self.beats.pop(pid, None)
+        if beat is not None:
+            os.close(beat[0])
+
+    def listen(self, timeout_s: float) -> None:
+        """Wait up to `timeout_s` for heartbeats; kill a child whose heartbeat stopped `heartbeat_timeout_s` ago
+        (an API server: replaced as if it had crashed; the engine core: the server stops, with that reason)."""
+        fds = {fd: pid for pid, (fd, _) in self.beats.items()}
+        readable, _, _ = select.select(list(fds), [], [], timeout_s) if fds else ([], [], [])
+        now = time.monotonic()
+        for fd in readable:
+            try:
+                os.read(fd, 4096)
+            except OSError:
+                pass
+            self.beats[fds[fd]] = (fd, now)
+        limit = self.options.heartbeat_timeout_s
+        for pid, (_, last) in list(self.beats.items()):
+            if now - last <= limit:
+                continue
+            self.beats[pid] = (self.beats[pid][0], float("inf"))  # killed once
+            if pid == self.engine_pid:
+                self.exit_file.write_text(f"it stopped answering (no heartbeat for {limit:g}s): killed")
+                sys.stderr.write(f"aisim serve: the engine core (pid {pid}) stopped answering for {limit:g}s: "
+                                 "killed\n")
+            else:
+                rank = next((r for r, p in self.api.items() if p == pid), None)
+                sys.stderr.write(f"aisim serve: API server {rank} (pid {pid}) stopped answering for {limit:g}s: "
+                                 "killed\n")
+            _kill(pid, signal.SIGKILL)
 
     def _engine_reason(self) -> str:
         return self.exit_file.read_text() if self.exit_file.exists() else "no reason given (see its output above)"
@@ -306,8 +378,13 @@ class Supervisor:
     # -- watching ----------------------------------------------------------------------------------
 
     def on_signal(self, _signum: int, _frame: Any) -> None:
+        """Per signal one SIGTERM to every API server and one SIGUSR1 to the engine core, first (the first drains, a
+        second ends the grace): its private listeners drain the requests the API servers passed on, at the same
+        deadline as theirs."""
         self.signals += 1
-        for pid in self.api.values():  # one SIGTERM per signal: the first drains, a second ends the grace
+        if self.engine_pid:
+            _kill(self.engine_pid, signal.SIGUSR1)
+        for pid in self.api.values():
             _kill(pid, signal.SIGTERM)
 
     def watch(self) -> int:
@@ -318,8 +395,9 @@ class Supervisor:
         while not self.signals:
             pid, code = _reap()
             if pid == 0:
-                time.sleep(0.05)
+                self.listen(0.05)
                 continue
+            self._forget(pid)
             if pid == self.engine_pid:
                 self.engine_pid = 0
                 reason = f"{self._engine_reason()} (status {code})"
@@ -373,6 +451,8 @@ class Supervisor:
         for listening in self.sockets.values():
             for sock in listening:
                 sock.close()
+        for pid in list(self.beats):
+            self._forget(pid)
         shutil.rmtree(self.tmp, ignore_errors=True)
 
 

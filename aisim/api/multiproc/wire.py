@@ -40,6 +40,10 @@ class Submit(msgspec.Struct, tag=True, array_like=True):
     cid: int
     live: bool
     arrival: Arrival
+    endpoint: str = ""
+    """The handler's endpoint, and below the instant its request began (`time.monotonic`, system-wide): the
+    request log's record of a request whose API server dies before it logs it."""
+    started: float = 0.0
 
 
 class Abort(msgspec.Struct, tag=True, array_like=True):
@@ -75,12 +79,13 @@ class Observed(msgspec.Struct, tag=True, array_like=True):
 
 
 class Logged(msgspec.Struct, tag=True, array_like=True):
-    """A generating request for the request log (`Recording.request`)."""
+    """A generating request for the request log (`Recording.request`); `started`: the instant Tornado began to read
+    it, on the (system-wide) monotonic clock, so that every timing field is measured on the engine core's."""
 
     cid: int
     end: str
     endpoint: str
-    elapsed_s: float
+    started: float
 
 
 class LoggedInfer(msgspec.Struct, tag=True, array_like=True):
@@ -92,7 +97,7 @@ class LoggedInfer(msgspec.Struct, tag=True, array_like=True):
     batch: int
     inputs: list[tuple[str, str, list[int]]]
     outputs: list[tuple[str, str, list[int]]]
-    elapsed_s: float
+    started: float
     error: str
     end: str
 

@@ -202,7 +202,11 @@ class XidHandler(AdminHandler):
 
 
 class EventsHandler(AdminHandler):
-    """`GET /admin/events`: the live records of the simulation as server-sent events."""
+    """`GET /admin/events`: the live records of the simulation as server-sent events. An in-flight request of the
+    server (`ServerState.handlers`): the drain ends it at the end of the grace period with a complete answer."""
+
+    def shut_down(self) -> None:
+        self.cut.set()
 
     async def get(self) -> None:
         try:
@@ -216,9 +220,17 @@ class EventsHandler(AdminHandler):
             return
         for name, value in SSE_HEADERS.items():
             self.set_header(name, value)
+        self.cut = asyncio.Event()
+        self.state.handlers.add(self)
+        try:
+            await self._watch(interval, count)
+        finally:
+            self.state.handlers.discard(self)
+
+    async def _watch(self, interval: float, count: int) -> None:
         feed = Feed(self.state.sim)
         sent = 0
-        while not self.gone and (count <= 0 or sent < count):
+        while not self.gone and not self.cut.is_set() and (count <= 0 or sent < count):
             records = feed.poll(self.state.engine.now())
             self.write(b"data: " + json.dumps(records, separators=(",", ":")).encode() + b"\n\n")
             sent += 1
@@ -227,7 +239,10 @@ class EventsHandler(AdminHandler):
             except tornado.iostream.StreamClosedError:
                 return
             if count <= 0 or sent < count:
-                await asyncio.sleep(interval)
+                try:
+                    await asyncio.wait_for(self.cut.wait(), interval)
+                except TimeoutError:
+                    pass
         if not self.gone:
             self.finish()
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -200,7 +201,13 @@ class GenerationHandler(BaseHandler):
 
     def shutdown_events(self) -> str:
         """The end of a stream the shutdown cut: an error event, then `[DONE]` (vLLM's mid-stream error form)."""
-        return "data: " + json.dumps(SHUTTING_DOWN.body()) + "\n\ndata: [DONE]\n\n"
+        return self.stream_failure(SHUTTING_DOWN, 0)
+
+    @classmethod
+    def stream_failure(cls, error: ErrorAnswer, events: int) -> str:
+        """The terminal events of this route's stream ended by `error` after `events` events: also what a split
+        server's API server writes when the engine core that serves the route stops (`multiproc.relay`)."""
+        return "data: " + json.dumps(error.body()) + "\n\ndata: [DONE]\n\n"
 
     async def begin(self, kind: type[Body]) -> tuple[Body, Model, Any]:
         """The common start: parse the body, find the model, meet a fault that acts before the answer.
@@ -247,8 +254,14 @@ class GenerationHandler(BaseHandler):
     def submit(self, model: Model, prompt_tokens: int, answers: list[Answer], priority: int, stream: bool) -> list[Call]:
         arrivals = [self.fleet_arrival(model, Arrival.api(model.id, prompt_tokens, a.tokens, priority=priority),
                                        self.prompt_ids, a) for a in answers]
-        self.calls = [self.state.engine.submit(arrival, stream) for arrival in arrivals]
+        origin = self.origin()
+        self.calls = [self.state.engine.submit(arrival, stream, origin) for arrival in arrivals]
         return self.calls
+
+    def origin(self) -> tuple[str, float]:
+        """This request's endpoint and the instant Tornado began to read it (`time.monotonic`): for the request log
+        (`EngineLink.submit`)."""
+        return self.endpoint, time.monotonic() - self.request.request_time()
 
     def fleet_arrival(self, model: Model, arrival: Arrival, ids: tuple[int, ...] | None,
                       answer: Answer | None = None) -> Arrival:
@@ -289,8 +302,9 @@ class GenerationHandler(BaseHandler):
         """Submit many arrivals (a batch of prompts or inputs) a slice at a time: each arrival runs the engine's
         turn at once, and two thousand of them would hold the loop for most of a second."""
         self.calls = []
+        origin = self.origin()
         for arrival in arrivals:
-            self.calls.append(self.state.engine.submit(arrival, stream))
+            self.calls.append(self.state.engine.submit(arrival, stream, origin))
             await slices.turn()
         return self.calls
 

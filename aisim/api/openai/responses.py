@@ -71,8 +71,13 @@ class ResponsesHandler(GenerationHandler):
 
     def shutdown_events(self) -> str:
         """The Responses API's stream has no `[DONE]`: an `error` event ends it."""
-        data = {"type": "error", "code": "server_shutting_down", "message": SHUTTING_DOWN.message, "param": None,
-                "sequence_number": self.sequence[0]}
+        return self.stream_failure(SHUTTING_DOWN, self.sequence[0])
+
+    @classmethod
+    def stream_failure(cls, error: ErrorAnswer, events: int) -> str:
+        """An `error` event, numbered after the `events` before it."""
+        code = "server_shutting_down" if error is SHUTTING_DOWN else "server_error"
+        data = {"type": "error", "code": code, "message": error.message, "param": None, "sequence_number": events}
         return "event: error\ndata: " + json.dumps(data, separators=(",", ":")) + "\n\n"
 
     @staticmethod
