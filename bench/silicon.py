@@ -1,0 +1,298 @@
+"""Replay AIConfigurator's end-to-end vLLM runs on Blackwell GPUs through the simulator (shared by the benches).
+
+Each row of `data/aiconfigurator/silicon-blackwell.csv` is one `vllm serve` under a closed-loop client: `batch_size`
+x `attention_dp_size` clients each send their next request as soon as the previous one ends, every prompt `isl` tokens and every answer
+exactly `osl` tokens; the server runs with tensor parallelism `tp_size`, attention data parallelism
+`attention_dp_size` and the MoE split `moe_tp_size` x `moe_ep_size` (= TP x DP GPUs); `silicon_ttft_ms` and
+`silicon_tpot_ms` are the client's mean TTFT and mean TPOT (vLLM's `benchmark_serving` definitions: TPOT of a
+request = (latency - TTFT) / (output tokens - 1)).
+
+A row becomes an aisim scenario built as a user builds one (`Scenario.model_validate`): the family of its checkpoint
+(`FAMILIES`), the GPU profile of its system, `placement.tensorParallel` / `dataParallel`,
+`engine.enableExpertParallel` when `moe_ep_size` > 1, `maxModelLen` = isl + osl, the `server` entrypoint, and
+`arrival: {kind: concurrency, clients: C, requests: ROUNDS x C}`. The concurrency C is `batch_size` per attention-DP
+rank, `batch_size` x `attention_dp_size` in all: every one of the 82 rows with DP > 1 names that product in its id
+(`..._c8_tp2_ep2_...` has batch size 4 at DP 2), every other row its batch size. Assumptions, stated once: the KV cache in the model dtype (vLLM's default
+`--kv-cache-dtype auto`), every other engine argument at vLLM's default, the client sends `ROUNDS` requests per
+client (InferenceMAX-style runs send 10 x concurrency) and averages over all of them, as `benchmark_serving` does.
+
+A row aisim cannot run is refused with its reason (`Prediction.refused`), never dropped silently.
+
+Results are cached per row in `bench/.cache/silicon/` keyed by the row, the rounds, the installed fit and a hash of
+the simulator's code, so a second pass over unchanged code costs nothing.
+
+    python bench/silicon.py [--jobs 2] [--stride N] [--limit N] [--rounds 10] [--no-cache]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import hashlib
+import json
+import os
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+import aisim
+from aisim.engine.simulation import Simulation
+from aisim.scenario import Scenario
+
+BENCH = Path(__file__).resolve().parent
+DATA = BENCH / "data" / "aiconfigurator" / "silicon-blackwell.csv"
+CACHE = BENCH / ".cache" / "silicon"
+ROUNDS = 10
+"""Requests per client: `vllm bench serve --num-prompts` = 10 x `--max-concurrency` in InferenceMAX-style sweeps."""
+
+GPUS = {"b200_sxm": "B200", "b300_sxm": "B300", "gb200": "GB200", "gb300": "GB300"}
+FAMILIES = {
+    ("MiniMaxAI/MiniMax-M2.5", "fp8"): "minimax-m2.5",
+    ("MiniMaxAI/MiniMax-M2.5", "nvfp4"): "minimax-m2.5-nvfp4",
+    ("moonshotai/Kimi-K2.5", "int4_wo"): "kimi-k2.5",
+    ("moonshotai/Kimi-K2.5", "nvfp4"): "kimi-k2.5-nvfp4",
+    ("meta-llama/Llama-3.1-70B", "fp8"): "llama-3.1-70b-fp8",
+    ("meta-llama/Llama-3.1-70B", "nvfp4"): "llama-3.1-70b-nvfp4",
+    ("openai/gpt-oss-120b", "nvfp4"): "gpt-oss-120b",
+}
+"""(model_path, gemm_quant_mode) -> the family of the checkpoint vLLM ran: MiniMax-M2.5's own FP8 (block) checkpoint
+and NVIDIA's NVFP4 one; Kimi-K2.5's own INT4 (W4A16) checkpoint and NVIDIA's NVFP4 one; NVIDIA's FP8 and NVFP4
+checkpoints of Llama 3.1 70B; gpt-oss-120b's own checkpoint, whose MXFP4 experts AIConfigurator files as `fp4`."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measured run."""
+
+    id: str
+    version: str
+    model: str
+    system: str
+    quant: str
+    isl: int
+    osl: int
+    batch: int
+    tp: int
+    pp: int
+    dp: int
+    moe_tp: int
+    moe_ep: int
+    ttft_ms: float
+    tpot_ms: float
+
+    @property
+    def gpu(self) -> str:
+        return GPUS.get(self.system, self.system)
+
+    @property
+    def family(self) -> str:
+        return FAMILIES.get((self.model, self.quant), f"{self.model} {self.quant}")
+
+    @property
+    def concurrency(self) -> int:
+        """Clients in the closed loop: the batch size per attention-DP rank times the ranks."""
+        return self.batch * self.dp
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+def rows(path: Path = DATA) -> list[Row]:
+    """Every row of the file, in file order."""
+    with path.open(newline="") as handle:
+        return [Row(r["id"], r["backend_version"], r["model_path"], r["system"], r["gemm_quant_mode"], int(r["isl"]),
+                    int(r["osl"]), int(r["batch_size"]), int(r["tp_size"]), int(r["pp_size"]),
+                    int(r["attention_dp_size"]), int(r["moe_tp_size"]), int(r["moe_ep_size"]),
+                    float(r["silicon_ttft_ms"]), float(r["silicon_tpot_ms"]))
+                for r in csv.DictReader(handle)]
+
+
+def subsample(data: list[Row], stride: int = 1, limit: int | None = None) -> list[Row]:
+    """Every `stride`-th row (deterministic), at most `limit` of them."""
+    picked = data[::max(stride, 1)]
+    return picked if limit is None else picked[:limit]
+
+
+class Refused(Exception):
+    """A row aisim cannot run, with the reason."""
+
+
+def document(row: Row, rounds: int = ROUNDS) -> dict[str, Any]:
+    """The row as a scenario document (what a user would write in YAML)."""
+    if row.system not in GPUS:
+        raise Refused(f"system {row.system}: no aisim GPU profile")
+    if (row.model, row.quant) not in FAMILIES:
+        raise Refused(f"{row.model} with {row.quant} weights: no aisim family for that checkpoint")
+    if row.pp != 1:
+        raise Refused(f"pipeline parallel {row.pp}: aisim has no pipeline parallelism")
+    if row.moe_tp * row.moe_ep != row.tp * row.dp:
+        raise Refused(f"MoE TP {row.moe_tp} x EP {row.moe_ep} is not TP {row.tp} x DP {row.dp}")
+    if row.moe_ep > 1 and row.moe_tp > 1:
+        raise Refused(f"MoE TP {row.moe_tp} with EP {row.moe_ep}: vLLM's expert parallelism sets the MoE TP to 1")
+    placement: dict[str, Any] = {"gpus": ["g"], "tensorParallel": row.tp}
+    if row.dp > 1:
+        placement["dataParallel"] = row.dp
+    engine: dict[str, Any] = {"maxModelLen": row.isl + row.osl}
+    if row.moe_ep > 1:
+        engine["enableExpertParallel"] = True
+    return {
+        "apiVersion": "aisim/v1", "kind": "Scenario", "metadata": {"name": row.id}, "seed": 1,
+        "gpus": [{"id": "g", "profile": row.gpu, "count": row.gpus}],
+        "models": [{"id": "m", "family": row.family, "placement": placement, "engine": engine}],
+        "workload": {"sources": [{
+            "name": "clients", "model": "m", "promptTokens": row.isl, "outputTokens": row.osl,
+            "arrival": {"kind": "concurrency", "clients": row.concurrency, "requests": rounds * row.concurrency},
+        }]},
+    }
+
+
+def scenario(row: Row, rounds: int = ROUNDS) -> Scenario:
+    """The row as a validated scenario; `Refused` when aisim cannot model it."""
+    try:
+        return Scenario.model_validate(document(row, rounds))
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise Refused(f"scenario refused at {where}: {first['msg']}") from None
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the simulated client measured on one row (milliseconds), or why the row was refused."""
+
+    id: str
+    ttft_ms: float = 0.0
+    tpot_ms: float = 0.0
+    e2e_ms: float = 0.0
+    refused: str = ""
+    wall_s: float = 0.0
+
+
+def simulate(row: Row, rounds: int = ROUNDS) -> Prediction:
+    """Run the row's scenario; means over every request, as `benchmark_serving` reports them."""
+    started = time.perf_counter()
+    try:
+        sim = Simulation(scenario(row, rounds))
+        sim.run()
+    except Refused as refused:
+        return Prediction(row.id, refused=str(refused))
+    except ValueError as error:  # a run the engine refuses (e.g. the model does not fit the GPUs)
+        return Prediction(row.id, refused=f"run refused: {str(error).splitlines()[0]}")
+    done = [r for r in sim.requests if r.outcome == "completed"]
+    if len(done) != len(sim.requests):
+        failed = next(r for r in sim.requests if r.outcome != "completed")
+        return Prediction(row.id, refused=f"{len(sim.requests) - len(done)} of {len(sim.requests)} requests "
+                          f"{failed.outcome}: {failed.error}", wall_s=time.perf_counter() - started)
+    ttft = statistics.fmean(r.first_token_at - r.arrival for r in done) / 1e6
+    tpot = statistics.fmean((r.finished_at - r.first_token_at) / max(r.output - 1, 1) for r in done) / 1e6
+    e2e = statistics.fmean(r.finished_at - r.arrival for r in done) / 1e6
+    return Prediction(row.id, ttft, tpot, e2e, wall_s=time.perf_counter() - started)
+
+
+# -- the code hash, the cache and the process pool -------------------------------------------------
+
+@cache
+def code_hash() -> str:
+    """A hash of everything that decides a prediction: the simulator's package (code and data) and this file."""
+    digest = hashlib.sha256()
+    package = Path(aisim.__file__).resolve().parent  # the package imported, wherever it lies
+    files = sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    for path in [*files, Path(__file__).resolve()]:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _key(row: Row, rounds: int, fit: str) -> str:
+    text = json.dumps([asdict(row), rounds, fit, code_hash()])
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _load(key: str) -> Prediction | None:
+    path = CACHE / f"{key}.json"
+    try:
+        return Prediction(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _store(key: str, prediction: Prediction) -> None:
+    CACHE.mkdir(parents=True, exist_ok=True)
+    temporary = CACHE / f"{key}.{os.getpid()}.tmp"
+    temporary.write_text(json.dumps(asdict(prediction)))
+    temporary.replace(CACHE / f"{key}.json")
+
+
+Install = Callable[[], None]
+"""Installs fitted constants in a worker process before it simulates (a picklable, module-level callable)."""
+
+
+def _work(args: tuple[Row, int, Install | None]) -> Prediction:
+    row, rounds, install = args
+    if install is not None:
+        install()
+    return simulate(row, rounds)
+
+
+def predict(data: Iterable[Row], jobs: int = 2, rounds: int = ROUNDS, use_cache: bool = True,
+            install: Install | None = None, fit: str = "shipped") -> dict[str, Prediction]:
+    """Every row's prediction, by row id: from the cache where the same row, rounds, fit and code ran before, else
+    simulated in a pool of `jobs` processes (each with `install` run first; `fit` names it in the cache key)."""
+    data = list(data)
+    found: dict[str, Prediction] = {}
+    todo: list[Row] = []
+    for row in data:
+        hit = _load(_key(row, rounds, fit)) if use_cache else None
+        if hit is not None:
+            found[row.id] = hit
+        else:
+            todo.append(row)
+    # the longest runs first, so the pool ends together
+    todo.sort(key=lambda r: -(r.concurrency * rounds * (r.isl + r.osl)))
+    work = [(row, rounds, install) for row in todo]
+    if jobs <= 1 or len(work) <= 1:
+        results = [_work(w) for w in work]
+    else:
+        with ProcessPoolExecutor(jobs) as pool:
+            results = list(pool.map(_work, work, chunksize=1))
+    for row, prediction in zip(todo, results):
+        found[row.id] = prediction
+        if use_cache:
+            _store(_key(row, rounds, fit), prediction)
+    return {row.id: found[row.id] for row in data}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2, help="rows simulated in parallel (default 2)")
+    parser.add_argument("--stride", type=int, default=1, help="every N-th row only (deterministic subsample)")
+    parser.add_argument("--limit", type=int, help="at most this many rows (after --stride)")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"requests per client (default {ROUNDS})")
+    parser.add_argument("--no-cache", action="store_true", help="simulate every row again")
+    args = parser.parse_args()
+    data = subsample(rows(), args.stride, args.limit)
+    started = time.perf_counter()
+    found = predict(data, args.jobs, args.rounds, not args.no_cache)
+    print(f"{'id':58} {'gpu':5} {'TP':>2} {'DP':>2} {'EP':>2} {'conc':>4} {'ttft ms':>9} {'sim':>9} "
+          f"{'tpot ms':>8} {'sim':>8}")
+    for row in data:
+        p = found[row.id]
+        if p.refused:
+            print(f"{row.id:58} REFUSED {p.refused}")
+            continue
+        print(f"{row.id:58} {row.gpu:5} {row.tp:2} {row.dp:2} {row.moe_ep:2} {row.concurrency:4} {row.ttft_ms:9.1f} "
+              f"{p.ttft_ms:9.1f} {row.tpot_ms:8.2f} {p.tpot_ms:8.2f}")
+    refused = sum(1 for p in found.values() if p.refused)
+    print(f"{len(data) - refused} rows simulated, {refused} refused; wall {time.perf_counter() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
