@@ -57,7 +57,9 @@ ROUNDS = 10
 
 T = TypeVar("T")
 
-GPUS = {"b200_sxm": "B200", "b300_sxm": "B300", "gb200": "GB200", "gb300": "GB300"}
+GPUS = {"b200_sxm": "B200", "b300_sxm": "B300", "gb200": "GB200", "gb300": "GB300", "h100_sxm": "H100-SXM",
+        "h200_sxm": "H200", "a100_sxm": "A100-80GB", "l40s": "L40S"}
+"""AIConfigurator's system names -> aisim GPU profiles (a file of the same columns on other systems runs too)."""
 FAMILIES = {
     ("MiniMaxAI/MiniMax-M2.5", "fp8"): "minimax-m2.5",
     ("MiniMaxAI/MiniMax-M2.5", "nvfp4"): "minimax-m2.5-nvfp4",
@@ -288,8 +290,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, help="at most this many rows (after --stride)")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"requests per client (default {ROUNDS})")
     parser.add_argument("--no-cache", action="store_true", help="simulate every row again")
+    parser.add_argument("--data", type=Path, default=DATA, help="a CSV of the same columns (default: the Blackwell rows)")
     args = parser.parse_args()
-    data = subsample(rows(), args.stride, args.limit)
+    data = subsample(rows(args.data), args.stride, args.limit)
     started = time.perf_counter()
     found = predict(data, args.jobs, args.rounds, not args.no_cache)
     print(f"{'id':58} {'gpu':5} {'TP':>2} {'DP':>2} {'EP':>2} {'conc':>4} {'ttft ms':>9} {'sim':>9} "

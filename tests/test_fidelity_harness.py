@@ -109,7 +109,7 @@ def test_a_blackwell_prediction_is_the_clients_mean_ttft_and_tpot(bench: dict[st
 
 
 def test_blackwell_set_end_to_end() -> None:
-    out = _fidelity("--set", "blackwell", "--stride", "190", "--rounds", "2", "--no-cache", "--jobs", "2")
+    out = _fidelity("--set", "blackwell", "--stride", "190", "--rounds", "1", "--no-cache", "--jobs", "2")
     assert "4 of 755 rows (stride 190)" in out and "4 rows simulated, 0 refused" in out
     for line in ("in sample", "gpu B200", "model MiniMax-M2.5", "tp 4", "leave-one-model-out", "leave-one-GPU-out"):
         assert line in out
