@@ -232,7 +232,7 @@ def _argonne_pass(data: list[Row], jobs: int, install: Callable[[], None] | None
 
 
 def _argonne_tables(label: str, data: list[Row], found: dict[str, list[float]]) -> None:
-    groupings = ("gpu", "model", "length", "batch")
+    groupings = ("gpu", "model", "tp", "length", "batch")
     for entrypoint in ("offline", "server"):
         items = _argonne_items(data, found[entrypoint])
         print("\n".join(table(f"{label}, entrypoint {entrypoint}: whole-batch latency", items, ("latency",),
@@ -347,12 +347,12 @@ def kernels_set(args: argparse.Namespace) -> None:
     parts = {"held-back grid points": lambda t: grid_errors(t, args.slices),
              "largest point (extrapolation)": lambda t: grid_errors(t, args.slices, True),
              "held-back shapes (leave-one-shape-out)": lambda t: shape_errors(t, args.slices)}
-    print(f"{'part':42} {'table':22} {'cells':>7} {'med|e|':>7} {'p90|e|':>7} {'signed':>7}")
+    print(f"{'part':40} {'table':28} {'cells':>7} {'med|e|':>7} {'p90|e|':>7} {'signed':>7}")
 
     def line(part: str, name: str, errors: list[np.ndarray]) -> None:
         count, median, p90, signed = summary(errors)
         if count:
-            print(f"{part:42} {name:22} {count:7d} {median * 100:6.1f}% {p90 * 100:6.1f}% {signed * 100:+6.1f}%")
+            print(f"{part:40} {name:28} {count:7d} {median * 100:6.1f}% {p90 * 100:6.1f}% {signed * 100:+6.1f}%")
 
     for part, errors_of in parts.items():
         every: list[np.ndarray] = []
