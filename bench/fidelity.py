@@ -40,6 +40,7 @@ import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable
+from typing import Any
 
 import folds
 import numpy as np
@@ -299,18 +300,28 @@ ONLINE_METRICS = {"TTFT": "ttft_mean", "TTFT p99": "ttft_p99", "E2E": "e2e_mean"
                   "ITL": "decode_per_token"}
 
 
+def _online_work(args: tuple[Any, dict[str, float], int | None]) -> tuple[str, dict[int, Any]]:
+    """One run with `constants` as the H100's online calibration, its stages shortened to `stage_s` if given."""
+    from online import simulate
+    from online_calibrate import install
+
+    run, constants, stage_s = args
+    install(constants)
+    return run.experiment, simulate(run, None, stage_s)
+
+
 def online_set(args: argparse.Namespace) -> None:
     from online import measured, runs
-    from online_fidelity import predict
 
     everything = silicon.subsample(runs(), args.stride, args.limit)
-    print(f"\n== Online vLLM servers on H100 under inference-perf ({len(everything)} runs; the overloaded ones are "
-          "not scored); ITL is the decode time per token")
+    shortened = f", each stage cut to {args.stage_seconds} s" if args.stage_seconds else ""
+    print(f"\n== Online vLLM servers on H100 under inference-perf ({len(everything)} runs{shortened}; the overloaded "
+          "ones are not scored); ITL is the decode time per token")
     shipped, lomo = folds.online_shipped(), folds.online_folds()
     for label, constants in (("in sample", lambda run: shipped), ("leave-one-model-out", lambda run: lomo[run.family])):
         started = time.perf_counter()
-        results = {e: got for e, got, _ in folds.pool_map(predict, [(run, constants(run)) for run in everything],
-                                                          args.jobs)}
+        work = [(run, constants(run), args.stage_seconds) for run in everything]
+        results = dict(folds.pool_map(_online_work, work, args.jobs))
         items = []
         for run in everything:
             if run.overloaded:
@@ -389,6 +400,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=silicon.ROUNDS,
                         help=f"blackwell: requests per client (default {silicon.ROUNDS})")
     parser.add_argument("--no-cache", action="store_true", help="simulate every row again")
+    parser.add_argument("--stage-seconds", type=int, help="online: cut each stage to at most N simulated seconds "
+                        "(quick replays; the figures are then not the full runs')")
     parser.add_argument("--slices", type=int, default=40, help="kernels: slices per table at most (0: all)")
     args = parser.parse_args()
     start = time.perf_counter()

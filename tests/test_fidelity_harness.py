@@ -141,7 +141,8 @@ def test_a_fold_reaches_the_processes_that_simulate(bench: dict[str, ModuleType]
 
 
 def test_online_set_end_to_end() -> None:
-    out = _fidelity("--set", "online", "--limit", "1", "--jobs", "2")
+    out = _fidelity("--set", "online", "--limit", "1", "--stage-seconds", "20", "--jobs", "2")
+    assert "1 runs, each stage cut to 20 s" in out
     assert "in sample" in out and "leave-one-model-out" in out and "model llama-2-7b" in out
     assert "leave-one-GPU-out: not possible" in out
 
