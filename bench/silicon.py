@@ -48,6 +48,7 @@ from pydantic import ValidationError
 import aisim
 from aisim.engine.simulation import Simulation
 from aisim.scenario import Scenario
+from aisim.scenario.presets import MODEL_FAMILIES
 
 BENCH = Path(__file__).resolve().parent
 DATA = BENCH / "data" / "aiconfigurator" / "silicon-blackwell.csv"
@@ -100,7 +101,10 @@ class Row:
 
     @property
     def family(self) -> str:
-        return FAMILIES.get((self.model, self.quant), f"{self.model} {self.quant}")
+        try:
+            return checkpoint(self.model, self.quant)[0]
+        except Refused:
+            return f"{self.model} {self.quant}"
 
     @property
     def concurrency(self) -> int:
@@ -132,12 +136,55 @@ class Refused(Exception):
     """A row aisim cannot run, with the reason."""
 
 
+def _name(model: str) -> str:
+    """A model id compared loosely: its last part, lower case, `Meta-` dropped (AIConfigurator writes
+    `meta-llama/Llama-3.1-70B` for the checkpoint aisim files as `Meta-Llama-3.1-70B`)."""
+    return model.split("/")[-1].lower().removeprefix("meta-")
+
+
+def _family_of(model: str) -> str | None:
+    return next((name for name, f in MODEL_FAMILIES.items() if f.huggingface_id and
+                 _name(f.huggingface_id) == _name(model)), None)
+
+
+UNQUANTIZED = ("", "bfloat16", "float16", "bf16", "fp16")
+
+
+def checkpoint(model: str, quant: str) -> tuple[str, str | None]:
+    """(family, vLLM `--quantization` or None) of the checkpoint a row ran: `FAMILIES` first; for other rows (a
+    `--data` file of other systems) the family of the model id, its `-FP8` / `-NVFP4` / `-FP4` checkpoint, or the
+    unquantized one with vLLM's online `--quantization fp8`."""
+    if (model, quant) in FAMILIES:
+        return FAMILIES[(model, quant)], None
+    base = _family_of(model)
+    if base is None:
+        raise Refused(f"{model} with {quant} weights: no aisim family for that checkpoint")
+    own = MODEL_FAMILIES[base].quantization
+    if quant in UNQUANTIZED and not own:
+        return base, None
+    if quant in ("fp8", "fp8_block"):
+        if own == "fp8":
+            return base, None
+        found = _family_of(f"{model}-FP8")
+        if found is not None:
+            return found, None
+        if not own:
+            return base, "fp8"
+    if quant == "nvfp4":
+        found = _family_of(f"{model}-NVFP4") or _family_of(f"{model}-FP4")
+        if found is not None:
+            return found, None
+    if (quant, own) in (("int4_wo", "compressed-tensors"), ("nvfp4", "mxfp4"), ("mxfp4", "mxfp4")):
+        return base, None
+    raise Refused(f"{model} with {quant} weights: no aisim family for that checkpoint (the model's is {base}, "
+                  f"quantized {own or 'not at all'})")
+
+
 def document(row: Row, rounds: int = ROUNDS) -> dict[str, Any]:
     """The row as a scenario document (what a user would write in YAML)."""
     if row.system not in GPUS:
         raise Refused(f"system {row.system}: no aisim GPU profile")
-    if (row.model, row.quant) not in FAMILIES:
-        raise Refused(f"{row.model} with {row.quant} weights: no aisim family for that checkpoint")
+    family, quantization = checkpoint(row.model, row.quant)
     if row.pp != 1:
         raise Refused(f"pipeline parallel {row.pp}: aisim has no pipeline parallelism")
     if row.moe_tp * row.moe_ep != row.tp * row.dp:
@@ -153,7 +200,8 @@ def document(row: Row, rounds: int = ROUNDS) -> dict[str, Any]:
     return {
         "apiVersion": "aisim/v1", "kind": "Scenario", "metadata": {"name": row.id}, "seed": 1,
         "gpus": [{"id": "g", "profile": row.gpu, "count": row.gpus}],
-        "models": [{"id": "m", "family": row.family, "placement": placement, "engine": engine}],
+        "models": [{"id": "m", "family": family, "placement": placement, "engine": engine,
+                    **({"quantization": quantization} if quantization else {})}],
         "workload": {"sources": [{
             "name": "clients", "model": "m", "promptTokens": row.isl, "outputTokens": row.osl,
             "arrival": {"kind": "concurrency", "clients": row.concurrency, "requests": rounds * row.concurrency},
