@@ -14,8 +14,13 @@ A row becomes an aisim scenario built as a user builds one (`Scenario.model_vali
 `batch_size` x `attention_dp_size` in all: each of the 82 rows with DP > 1 names that product in its id
 (`..._c8_tp2_ep2_...` has batch size 4 at DP 2), every other row its batch size.
 
-Assumptions, stated once: the KV cache in the model dtype (vLLM's default `--kv-cache-dtype auto`); every other
-engine argument at vLLM's default; the client sends `ROUNDS` requests per client (the data does not record the
+The KV cache is FP8 (`engine.kvCacheDtype: fp8`) on the FP8 and FP4 rows, as the data shows: closed loops whose
+in-flight context exceeds what a BF16 cache holds yet whose TTFT shows no queueing (MiniMax-M2.5 FP8 at TP 2 on
+B200: aisim's BF16 cache holds 433k tokens, 64 clients at 8192 + 1024 keep some 557k in flight, measured TTFT
+0.8-0.9 s; at 128 clients, 1.1M in flight, over the FP8 cache's 867k too, TTFT 11.5 s; likewise the NVFP4 checkpoint
+on one B300), and the model dtype (`auto`) on the INT4 rows (`KV_CACHE_DTYPE`, `--kv-cache-dtype` to override).
+
+Other assumptions, stated once: every other engine argument at vLLM's default; the client sends `ROUNDS` requests per client (the data does not record the
 count; 10 x the concurrency is what InferenceMAX-style sweeps send) and averages over all of them, the first wave
 included, as `benchmark_serving` does.
 
@@ -58,6 +63,9 @@ ROUNDS = 10
 
 T = TypeVar("T")
 
+KV_CACHE_DTYPE = {"fp8": "fp8", "fp4": "fp8", "int4": "auto"}
+"""The KV-cache dtype per row precision (see above); a precision not listed keeps vLLM's default `auto`."""
+
 GPUS = {"b200_sxm": "B200", "b300_sxm": "B300", "gb200": "GB200", "gb300": "GB300", "h100_sxm": "H100-SXM",
         "h200_sxm": "H200", "a100_sxm": "A100-80GB", "l40s": "L40S"}
 """AIConfigurator's system names -> aisim GPU profiles (a file of the same columns on other systems runs too)."""
@@ -83,6 +91,7 @@ class Row:
     version: str
     model: str
     system: str
+    precision: str
     quant: str
     isl: int
     osl: int
@@ -119,7 +128,8 @@ class Row:
 def rows(path: Path = DATA) -> list[Row]:
     """Every row of the file, in file order."""
     with path.open(newline="") as handle:
-        return [Row(r["id"], r["backend_version"], r["model_path"], r["system"], r["gemm_quant_mode"], int(r["isl"]),
+        return [Row(r["id"], r["backend_version"], r["model_path"], r["system"], r["precision"], r["gemm_quant_mode"],
+                    int(r["isl"]),
                     int(r["osl"]), int(r["batch_size"]), int(r["tp_size"]), int(r["pp_size"]),
                     int(r["attention_dp_size"]), int(r["moe_tp_size"]), int(r["moe_ep_size"]),
                     float(r["silicon_ttft_ms"]), float(r["silicon_tpot_ms"]))
@@ -180,7 +190,7 @@ def checkpoint(model: str, quant: str) -> tuple[str, str | None]:
                   f"quantized {own or 'not at all'})")
 
 
-def document(row: Row, rounds: int = ROUNDS) -> dict[str, Any]:
+def document(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None) -> dict[str, Any]:
     """The row as a scenario document (what a user would write in YAML)."""
     if row.system not in GPUS:
         raise Refused(f"system {row.system}: no aisim GPU profile")
@@ -194,7 +204,8 @@ def document(row: Row, rounds: int = ROUNDS) -> dict[str, Any]:
     placement: dict[str, Any] = {"gpus": ["g"], "tensorParallel": row.tp}
     if row.dp > 1:
         placement["dataParallel"] = row.dp
-    engine: dict[str, Any] = {"maxModelLen": row.isl + row.osl}
+    engine: dict[str, Any] = {"maxModelLen": row.isl + row.osl,
+                              "kvCacheDtype": kv_cache_dtype or KV_CACHE_DTYPE.get(row.precision, "auto")}
     if row.moe_ep > 1:
         engine["enableExpertParallel"] = True
     return {
@@ -209,10 +220,10 @@ def document(row: Row, rounds: int = ROUNDS) -> dict[str, Any]:
     }
 
 
-def scenario(row: Row, rounds: int = ROUNDS) -> Scenario:
+def scenario(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None) -> Scenario:
     """The row as a validated scenario; `Refused` when aisim cannot model it."""
     try:
-        return Scenario.model_validate(document(row, rounds))
+        return Scenario.model_validate(document(row, rounds, kv_cache_dtype))
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
@@ -231,11 +242,11 @@ class Prediction:
     wall_s: float = 0.0
 
 
-def simulate(row: Row, rounds: int = ROUNDS) -> Prediction:
+def simulate(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None) -> Prediction:
     """Run the row's scenario; means over every request, as `benchmark_serving` reports them."""
     started = time.perf_counter()
     try:
-        sim = Simulation(scenario(row, rounds))
+        sim = Simulation(scenario(row, rounds, kv_cache_dtype))
         sim.run()
     except Refused as refused:
         return Prediction(row.id, refused=str(refused))
@@ -269,10 +280,10 @@ def code_hash() -> str:
     return digest.hexdigest()[:16]
 
 
-def _key(row: Row, rounds: int, fit: str) -> str:
+def _key(row: Row, rounds: int, fit: str, kv_cache_dtype: str | None = None) -> str:
     """The row's scenario document (so a change of the mapping is a miss), the fit, the package's hash."""
     try:
-        described: Any = document(row, rounds)
+        described: Any = document(row, rounds, kv_cache_dtype)
     except Refused as refused:
         described = str(refused)
     text = json.dumps([HARNESS, row.id, described, fit, code_hash()], sort_keys=True)
@@ -298,36 +309,37 @@ Install = Callable[[], None]
 """Installs fitted constants in a worker process before it simulates (a picklable, module-level callable)."""
 
 
-def _work(args: tuple[Row, int, Install | None]) -> Prediction:
-    row, rounds, install = args
+def _work(args: tuple[Row, int, Install | None, str | None]) -> Prediction:
+    row, rounds, install, kv_cache_dtype = args
     if install is not None:
         install()
-    return simulate(row, rounds)
+    return simulate(row, rounds, kv_cache_dtype)
 
 
 def predict(data: Iterable[Row], jobs: int = 2, rounds: int = ROUNDS, use_cache: bool = True,
-            install: Install | None = None, fit: str = "shipped") -> dict[str, Prediction]:
+            install: Install | None = None, fit: str = "shipped",
+            kv_cache_dtype: str | None = None) -> dict[str, Prediction]:
     """Every row's prediction, by row id: from the cache where the same row, rounds, fit and code ran before, else
     simulated in a pool of `jobs` processes (each with `install` run first; `fit` names it in the cache key)."""
     data = list(data)
     found: dict[str, Prediction] = {}
     todo: list[Row] = []
     for row in data:
-        hit = _load(_key(row, rounds, fit)) if use_cache else None
+        hit = _load(_key(row, rounds, fit, kv_cache_dtype)) if use_cache else None
         if hit is not None:
             found[row.id] = hit
         else:
             todo.append(row)
     # the longest runs first, so the pool ends together
     todo.sort(key=lambda r: -(r.concurrency * rounds * (r.isl + r.osl)))
-    work = [(row, rounds, install) for row in todo]
+    work = [(row, rounds, install, kv_cache_dtype) for row in todo]
     if work:
         # a fresh pool per call: constants one fold installs never reach another fold's rows
         with ProcessPoolExecutor(max(1, min(jobs, len(work)))) as pool:
             for row, prediction in zip(todo, pool.map(_work, work, chunksize=1)):
                 found[row.id] = prediction
                 if use_cache:  # as each row ends, so an interrupted pass keeps what it did
-                    _store(_key(row, rounds, fit), prediction)
+                    _store(_key(row, rounds, fit, kv_cache_dtype), prediction)
     return {row.id: found[row.id] for row in data}
 
 
@@ -338,11 +350,12 @@ def main() -> None:
     parser.add_argument("--limit", type=int, help="at most this many rows (after --stride)")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"requests per client (default {ROUNDS})")
     parser.add_argument("--no-cache", action="store_true", help="simulate every row again")
+    parser.add_argument("--kv-cache-dtype", choices=("auto", "fp8"), help="every row's KV cache (default: by precision)")
     parser.add_argument("--data", type=Path, default=DATA, help="a CSV of the same columns (default: the Blackwell rows)")
     args = parser.parse_args()
     data = subsample(rows(args.data), args.stride, args.limit)
     started = time.perf_counter()
-    found = predict(data, args.jobs, args.rounds, not args.no_cache)
+    found = predict(data, args.jobs, args.rounds, not args.no_cache, kv_cache_dtype=args.kv_cache_dtype)
     print(f"{'id':58} {'gpu':5} {'TP':>2} {'DP':>2} {'EP':>2} {'conc':>4} {'ttft ms':>9} {'sim':>9} "
           f"{'tpot ms':>8} {'sim':>8}")
     for row in data:

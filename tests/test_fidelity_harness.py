@@ -59,6 +59,8 @@ def test_a_blackwell_row_becomes_the_scenario_it_describes(bench: dict[str, Modu
     assert source.arrival.kind == "concurrency" and source.arrival.clients == 8 and source.arrival.requests == 24
     assert source.prompt_tokens.value == 1024 and source.output_tokens.value == 1024
     assert model.engine.entrypoint == "server" and model.engine.max_model_len == 2048
+    assert model.engine.kv_cache_dtype == "fp8"  # the FP8 and FP4 rows' KV cache (bench/silicon.py says why)
+    assert silicon.scenario(row, kv_cache_dtype="auto").models[0].engine.kv_cache_dtype == "auto"
 
     # TP 8 without EP: each expert split over the 8 GPUs; Kimi-K2.5's INT4 checkpoint; 8192 in, 1024 out
     kimi = next(r for r in rows.values() if r.quant == "int4_wo" and r.isl == 8192)
@@ -66,6 +68,7 @@ def test_a_blackwell_row_becomes_the_scenario_it_describes(bench: dict[str, Modu
     model, source = scenario.models[0], scenario.workload.sources[0]
     assert model.family == "kimi-k2.5" and model.placement.tensor_parallel == 8
     assert model.expert_parallel_size() == 1 and model.moe_tensor_parallel_size() == 8
+    assert model.engine.kv_cache_dtype == "auto"
     assert source.arrival.clients == kimi.batch and source.prompt_tokens.value == 8192
     assert {g.format for g in model.resolved().weight_groups if g.role == "experts"} == {"int4_wo"}
 
