@@ -155,8 +155,6 @@ def provenance() -> None:
               f"mfu {c.default.mfu:.3f}  {c.source}")
 
 
-
-
 # -- the sets (--set) ---------------------------------------------------------------------------------------------
 
 TARGETS = {"TTFT": 12.0, "TPOT": 8.0, "E2E": 8.0, "ITL": 8.0, "latency": 8.0}
