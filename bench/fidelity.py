@@ -186,7 +186,8 @@ def blackwell(args: argparse.Namespace) -> None:
           f"(stride {args.stride}{f', limit {args.limit}' if args.limit else ''}), {args.rounds} requests per client, "
           f"KV cache {args.kv_cache_dtype or 'by precision'}")
     started = time.perf_counter()
-    found = silicon.predict(data, args.jobs, args.rounds, not args.no_cache, kv_cache_dtype=args.kv_cache_dtype)
+    found = silicon.predict(data, args.jobs, args.rounds, not args.no_cache, kv_cache_dtype=args.kv_cache_dtype,
+                            memory_gib=args.memory_gib)
     refused = [r for r in data if found[r.id].refused]
     for r in refused:
         print(f"REFUSED {r.id}: {found[r.id].refused}")
@@ -408,6 +409,8 @@ def main() -> None:
                         "(quick replays; the figures are then not the full runs')")
     parser.add_argument("--kv-cache-dtype", choices=("auto", "fp8"),
                         help="blackwell: every row's KV cache (default: FP8 on FP8/FP4 rows, see bench/silicon.py)")
+    parser.add_argument("--memory-gib", type=float, default=silicon.MEMORY_GIB,
+                        help=f"blackwell: address space per worker process (default {silicon.MEMORY_GIB:g}; 0: no cap)")
     parser.add_argument("--worst", type=int, default=5, help="blackwell: list the N rows of largest |error|")
     parser.add_argument("--slices", type=int, default=40, help="kernels: slices per table at most (0: all)")
     args = parser.parse_args()

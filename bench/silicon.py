@@ -39,6 +39,7 @@ import csv
 import hashlib
 import json
 import os
+import resource
 import statistics
 import time
 from collections.abc import Callable, Iterable
@@ -309,16 +310,38 @@ Install = Callable[[], None]
 """Installs fitted constants in a worker process before it simulates (a picklable, module-level callable)."""
 
 
+MEMORY_GIB = 5.0
+"""Address space a worker may take (`--memory-gib`): the machine is shared, and the largest closed loops (hundreds of
+clients x 10 rounds x 8k tokens) can grow a simulation past 10 GB. A row that hits it is refused with the reason."""
+
+
+OUTGREW = "the simulation outgrew the bench's memory cap"
+
+
+_CAP = [MEMORY_GIB]
+
+
+def _cap_memory(gib: float) -> None:
+    _CAP[0] = gib
+    if gib > 0:
+        limit = int(gib * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
 def _work(args: tuple[Row, int, Install | None, str | None]) -> Prediction:
     row, rounds, install, kv_cache_dtype = args
     if install is not None:
         install()
-    return simulate(row, rounds, kv_cache_dtype)
+    try:
+        return simulate(row, rounds, kv_cache_dtype)
+    except MemoryError:
+        return Prediction(row.id, refused=f"{OUTGREW} per process "
+                          f"(--memory-gib, {_CAP[0]:g} GiB here)")
 
 
 def predict(data: Iterable[Row], jobs: int = 2, rounds: int = ROUNDS, use_cache: bool = True,
             install: Install | None = None, fit: str = "shipped",
-            kv_cache_dtype: str | None = None) -> dict[str, Prediction]:
+            kv_cache_dtype: str | None = None, memory_gib: float = MEMORY_GIB) -> dict[str, Prediction]:
     """Every row's prediction, by row id: from the cache where the same row, rounds, fit and code ran before, else
     simulated in a pool of `jobs` processes (each with `install` run first; `fit` names it in the cache key)."""
     data = list(data)
@@ -335,10 +358,11 @@ def predict(data: Iterable[Row], jobs: int = 2, rounds: int = ROUNDS, use_cache:
     work = [(row, rounds, install, kv_cache_dtype) for row in todo]
     if work:
         # a fresh pool per call: constants one fold installs never reach another fold's rows
-        with ProcessPoolExecutor(max(1, min(jobs, len(work)))) as pool:
+        with ProcessPoolExecutor(max(1, min(jobs, len(work))), initializer=_cap_memory,
+                                 initargs=(memory_gib,)) as pool:
             for row, prediction in zip(todo, pool.map(_work, work, chunksize=1)):
                 found[row.id] = prediction
-                if use_cache:  # as each row ends, so an interrupted pass keeps what it did
+                if use_cache and not prediction.refused.startswith(OUTGREW):  # as each row ends (a cap is no answer)
                     _store(_key(row, rounds, fit, kv_cache_dtype), prediction)
     return {row.id: found[row.id] for row in data}
 
@@ -351,11 +375,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"requests per client (default {ROUNDS})")
     parser.add_argument("--no-cache", action="store_true", help="simulate every row again")
     parser.add_argument("--kv-cache-dtype", choices=("auto", "fp8"), help="every row's KV cache (default: by precision)")
+    parser.add_argument("--memory-gib", type=float, default=MEMORY_GIB, help="address space per worker (0: no cap)")
     parser.add_argument("--data", type=Path, default=DATA, help="a CSV of the same columns (default: the Blackwell rows)")
     args = parser.parse_args()
     data = subsample(rows(args.data), args.stride, args.limit)
     started = time.perf_counter()
-    found = predict(data, args.jobs, args.rounds, not args.no_cache, kv_cache_dtype=args.kv_cache_dtype)
+    found = predict(data, args.jobs, args.rounds, not args.no_cache, kv_cache_dtype=args.kv_cache_dtype,
+                    memory_gib=args.memory_gib)
     print(f"{'id':58} {'gpu':5} {'TP':>2} {'DP':>2} {'EP':>2} {'conc':>4} {'ttft ms':>9} {'sim':>9} "
           f"{'tpot ms':>8} {'sim':>8}")
     for row in data:
