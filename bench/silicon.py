@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gc
 import hashlib
 import json
 import os
@@ -333,10 +334,11 @@ def _work(args: tuple[Row, int, Install | None, str | None]) -> Prediction:
     if install is not None:
         install()
     try:
-        return simulate(row, rounds, kv_cache_dtype)
+        found = simulate(row, rounds, kv_cache_dtype)
     except MemoryError:
-        return Prediction(row.id, refused=f"{OUTGREW} per process "
-                          f"(--memory-gib, {_CAP[0]:g} GiB here)")
+        found = Prediction(row.id, refused=f"{OUTGREW} per process (--memory-gib, {_CAP[0]:g} GiB here)")
+    gc.collect()  # the simulation's cycles, before the answer is pickled back under the same cap
+    return found
 
 
 def predict(data: Iterable[Row], jobs: int = 2, rounds: int = ROUNDS, use_cache: bool = True,
@@ -360,7 +362,12 @@ def predict(data: Iterable[Row], jobs: int = 2, rounds: int = ROUNDS, use_cache:
         # a fresh pool per call: constants one fold installs never reach another fold's rows
         with ProcessPoolExecutor(max(1, min(jobs, len(work))), initializer=_cap_memory,
                                  initargs=(memory_gib,)) as pool:
-            for row, prediction in zip(todo, pool.map(_work, work, chunksize=1)):
+            futures = [pool.submit(_work, w) for w in work]
+            for row, future in zip(todo, futures):
+                try:
+                    prediction = future.result()
+                except MemoryError:  # raised while the worker sent its answer back
+                    prediction = Prediction(row.id, refused=f"{OUTGREW} per process (--memory-gib, {memory_gib:g} GiB)")
                 found[row.id] = prediction
                 if use_cache and not prediction.refused.startswith(OUTGREW):  # as each row ends (a cap is no answer)
                     _store(_key(row, rounds, fit, kv_cache_dtype), prediction)
