@@ -57,12 +57,14 @@ def rows() -> list[Row]:
         ]
 
 
-def scenario(row: Row, efficiency: Efficiency | None = None) -> Scenario:
+def scenario(row: Row, efficiency: Efficiency | None = None, entrypoint: str = "offline") -> Scenario:
+    """The row as an offline run; `entrypoint: server` runs the same batch with the same engine limits through
+    `vllm serve`'s engine (the same GPU work: what differs is host-side)."""
     tokens, seqs = offline_limits(row.gpu)
     model: dict[str, object] = {
         "id": "m", "placement": {"gpus": ["g"], "tensorParallel": row.tp},
         "engine": {"maxNumBatchedTokens": tokens, "maxNumSeqs": seqs, "gpuMemoryUtilization": 0.9,
-                   "entrypoint": "offline"},
+                   "entrypoint": entrypoint},
     }
     if row.architecture is not None:
         model["architecture"] = row.architecture
@@ -83,9 +85,9 @@ def scenario(row: Row, efficiency: Efficiency | None = None) -> Scenario:
     })
 
 
-def simulated_latency(row: Row, efficiency: Efficiency | None = None) -> float:
+def simulated_latency(row: Row, efficiency: Efficiency | None = None, entrypoint: str = "offline") -> float:
     """Seconds from t = 0 to the last request's completion."""
-    sim = Simulation(scenario(row, efficiency))
+    sim = Simulation(scenario(row, efficiency, entrypoint))
     sim.run()
     assert all(r.outcome == "completed" for r in sim.requests)
     return max(r.finished_at for r in sim.requests) / 1e9

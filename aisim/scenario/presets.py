@@ -159,6 +159,7 @@ FAMILY_CONFIGS: dict[str, str] = {
     "llama-3.1-8b": "meta-llama--Meta-Llama-3.1-8B",
     "llama-3.1-70b": "meta-llama--Meta-Llama-3.1-70B",
     "llama-3.1-70b-fp8": "nvidia--Llama-3.1-70B-Instruct-FP8",
+    "llama-3.1-70b-nvfp4": "nvidia--Llama-3.1-70B-Instruct-FP4",
     "llama-3.1-405b": "meta-llama--Meta-Llama-3.1-405B",
     "llama-4-scout": "meta-llama--Llama-4-Scout-17B-16E-Instruct",
     "qwen3-8b": "Qwen--Qwen3-8B",
@@ -171,6 +172,10 @@ FAMILY_CONFIGS: dict[str, str] = {
     "deepseek-v3": "deepseek-ai--DeepSeek-V3",
     "deepseek-r1": "deepseek-ai--DeepSeek-R1",
     "kimi-k2": "moonshotai--Kimi-K2-Instruct",
+    "kimi-k2.5": "moonshotai--Kimi-K2.5",
+    "kimi-k2.5-nvfp4": "nvidia--Kimi-K2.5-NVFP4",
+    "minimax-m2.5": "MiniMaxAI--MiniMax-M2.5",
+    "minimax-m2.5-nvfp4": "nvidia--MiniMax-M2.5-NVFP4",
     "gpt-oss-20b": "openai--gpt-oss-20b",
     "gpt-oss-120b": "openai--gpt-oss-120b",
 }

@@ -1,0 +1,406 @@
+"""Replay AIConfigurator's end-to-end vLLM runs on Blackwell GPUs through the simulator (shared by the benches).
+
+Each row of `data/aiconfigurator/silicon-blackwell.csv` is one `vllm serve` under a closed-loop client: C clients
+each send their next request as soon as the previous one ends, every prompt `isl` tokens and every answer exactly
+`osl` tokens; the server runs with tensor parallelism `tp_size`, attention data parallelism `attention_dp_size` and
+the MoE split `moe_tp_size` x `moe_ep_size` (= TP x DP GPUs); `silicon_ttft_ms` and `silicon_tpot_ms` are the
+client's mean TTFT and mean TPOT (vLLM's `benchmark_serving` definitions: TPOT of a request = (latency - TTFT) /
+(output tokens - 1)).
+
+A row becomes an aisim scenario built as a user builds one (`Scenario.model_validate`): the family of its checkpoint
+(`FAMILIES`), the GPU profile of its system, `placement.tensorParallel` / `dataParallel`,
+`engine.enableExpertParallel` when `moe_ep_size` > 1, `maxModelLen` = isl + osl, the `server` entrypoint, and
+`arrival: {kind: concurrency, clients: C, requests: ROUNDS x C}`. C is `batch_size` per attention-DP rank,
+`batch_size` x `attention_dp_size` in all: each of the 82 rows with DP > 1 names that product in its id
+(`..._c8_tp2_ep2_...` has batch size 4 at DP 2), every other row its batch size.
+
+The KV cache is FP8 (`engine.kvCacheDtype: fp8`) on the FP8 and FP4 rows, as the data shows: closed loops whose
+in-flight context exceeds what a BF16 cache holds yet whose TTFT shows no queueing (MiniMax-M2.5 FP8 at TP 2 on
+B200: aisim's BF16 cache holds 433k tokens, 64 clients at 8192 + 1024 keep some 557k in flight, measured TTFT
+0.8-0.9 s; at 128 clients, 1.1M in flight, over the FP8 cache's 867k too, TTFT 11.5 s; likewise the NVFP4 checkpoint
+on one B300), and the model dtype (`auto`) on the INT4 rows (`KV_CACHE_DTYPE`, `--kv-cache-dtype` to override).
+
+Other assumptions, stated once: every other engine argument at vLLM's default; the client sends `ROUNDS` requests per client (the data does not record the
+count; 10 x the concurrency is what InferenceMAX-style sweeps send) and averages over all of them, the first wave
+included, as `benchmark_serving` does.
+
+A row aisim cannot run is refused with its reason (`Prediction.refused`), never dropped silently.
+
+Results are cached per row in `bench/.cache/silicon/`, keyed by the row's scenario document, the installed fit and a
+hash of the `aisim` package as imported (code and data), so a second pass over unchanged code costs nothing.
+
+    python bench/silicon.py [--jobs 2] [--stride N] [--limit N] [--rounds 10] [--no-cache]
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import gc
+import hashlib
+import json
+import os
+import resource
+import statistics
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import asdict, dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import ValidationError
+
+import aisim
+from aisim.engine.simulation import Simulation
+from aisim.scenario import Scenario
+from aisim.scenario.presets import MODEL_FAMILIES
+
+BENCH = Path(__file__).resolve().parent
+DATA = BENCH / "data" / "aiconfigurator" / "silicon-blackwell.csv"
+CACHE = BENCH / ".cache" / "silicon"
+ROUNDS = 10
+"""Requests per client (`vllm bench serve --num-prompts` / `--max-concurrency`); an assumption, see above."""
+
+T = TypeVar("T")
+
+KV_CACHE_DTYPE = {"fp8": "fp8", "fp4": "fp8", "int4": "auto"}
+"""The KV-cache dtype per row precision (see above); a precision not listed keeps vLLM's default `auto`."""
+
+GPUS = {"b200_sxm": "B200", "b300_sxm": "B300", "gb200": "GB200", "gb300": "GB300", "h100_sxm": "H100-SXM",
+        "h200_sxm": "H200", "a100_sxm": "A100-80GB", "l40s": "L40S"}
+"""AIConfigurator's system names -> aisim GPU profiles (a file of the same columns on other systems runs too)."""
+FAMILIES = {
+    ("MiniMaxAI/MiniMax-M2.5", "fp8"): "minimax-m2.5",
+    ("MiniMaxAI/MiniMax-M2.5", "nvfp4"): "minimax-m2.5-nvfp4",
+    ("moonshotai/Kimi-K2.5", "int4_wo"): "kimi-k2.5",
+    ("moonshotai/Kimi-K2.5", "nvfp4"): "kimi-k2.5-nvfp4",
+    ("meta-llama/Llama-3.1-70B", "fp8"): "llama-3.1-70b-fp8",
+    ("meta-llama/Llama-3.1-70B", "nvfp4"): "llama-3.1-70b-nvfp4",
+    ("openai/gpt-oss-120b", "nvfp4"): "gpt-oss-120b",
+}
+"""(model_path, gemm_quant_mode) -> the family of the checkpoint vLLM ran: MiniMax-M2.5's own FP8 (block) checkpoint
+and NVIDIA's NVFP4 one; Kimi-K2.5's own INT4 (W4A16) checkpoint and NVIDIA's NVFP4 one; NVIDIA's FP8 and NVFP4
+checkpoints of Llama 3.1 70B; gpt-oss-120b's own checkpoint, whose MXFP4 experts AIConfigurator files as `fp4`."""
+
+
+@dataclass(frozen=True)
+class Row:
+    """One measured run."""
+
+    id: str
+    version: str
+    model: str
+    system: str
+    precision: str
+    quant: str
+    isl: int
+    osl: int
+    batch: int
+    tp: int
+    pp: int
+    dp: int
+    moe_tp: int
+    moe_ep: int
+    ttft_ms: float
+    tpot_ms: float
+
+    @property
+    def gpu(self) -> str:
+        return GPUS.get(self.system, self.system)
+
+    @property
+    def family(self) -> str:
+        try:
+            return checkpoint(self.model, self.quant)[0]
+        except Refused:
+            return f"{self.model} {self.quant}"
+
+    @property
+    def concurrency(self) -> int:
+        """Clients in the closed loop: the batch size per attention-DP rank times the ranks."""
+        return self.batch * self.dp
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+
+def rows(path: Path = DATA) -> list[Row]:
+    """Every row of the file, in file order."""
+    with path.open(newline="") as handle:
+        return [Row(r["id"], r["backend_version"], r["model_path"], r["system"], r["precision"], r["gemm_quant_mode"],
+                    int(r["isl"]),
+                    int(r["osl"]), int(r["batch_size"]), int(r["tp_size"]), int(r["pp_size"]),
+                    int(r["attention_dp_size"]), int(r["moe_tp_size"]), int(r["moe_ep_size"]),
+                    float(r["silicon_ttft_ms"]), float(r["silicon_tpot_ms"]))
+                for r in csv.DictReader(handle)]
+
+
+def subsample(data: list[T], stride: int = 1, limit: int | None = None) -> list[T]:
+    """Every `stride`-th row (deterministic), at most `limit` of them."""
+    picked = data[::max(stride, 1)]
+    return picked if limit is None else picked[:limit]
+
+
+class Refused(Exception):
+    """A row aisim cannot run, with the reason."""
+
+
+def _name(model: str) -> str:
+    """A model id compared loosely: its last part, lower case, `Meta-` dropped (AIConfigurator writes
+    `meta-llama/Llama-3.1-70B` for the checkpoint aisim files as `Meta-Llama-3.1-70B`)."""
+    return model.split("/")[-1].lower().removeprefix("meta-")
+
+
+def _family_of(model: str) -> str | None:
+    return next((name for name, f in MODEL_FAMILIES.items() if f.huggingface_id and
+                 _name(f.huggingface_id) == _name(model)), None)
+
+
+UNQUANTIZED = ("", "bfloat16", "float16", "bf16", "fp16")
+
+
+def checkpoint(model: str, quant: str) -> tuple[str, str | None]:
+    """(family, vLLM `--quantization` or None) of the checkpoint a row ran: `FAMILIES` first; for other rows (a
+    `--data` file of other systems) the family of the model id, its `-FP8` / `-NVFP4` / `-FP4` checkpoint, or the
+    unquantized one with vLLM's online `--quantization fp8`."""
+    if (model, quant) in FAMILIES:
+        return FAMILIES[(model, quant)], None
+    base = _family_of(model)
+    if base is None:
+        raise Refused(f"{model} with {quant} weights: no aisim family for that checkpoint")
+    own = MODEL_FAMILIES[base].quantization
+    if quant in UNQUANTIZED and not own:
+        return base, None
+    if quant in ("fp8", "fp8_block"):
+        if own == "fp8":
+            return base, None
+        found = _family_of(f"{model}-FP8")
+        if found is not None:
+            return found, None
+        if not own:
+            return base, "fp8"
+    if quant == "nvfp4":
+        found = _family_of(f"{model}-NVFP4") or _family_of(f"{model}-FP4")
+        if found is not None:
+            return found, None
+    if (quant, own) in (("int4_wo", "compressed-tensors"), ("nvfp4", "mxfp4"), ("mxfp4", "mxfp4")):
+        return base, None
+    raise Refused(f"{model} with {quant} weights: no aisim family for that checkpoint (the model's is {base}, "
+                  f"quantized {own or 'not at all'})")
+
+
+def document(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None) -> dict[str, Any]:
+    """The row as a scenario document (what a user would write in YAML)."""
+    if row.system not in GPUS:
+        raise Refused(f"system {row.system}: no aisim GPU profile")
+    family, quantization = checkpoint(row.model, row.quant)
+    if row.pp != 1:
+        raise Refused(f"pipeline parallel {row.pp}: aisim has no pipeline parallelism")
+    if row.moe_tp * row.moe_ep != row.tp * row.dp:
+        raise Refused(f"MoE TP {row.moe_tp} x EP {row.moe_ep} is not TP {row.tp} x DP {row.dp}")
+    if row.moe_ep > 1 and row.moe_tp > 1:
+        raise Refused(f"MoE TP {row.moe_tp} with EP {row.moe_ep}: vLLM's expert parallelism sets the MoE TP to 1")
+    placement: dict[str, Any] = {"gpus": ["g"], "tensorParallel": row.tp}
+    if row.dp > 1:
+        placement["dataParallel"] = row.dp
+    engine: dict[str, Any] = {"maxModelLen": row.isl + row.osl,
+                              "kvCacheDtype": kv_cache_dtype or KV_CACHE_DTYPE.get(row.precision, "auto")}
+    if row.moe_ep > 1:
+        engine["enableExpertParallel"] = True
+    return {
+        "apiVersion": "aisim/v1", "kind": "Scenario", "metadata": {"name": row.id}, "seed": 1,
+        "gpus": [{"id": "g", "profile": row.gpu, "count": row.gpus}],
+        "models": [{"id": "m", "family": family, "placement": placement, "engine": engine,
+                    **({"quantization": quantization} if quantization else {})}],
+        "workload": {"sources": [{
+            "name": "clients", "model": "m", "promptTokens": row.isl, "outputTokens": row.osl,
+            "arrival": {"kind": "concurrency", "clients": row.concurrency, "requests": rounds * row.concurrency},
+        }]},
+    }
+
+
+def scenario(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None) -> Scenario:
+    """The row as a validated scenario; `Refused` when aisim cannot model it."""
+    try:
+        return Scenario.model_validate(document(row, rounds, kv_cache_dtype))
+    except ValidationError as error:
+        first = error.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise Refused(f"scenario refused at {where}: {first['msg']}") from None
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the simulated client measured on one row (milliseconds), or why the row was refused."""
+
+    id: str
+    ttft_ms: float = 0.0
+    tpot_ms: float = 0.0
+    e2e_ms: float = 0.0
+    refused: str = ""
+    wall_s: float = 0.0
+
+
+def simulate(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None) -> Prediction:
+    """Run the row's scenario; means over every request, as `benchmark_serving` reports them."""
+    started = time.perf_counter()
+    try:
+        sim = Simulation(scenario(row, rounds, kv_cache_dtype))
+        sim.run()
+    except Refused as refused:
+        return Prediction(row.id, refused=str(refused))
+    except ValueError as error:  # a run the engine refuses (e.g. the model does not fit the GPUs)
+        return Prediction(row.id, refused=f"run refused: {str(error).splitlines()[0]}")
+    done = [r for r in sim.requests if r.outcome == "completed"]
+    if len(done) != len(sim.requests):
+        failed = next(r for r in sim.requests if r.outcome != "completed")
+        return Prediction(row.id, refused=f"{len(sim.requests) - len(done)} of {len(sim.requests)} requests "
+                          f"{failed.outcome}: {failed.error}", wall_s=time.perf_counter() - started)
+    ttft = statistics.fmean(r.first_token_at - r.arrival for r in done) / 1e6
+    tpot = statistics.fmean((r.finished_at - r.first_token_at) / max(r.output - 1, 1) for r in done) / 1e6
+    e2e = statistics.fmean(r.finished_at - r.arrival for r in done) / 1e6
+    return Prediction(row.id, ttft, tpot, e2e, wall_s=time.perf_counter() - started)
+
+
+# -- the code hash, the cache and the process pool -------------------------------------------------
+
+HARNESS = 1
+"""Bump when `simulate` reads the requests differently (the scenario itself is part of the cache key)."""
+
+
+@cache
+def code_hash() -> str:
+    """A hash of the simulator's package as imported (code and data): what, with the scenario, decides a prediction."""
+    digest = hashlib.sha256()
+    package = Path(aisim.__file__).resolve().parent  # the package imported, wherever it lies
+    for path in sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(str(path.relative_to(package)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def _key(row: Row, rounds: int, fit: str, kv_cache_dtype: str | None = None) -> str:
+    """The row's scenario document (so a change of the mapping is a miss), the fit, the package's hash."""
+    try:
+        described: Any = document(row, rounds, kv_cache_dtype)
+    except Refused as refused:
+        described = str(refused)
+    text = json.dumps([HARNESS, row.id, described, fit, code_hash()], sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()[:24]
+
+
+def _load(key: str) -> Prediction | None:
+    path = CACHE / f"{key}.json"
+    try:
+        return Prediction(**json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _store(key: str, prediction: Prediction) -> None:
+    CACHE.mkdir(parents=True, exist_ok=True)
+    temporary = CACHE / f"{key}.{os.getpid()}.tmp"
+    temporary.write_text(json.dumps(asdict(prediction)))
+    temporary.replace(CACHE / f"{key}.json")
+
+
+Install = Callable[[], None]
+"""Installs fitted constants in a worker process before it simulates (a picklable, module-level callable)."""
+
+
+MEMORY_GIB = 5.0
+"""Address space a worker may take (`--memory-gib`): the machine is shared, and the largest closed loops (hundreds of
+clients x 10 rounds x 8k tokens) can grow a simulation past 10 GB. A row that hits it is refused with the reason."""
+
+
+OUTGREW = "the simulation outgrew the bench's memory cap"
+
+
+_CAP = [MEMORY_GIB]
+
+
+def _cap_memory(gib: float) -> None:
+    _CAP[0] = gib
+    if gib > 0:
+        limit = int(gib * 2**30)
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+
+def _work(args: tuple[Row, int, Install | None, str | None]) -> Prediction:
+    row, rounds, install, kv_cache_dtype = args
+    if install is not None:
+        install()
+    try:
+        found = simulate(row, rounds, kv_cache_dtype)
+    except MemoryError:
+        found = Prediction(row.id, refused=f"{OUTGREW} per process (--memory-gib, {_CAP[0]:g} GiB here)")
+    gc.collect()  # the simulation's cycles, before the answer is pickled back under the same cap
+    return found
+
+
+def predict(data: Iterable[Row], jobs: int = 2, rounds: int = ROUNDS, use_cache: bool = True,
+            install: Install | None = None, fit: str = "shipped",
+            kv_cache_dtype: str | None = None, memory_gib: float = MEMORY_GIB) -> dict[str, Prediction]:
+    """Every row's prediction, by row id: from the cache where the same row, rounds, fit and code ran before, else
+    simulated in a pool of `jobs` processes (each with `install` run first; `fit` names it in the cache key)."""
+    data = list(data)
+    found: dict[str, Prediction] = {}
+    todo: list[Row] = []
+    for row in data:
+        hit = _load(_key(row, rounds, fit, kv_cache_dtype)) if use_cache else None
+        if hit is not None:
+            found[row.id] = hit
+        else:
+            todo.append(row)
+    # the longest runs first, so the pool ends together
+    todo.sort(key=lambda r: -(r.concurrency * rounds * (r.isl + r.osl)))
+    work = [(row, rounds, install, kv_cache_dtype) for row in todo]
+    if work:
+        # a fresh pool per call: constants one fold installs never reach another fold's rows
+        with ProcessPoolExecutor(max(1, min(jobs, len(work))), initializer=_cap_memory,
+                                 initargs=(memory_gib,)) as pool:
+            futures = [pool.submit(_work, w) for w in work]
+            for row, future in zip(todo, futures):
+                try:
+                    prediction = future.result()
+                except MemoryError:  # raised while the worker sent its answer back
+                    prediction = Prediction(row.id, refused=f"{OUTGREW} per process (--memory-gib, {memory_gib:g} GiB)")
+                found[row.id] = prediction
+                if use_cache and not prediction.refused.startswith(OUTGREW):  # as each row ends (a cap is no answer)
+                    _store(_key(row, rounds, fit, kv_cache_dtype), prediction)
+    return {row.id: found[row.id] for row in data}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2, help="rows simulated in parallel (default 2)")
+    parser.add_argument("--stride", type=int, default=1, help="every N-th row only (deterministic subsample)")
+    parser.add_argument("--limit", type=int, help="at most this many rows (after --stride)")
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"requests per client (default {ROUNDS})")
+    parser.add_argument("--no-cache", action="store_true", help="simulate every row again")
+    parser.add_argument("--kv-cache-dtype", choices=("auto", "fp8"), help="every row's KV cache (default: by precision)")
+    parser.add_argument("--memory-gib", type=float, default=MEMORY_GIB, help="address space per worker (0: no cap)")
+    parser.add_argument("--data", type=Path, default=DATA, help="a CSV of the same columns (default: the Blackwell rows)")
+    args = parser.parse_args()
+    data = subsample(rows(args.data), args.stride, args.limit)
+    started = time.perf_counter()
+    found = predict(data, args.jobs, args.rounds, not args.no_cache, kv_cache_dtype=args.kv_cache_dtype,
+                    memory_gib=args.memory_gib)
+    print(f"{'id':58} {'gpu':5} {'TP':>2} {'DP':>2} {'EP':>2} {'conc':>4} {'ttft ms':>9} {'sim':>9} "
+          f"{'tpot ms':>8} {'sim':>8}")
+    for row in data:
+        p = found[row.id]
+        if p.refused:
+            print(f"{row.id:58} REFUSED {p.refused}")
+            continue
+        print(f"{row.id:58} {row.gpu:5} {row.tp:2} {row.dp:2} {row.moe_ep:2} {row.concurrency:4} {row.ttft_ms:9.1f} "
+              f"{p.ttft_ms:9.1f} {row.tpot_ms:8.2f} {p.tpot_ms:8.2f}")
+    refused = sum(1 for p in found.values() if p.refused)
+    print(f"{len(data) - refused} rows simulated, {refused} refused; wall {time.perf_counter() - started:.1f} s")
+
+
+if __name__ == "__main__":
+    main()
