@@ -200,7 +200,8 @@ class ServedModel:
                              graph_max_tokens=graph_capture_limit(memory.max_num_seqs, memory.max_num_batched_tokens),
                              expert_parallel=model.expert_parallel_size(),
                              data_parallel=model.data_parallel_size() if model.lockstep() else 1,
-                             kv_dtype=model.engine.kv_cache_dtype, offline=model.engine.entrypoint == "offline")
+                             kv_dtype=model.engine.kv_cache_dtype, offline=model.engine.entrypoint == "offline",
+                             async_scheduling=model.engine.overlapped())
             kv = KvCache(memory.num_blocks, memory.block_size, model.engine.enable_prefix_caching, memory.max_model_len)
             suffix = "" if version.version == model.versions[0].version else f"@v{version.version}"
             replica = Replica(

@@ -4,6 +4,7 @@ plus the host's time between them.
     step = CPU + launch + GPU                  (a CUDA-graph replay: one launch, then the GPU)
     step = CPU + max(launches, GPU)            (eager: the host enqueues kernels while the GPU runs)
     CPU  = engine step + engine request x requests + engine token x tokens  (+ output x requests offline)
+           (with async scheduling only what the GPU does not hide: max(CPU - GPU, 0))
     GPU  = the step's kernels (`step_kernels.py`): per token count (GEMMs by weight format, norms, RoPE,
            activation, fused MoE, TP all-reduces, EP collectives), per request count (LM head, logits
            gather, sampling), and attention over the step's decode and prefill requests
@@ -114,10 +115,12 @@ class CostModel:
                  kv_bytes_per_token: int = 0, cuda_graphs: bool = True, factor: float = 1.0,
                  constants: GpuConstants | None = None, graph_max_tokens: int = GRAPH_MAX_TOKENS,
                  expert_parallel: int = 1, data_parallel: int = 1, kv_dtype: str = "auto",
-                 offline: bool = False) -> None:
+                 offline: bool = False, async_scheduling: bool = False) -> None:
         """`expert_parallel`, `data_parallel`: an MoE model's EP size and the DP ranks that share its MoE layers
         (each rank's step is priced as if every rank batched as many tokens as it does); `offline`: the `LLM`
-        class's entrypoint (its in-process output processing, `Efficiency.output_ns`)."""
+        class's entrypoint (its in-process output processing, `Efficiency.output_ns`); `async_scheduling`: the engine
+        core prepares the next step while the GPU runs this one (vLLM's `--async-scheduling`), so its CPU work costs
+        only what the kernels do not hide."""
         if constants is None:
             from .calibration import constants as lookup
             constants = lookup(gpu)
@@ -145,6 +148,7 @@ class CostModel:
         self._fixed_s = efficiency.step_overhead_ns / 1e9
         self._request_s = (efficiency.per_request_ns + (efficiency.output_ns if offline else 0)) / 1e9
         self._token_s = efficiency.per_token_ns / 1e9
+        self._overlap = async_scheduling
         self._work()
         self._tokens_cache: dict[int, float] = {}
         self._requests_cache: dict[int, float] = {}
@@ -248,7 +252,9 @@ class CostModel:
     def _host_s(self, requests: int, tokens: int, gpu: float | np.ndarray) -> float | np.ndarray:
         """The step's time outside its kernels: the engine's CPU work, then the graph replay's launch,
         or in an eager step whatever of its launches the kernels do not hide."""
-        cpu = self._fixed_s + requests * self._request_s + tokens * self._token_s
+        cpu: float | np.ndarray = self._fixed_s + requests * self._request_s + tokens * self._token_s
+        if self._overlap:  # the next step's CPU work runs under this step's kernels
+            cpu = np.maximum(cpu - gpu, 0.0)
         if self._in_graph(tokens):
             return cpu + self._graph_launch_s
         return cpu + np.maximum(self._eager_launch_s - gpu, self._gaps_s)
