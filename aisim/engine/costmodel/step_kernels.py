@@ -82,15 +82,22 @@ class Elementwise:
         return cls(small, 3 * m * 8192 / max(large - small, 1e-9))
 
 
+def _major(compute_capability: str) -> int:
+    head = compute_capability.split(".")[0]
+    return int(head) if head.isdigit() else 0
+
+
 class _Gemm:
     """The GEMMs of one weight format on one GPU, as a curve over token counts per (n, k) shape.
 
-    A GEMM of m tokens is priced at the fastest of: its format's table, the BF16 table (vLLM falls back to an
-    unquantized-activation kernel where its quantized one is slower: a table slower than BF16 at a shape measured a
-    kernel vLLM does not pick there; B200's FP8-block table at small m, 270 us for a 1 x 2560 x 8192 GEMM, is one),
-    and any larger m's time (a GEMM of m tokens can always run padded to a larger tile; this also removes the
-    measurement noise of the small-m rows, which only ever adds time). The format's table is BF16's where the GPU
-    has none."""
+    A GEMM of m tokens is priced at the fastest of: its format's table; the BF16 table; the BF16 table moved to the
+    format's tensor cores and weight bytes (`roofline.scale`: its fixed cost kept, the rest scaled by the ratio of
+    speeds of light); and any larger m's time (a GEMM of m tokens can always run padded to a larger tile; this also
+    removes the measurement noise of the small-m rows, which only ever adds time). A quantized table slower than
+    the BF16 kernel's efficiency carried to its format measured a kernel that the served vLLM does not run there:
+    B200's FP8 table reaches 1.5 PF/s at 8192^3, below its own BF16 kernel's 1.7 PF/s (BF16 moved to FP8: 3.4 PF/s),
+    and its FP8-block table takes 270 us for a 1 x 2560 x 8192 GEMM; `bench/fidelity.py --set blackwell` shows the
+    served runs' prefill at about the moved BF16 speed. The format's table is BF16's where the GPU has none."""
 
     def __init__(self, tables: KernelTables, dtype: str) -> None:
         self.tables = tables
@@ -105,7 +112,13 @@ class _Gemm:
         own = np.asarray(self.tables.gemm(self.dtype, m, n, k), dtype=np.float64)
         if self.dtype == "bfloat16":
             return own
-        return np.minimum(own, np.asarray(self.tables.gemm("bfloat16", m, n, k), dtype=np.float64))
+        bf16 = np.asarray(self.tables.gemm("bfloat16", m, n, k), dtype=np.float64)
+        try:
+            moved = np.asarray(self.tables.lookup_transfer("gemm", {"dtype": "bfloat16"}, {"dtype": self.dtype},
+                                                           (m, n, k)), dtype=np.float64)
+        except MissingKernel:
+            moved = bf16
+        return np.minimum(np.minimum(own, bf16), moved)
 
     def curve(self, n: float, k: float) -> np.ndarray:
         found = self._curves.get((n, k))
@@ -147,6 +160,10 @@ class StepKernels:
         gemms = {dtype: _Gemm(tables, dtype) for dtype in set(formats.values())}
         self._gemm = {role: gemms[dtype] for role, dtype in formats.items()}
         self._link = tables.spec.link
+        self.moe_dtype = MOE_DTYPE.get(TABLE_DTYPE.get(arch.format_of("experts"), "bfloat16"), "bfloat16")
+        if self.moe_dtype == "w4a16_mxfp4" and _major(gpu.compute_capability) >= 10 and tables.has(
+                "moe", dtype="w4a8_mxfp4_mxfp8"):
+            self.moe_dtype = "w4a8_mxfp4_mxfp8"  # vLLM's MXFP4 MoE on Blackwell: FlashInfer's MXFP4 x MXFP8 kernel
         self.qk_norm = arch.architecture in QK_NORM
         types = arch.attention_types
         window = arch.sliding_window or arch.attention_chunk
@@ -216,7 +233,7 @@ class StepKernels:
         all-gather / reduce-scatter of the DP ranks' tokens."""
         arch, h = self.arch, self.hidden
         group = t * self.dp
-        dtype = MOE_DTYPE.get(TABLE_DTYPE.get(arch.format_of("experts"), "bfloat16"), "bfloat16")
+        dtype = self.moe_dtype
         try:
             experts = self.tables.moe(dtype, group, h, arch.expert_intermediate, arch.experts_per_token, arch.experts,
                                       self.moe_tp, self.moe_ep)
