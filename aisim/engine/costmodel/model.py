@@ -35,6 +35,7 @@ remembered, so a step costs a few dict lookups.
 from __future__ import annotations
 
 import math
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -64,6 +65,7 @@ SHORT_SERIES = 32
 """Decode series in CUDA graphs up to this many steps are summed in Python floats, longer ones in numpy."""
 KV_GRID = np.unique(np.round(np.geomspace(1, 1 << 21, 96)))
 """KV lengths at which a batch size's decode-attention curve is read from the tables (linear between them)."""
+KV_LIST: list[float] = KV_GRID.tolist()
 
 
 @dataclass(frozen=True)
@@ -152,7 +154,7 @@ class CostModel:
         self._work()
         self._tokens_cache: dict[int, float] = {}
         self._requests_cache: dict[int, float] = {}
-        self._decode_curves: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._decode_curves: dict[int, tuple[np.ndarray, np.ndarray, list[float], list[float]]] = {}
         self._prefill_cache: dict[tuple[int, float, float], float] = {}
 
     def _work(self) -> None:
@@ -214,18 +216,29 @@ class CostModel:
             self._requests_cache.update(zip(range(low, low + BLOCK), seconds.tolist(), strict=True))
         return float(seconds[requests - low])
 
-    def _decode_curve(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
+    def _decode_curve(self, batch: int) -> tuple[np.ndarray, np.ndarray, list[float], list[float]]:
+        """A batch size's decode attention over `KV_GRID` (arrays for numpy, lists for one step in Python floats)."""
         found = self._decode_curves.get(batch)
         if found is None:
-            found = self._decode_curves[batch] = (KV_GRID, self.kernels.decode_attention_s(batch, KV_GRID) * self._memory)
+            ys = self.kernels.decode_attention_s(batch, KV_GRID) * self._memory
+            found = self._decode_curves[batch] = (KV_GRID, ys, KV_LIST, ys.tolist())
         return found
 
     def _decode_attention_s(self, decodes: int, kv_tokens: float | np.ndarray) -> float | np.ndarray:
         """Decode attention of `decodes` requests reading `kv_tokens` KV tokens in all (each its own new one)."""
         if decodes <= 0 or self._token_model:
             return 0.0
-        xs, ys = self._decode_curve(decodes)
-        return np.interp(np.asarray(kv_tokens, dtype=np.float64) / decodes, xs, ys)
+        xs, ys, xl, yl = self._decode_curve(decodes)
+        if isinstance(kv_tokens, np.ndarray):
+            return np.interp(kv_tokens / decodes, xs, ys)
+        x = kv_tokens / decodes  # one step: `np.interp` in Python floats (a tenth of its cost on a scalar)
+        i = bisect_right(xl, x)
+        if i <= 0:
+            return yl[0]
+        if i >= len(xl):
+            return yl[-1]
+        x0, x1 = xl[i - 1], xl[i]
+        return yl[i - 1] + (yl[i] - yl[i - 1]) * (x - x0) / (x1 - x0)
 
     def _prefill_attention_s(self, prefills: int, tokens: float, prefix: float) -> float:
         if prefills <= 0 or tokens <= 0 or self._token_model:
@@ -253,10 +266,13 @@ class CostModel:
         """The step's time outside its kernels: the engine's CPU work, then the graph replay's launch,
         or in an eager step whatever of its launches the kernels do not hide."""
         cpu: float | np.ndarray = self._fixed_s + requests * self._request_s + tokens * self._token_s
+        scalar = not isinstance(gpu, np.ndarray)
         if self._overlap:  # the next step's CPU work runs under this step's kernels
-            cpu = np.maximum(cpu - gpu, 0.0)
+            cpu = max(cpu - gpu, 0.0) if scalar else np.maximum(cpu - gpu, 0.0)
         if self._in_graph(tokens):
             return cpu + self._graph_launch_s
+        if scalar:
+            return cpu + max(self._eager_launch_s - gpu, self._gaps_s)
         return cpu + np.maximum(self._eager_launch_s - gpu, self._gaps_s)
 
     # -- steps -------------------------------------------------------------------------------
@@ -306,8 +322,16 @@ class CostModel:
         Step k reads `context_tokens + (k + 1) x requests` tokens of KV; each request adds one token.
         Equal, element by element, to calling `step_ns` for each step.
         """
+        if steps <= SHORT_SERIES:  # most runs: the same float operations as `step_ns`, in Python floats
+            fixed = self._tokens_s(requests) + self._requests_s(requests)
+            factor, read, out = self.factor, context_tokens + requests, []
+            for _ in range(steps):
+                step_gpu = fixed + float(self._decode_attention_s(requests, read))
+                out.append(round((float(self._host_s(requests, requests, step_gpu)) + step_gpu) * factor * 1e9))
+                read += requests
+            return out
         host, gpu = self._decode_parts(requests, context_tokens, steps)
-        total = gpu + host
+        total = np.asarray(gpu + host, dtype=np.float64)
         total *= self.factor
         total *= 1e9
         return np.rint(total, out=total).astype(np.int64).tolist()
