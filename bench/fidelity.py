@@ -218,7 +218,181 @@ def blackwell(args: argparse.Namespace) -> None:
         targets(held, metrics, f"blackwell leave-one-{kind}-out")
 
 
-SETS: dict[str, Callable[[argparse.Namespace], None]] = {"blackwell": blackwell}
+def _argonne_work(args: tuple[Row, str, Callable[[], None] | None]) -> float:
+    row, entrypoint, install = args
+    if install is not None:
+        install()
+    return simulated_latency(row, entrypoint=entrypoint)
+
+
+def _argonne_items(data: list[Row], latencies: list[float]) -> list[Scored]:
+    return [Scored({"gpu": r.gpu, "model": r.family, "tp": str(r.tp), "length": str(r.length), "batch": str(r.batch)},
+                   {"latency": (s, r.latency)}) for r, s in zip(data, latencies)]
+
+
+def _argonne_pass(data: list[Row], jobs: int, install: Callable[[], None] | None = None) -> dict[str, list[float]]:
+    """{entrypoint: simulated whole-batch seconds per row} for both entrypoints."""
+    work = [(r, e, install) for e in ("offline", "server") for r in data]
+    got = folds.pool_map(_argonne_work, work, jobs)
+    return {"offline": got[:len(data)], "server": got[len(data):]}
+
+
+def _argonne_tables(label: str, data: list[Row], found: dict[str, list[float]]) -> None:
+    groupings = ("gpu", "model", "tp", "length", "batch")
+    for entrypoint in ("offline", "server"):
+        items = _argonne_items(data, found[entrypoint])
+        print("\n".join(table(f"{label}, entrypoint {entrypoint}: whole-batch latency", items, ("latency",),
+                              groupings, 24)))
+        targets(items, ("latency",), f"argonne {label} {entrypoint}")
+    ratios = [s / o for s, o in zip(found["server"], found["offline"])]
+    for gpu in ["all", *sorted({r.gpu for r in data})]:
+        mine = [q for r, q in zip(data, ratios) if gpu in ("all", r.gpu)]
+        print(f"{label}: server / offline prediction {gpu:10} median {statistics.median(mine):.3f}  "
+              f"min {min(mine):.3f}  max {max(mine):.3f}  (n {len(mine)})")
+    worst = max(abs(q - 1) for q in ratios) * 100
+    print(f"target {label} server within 10 % of offline on every row: {'PASS' if worst <= 10 else 'FAIL'} "
+          f"(worst {worst:.1f} %)")
+
+
+def argonne_set(args: argparse.Namespace) -> None:
+    data = silicon.subsample(rows(), args.stride, args.limit)
+    print(f"\n== Argonne offline batches ({len(data)} rows), each through the offline and the server entrypoint")
+    _argonne_tables("in sample", data, _argonne_pass(data, args.jobs))
+    print(f"\nfitted on these rows: {folds.ARGONNE_FITTED}; {folds.NOT_REFITTED}")
+    store_folds = folds.online_folds()
+    gpus = sorted({r.gpu for r in data})
+    # leave one model out: each GPU's engine constants fitted again without the model's rows; the server path
+    # also takes the online constants fitted without that model (the online runs include Llama-2-7B)
+    plan = {f"{g}|{f}": (g, [r for r in data if r.gpu == g and r.family != f])
+            for g in gpus for f in sorted({r.family for r in data if r.gpu == g})}
+    if args.skip_lomo:
+        print("leave-one-model-out: skipped (--skip-lomo)")
+    else:
+        started = time.perf_counter()
+        engines = folds.argonne_engines(plan, args.jobs)
+        print(f"leave-one-model-out: {len(plan)} engine refits ({time.perf_counter() - started:.0f} s, cached after)")
+        held: list[Row] = []
+        found: dict[str, list[float]] = {"offline": [], "server": []}
+        for name, (gpu, _) in plan.items():
+            family = name.split("|")[1]
+            test = [r for r in data if r.gpu == gpu and r.family == family]
+            online_constants = store_folds.get(family)
+            fold = folds.fold(name, gpu, engines[name], online_constants)
+            got = _argonne_pass(test, args.jobs, fold.install)
+            held += test
+            for e in found:
+                found[e] += got[e]
+            print(f"  {gpu} without {family}: engine {engines[name]}, online constants "
+                  f"{'fitted without it' if online_constants else 'as shipped (it is not in the online runs)'}")
+        _argonne_tables("leave-one-model-out", held, found)
+    # leave one GPU out: each GPU with the engine constants fitted on the other GPU's rows only
+    shipped = calibration.DOCUMENT["engine"]
+    held, found = [], {"offline": [], "server": []}
+    for gpu in gpus:
+        other = next(g for g in gpus if g != gpu)
+        engine = [shipped[other][k] for k in ("step_overhead_ns", "per_request_ns", "kv_bandwidth_share")]
+        test = [r for r in data if r.gpu == gpu]
+        got = _argonne_pass(test, args.jobs, folds.fold(f"argonne-logo|{gpu}", gpu, engine, None).install)
+        held += test
+        for e in found:
+            found[e] += got[e]
+    print("\nleave-one-GPU-out: each GPU with the engine constants fitted on the other GPU's rows; the server "
+          "path's online constants as shipped (fitted on H100 online runs only: no fold without the H100 exists)")
+    _argonne_tables("leave-one-GPU-out", held, found)
+
+
+ONLINE_METRICS = {"TTFT": "ttft_mean", "TTFT p99": "ttft_p99", "E2E": "e2e_mean", "E2E p99": "e2e_p99",
+                  "ITL": "decode_per_token"}
+
+
+def _online_work(args: tuple[Any, dict[str, float], int | None]) -> tuple[str, dict[int, Any]]:
+    """One run with `constants` as the H100's online calibration, its stages shortened to `stage_s` if given."""
+    from online import simulate
+    from online_calibrate import install
+
+    run, constants, stage_s = args
+    install(constants)
+    return run.experiment, simulate(run, None, stage_s)
+
+
+def online_set(args: argparse.Namespace) -> None:
+    from online import measured, runs
+
+    everything = silicon.subsample(runs(), args.stride, args.limit)
+    shortened = f", each stage cut to {args.stage_seconds} s" if args.stage_seconds else ""
+    print(f"\n== Online vLLM servers on H100 under inference-perf ({len(everything)} runs{shortened}; the overloaded "
+          "ones are not scored); ITL is the decode time per token")
+    shipped, lomo = folds.online_shipped(), folds.online_folds()
+    for label, constants in (("in sample", lambda run: shipped), ("leave-one-model-out", lambda run: lomo[run.family])):
+        started = time.perf_counter()
+        work = [(run, constants(run), args.stage_seconds) for run in everything]
+        results = dict(folds.pool_map(_online_work, work, args.jobs))
+        items = []
+        for run in everything:
+            if run.overloaded:
+                continue
+            for stage, row in sorted(run.stages.items()):
+                real, sim = measured(row), results[run.experiment][stage]
+                items.append(Scored({"gpu": "H100-SXM", "model": run.family, "tp": str(run.tp),
+                                     "profile": run.profile, "stage": str(stage)},
+                                    {m: (getattr(sim, k), real[k]) for m, k in ONLINE_METRICS.items()}))
+        print("\n".join(table(f"{label} ({time.perf_counter() - started:.0f} s)", items, list(ONLINE_METRICS),
+                              ("model", "tp", "stage"), 22)))
+        targets(items, ONLINE_METRICS, f"online {label}")
+    print("leave-one-model-out uses online.json's folds (engine-core CPU terms, server GEMM shares, padding and "
+          f"frontend fitted without the model); {folds.NOT_REFITTED}, nor the Argonne engine constants' "
+          "decode-attention share (fitted on Argonne rows that include Llama-2-7B)")
+    print("leave-one-GPU-out: not possible, every online run is on H100-SXM")
+
+
+def kernels_set(args: argparse.Namespace) -> None:
+    from kernel_fidelity import GPU_PAIRS
+
+    from aisim.engine.costmodel.kernels import SYSTEM_NAMES, KernelTables, ScaledTables
+    from aisim.engine.costmodel.kernels.build import SPECS
+    from aisim.engine.costmodel.kernels.holdout import (
+        gpu_errors,
+        grid_errors,
+        shape_errors,
+        summary,
+    )
+    from aisim.engine.costmodel.kernels.tables import system_spec
+
+    print(f"\n== Kernel tables against held-back measured rows (at most {args.slices} slices per table)")
+    loaded = {s: KernelTables.load(s) for s in SYSTEM_NAMES}
+    parts = {"held-back grid points": lambda t: grid_errors(t, args.slices),
+             "largest point (extrapolation)": lambda t: grid_errors(t, args.slices, True),
+             "held-back shapes (leave-one-shape-out)": lambda t: shape_errors(t, args.slices)}
+    print(f"{'part':40} {'table':28} {'cells':>7} {'med|e|':>7} {'p90|e|':>7} {'signed':>7}")
+
+    def line(part: str, name: str, errors: list[np.ndarray]) -> None:
+        count, median, p90, signed = summary(errors)
+        if count:
+            print(f"{part:40} {name:28} {count:7d} {median * 100:6.1f}% {p90 * 100:6.1f}% {signed * 100:+6.1f}%")
+
+    for part, errors_of in parts.items():
+        every: list[np.ndarray] = []
+        for name in SPECS:
+            mine: list[np.ndarray] = []
+            for system in SYSTEM_NAMES:
+                found = loaded[system].table(name)
+                if found is not None:
+                    mine += list(errors_of(found))
+            line(part, name, mine)
+            every += mine
+        line(part, "all", every)
+    every = []
+    for target, base in GPU_PAIRS:
+        scaled = ScaledTables(loaded[base], system_spec(target), target)
+        mine = [e for name in SPECS for e in gpu_errors(loaded[target], scaled, name, args.slices)]
+        line("leave-one-GPU-out", f"{target} <- {base}", mine)
+        every += mine
+    line("leave-one-GPU-out", "all", every)
+    print("nothing else is fitted on the tables: each held-back cell is answered by the table rebuilt without it")
+
+
+SETS: dict[str, Callable[[argparse.Namespace], None]] = {"blackwell": blackwell, "argonne": argonne_set,
+                                                         "online": online_set, "kernels": kernels_set}
 
 
 def main() -> None:
@@ -226,11 +400,14 @@ def main() -> None:
     parser.add_argument("--set", choices=[*SETS, "all"], help="one data set (default: the original report)")
     parser.add_argument("--skip-lomo", action="store_true", help="skip the Argonne leave-one-model-out refits")
     parser.add_argument("--jobs", type=int, default=2, help="simulations in parallel (default 2)")
-    parser.add_argument("--stride", type=int, default=1, help="blackwell: every N-th row only (deterministic)")
-    parser.add_argument("--limit", type=int, help="blackwell: at most N rows (after --stride)")
+    parser.add_argument("--stride", type=int, default=1, help="every N-th row (run) of a set only (deterministic)")
+    parser.add_argument("--limit", type=int, help="at most N rows (runs) of a set (after --stride)")
     parser.add_argument("--rounds", type=int, default=silicon.ROUNDS,
                         help=f"blackwell: requests per client (default {silicon.ROUNDS})")
     parser.add_argument("--no-cache", action="store_true", help="simulate every row again")
+    parser.add_argument("--stage-seconds", type=int, help="online: cut each stage to at most N simulated seconds "
+                        "(quick replays; the figures are then not the full runs')")
+    parser.add_argument("--slices", type=int, default=40, help="kernels: slices per table at most (0: all)")
     args = parser.parse_args()
     start = time.perf_counter()
     if args.set is None:

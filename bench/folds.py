@@ -11,8 +11,12 @@ that the same report scores as held out is a defect.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Sequence
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Protocol
 
 
@@ -44,3 +48,106 @@ BLACKWELL_NOTHING_FITTED = ("nothing in the cost model is fitted on the Blackwel
 
 REFITS: dict[str, Refit | None] = {"blackwell": None}
 """The refit of each set (None: nothing fitted on its rows)."""
+
+
+# -- the shared machinery: a fresh process pool per fold, a cache of fitted constants -----------------------------
+
+def pool_map(function: Callable[[Any], Any], work: Sequence[Any], jobs: int) -> list[Any]:
+    """`function` over `work` in a fresh pool of `jobs` processes, so constants one fold installs never reach
+    another fold's work."""
+    if not work:
+        return []
+    with ProcessPoolExecutor(max(1, min(jobs, len(work)))) as pool:
+        return list(pool.map(function, work, chunksize=1))
+
+
+def _path(name: str) -> Any:
+    """Where a fit is cached: keyed by `name`, the package's hash and the fitting benches' own code."""
+    from silicon import BENCH, code_hash
+
+    fitting = b"".join((BENCH / f).read_bytes() for f in ("calibrate.py", "argonne.py", "vidur.py", "online.py"))
+    key = hashlib.sha256(f"{name}|{code_hash()}|".encode() + fitting).hexdigest()[:24]
+    return BENCH / ".cache" / "folds" / f"{key}.json"
+
+
+def _cached(name: str, compute: Callable[[], Any]) -> Any:
+    """A JSON-able fit result cached under bench/.cache/folds/."""
+    path = _path(name)
+    if path.is_file():
+        return json.loads(path.read_text())["value"]
+    value = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"name": name, "value": value}))
+    return value
+
+
+# -- Argonne: the engine constants that bench/calibrate.py fits on the Argonne rows, per GPU ------------------------
+
+ARGONNE_FITTED = ("per GPU, the engine's CPU time per step and per request and the decode-attention bandwidth share "
+                  "(calibrated.json `engine`, bench/calibrate.py) on that GPU's Argonne rows")
+NOT_REFITTED = ("not refitted per fold: the Vidur operator curves (calibrated.json `operators`, fitted on Vidur's "
+                "profiles of Llama-2-7B/70B, CodeLlama-34B, Qwen-72B and others, with Llama-3-8B/70B on the A100)")
+
+
+def _fit_engine(args: tuple[str, list[Any]]) -> list[float]:
+    from calibrate import fit_engine
+
+    gpu, train = args
+    best, _ = fit_engine(gpu, train)
+    return list(best)
+
+
+def argonne_engines(folds: dict[str, tuple[str, list[Any]]], jobs: int) -> dict[str, list[float]]:
+    """{fold name: (step ns, request ns, share)} for each (gpu, training rows), fitted in a pool, cached."""
+    out: dict[str, list[float]] = {}
+    todo = []
+    for name, (gpu, train) in folds.items():
+        label = f"argonne-engine|{gpu}|{sorted(repr(r) for r in train)}"
+        found = _peek(label)
+        if found is None:
+            todo.append((name, label, gpu, train))
+        else:
+            out[name] = found
+    fitted = pool_map(_fit_engine, [(gpu, train) for _, _, gpu, train in todo], jobs)
+    for (name, label, _, _), value in zip(todo, fitted):
+        out[name] = _cached(label, lambda value=value: value)
+    return out
+
+
+def _peek(name: str) -> Any:
+    """A cached fit, or None."""
+    path = _path(name)
+    return json.loads(path.read_text())["value"] if path.is_file() else None
+
+
+def install(gpu: str, engine: Sequence[float] | None, online_constants: dict[str, float] | None) -> None:
+    """Put one fold's constants in place in this process: an Argonne GPU's engine constants, and the online
+    (server) constants of the H100 with the mean every GPU without online data derives from."""
+    if engine is not None:
+        from aisim.engine import calibration
+
+        calibration.with_engine(gpu, *engine)
+    if online_constants is not None:
+        from online_calibrate import install as install_online
+
+        from aisim.engine import online
+
+        install_online(online_constants)
+        online.DEFAULT = online._mean()
+
+
+def online_folds() -> dict[str, dict[str, float]]:
+    """online.json's leave-one-model-out fits: {family left out: constants}."""
+    from online_calibrate import STORE
+
+    return dict(json.loads(STORE.read_text()).get("leave_one_model_out", {}))
+
+
+def online_shipped() -> dict[str, float]:
+    from online_calibrate import GPU, STORE
+
+    return dict(json.loads(STORE.read_text())["gpus"][GPU])
+
+
+def fold(name: str, gpu: str, engine: Sequence[float] | None, online_constants: dict[str, float] | None) -> Fold:
+    return Fold(name, partial(install, gpu, list(engine) if engine else None, online_constants))

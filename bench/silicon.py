@@ -1,25 +1,28 @@
 """Replay AIConfigurator's end-to-end vLLM runs on Blackwell GPUs through the simulator (shared by the benches).
 
-Each row of `data/aiconfigurator/silicon-blackwell.csv` is one `vllm serve` under a closed-loop client: `batch_size`
-x `attention_dp_size` clients each send their next request as soon as the previous one ends, every prompt `isl` tokens and every answer
-exactly `osl` tokens; the server runs with tensor parallelism `tp_size`, attention data parallelism
-`attention_dp_size` and the MoE split `moe_tp_size` x `moe_ep_size` (= TP x DP GPUs); `silicon_ttft_ms` and
-`silicon_tpot_ms` are the client's mean TTFT and mean TPOT (vLLM's `benchmark_serving` definitions: TPOT of a
-request = (latency - TTFT) / (output tokens - 1)).
+Each row of `data/aiconfigurator/silicon-blackwell.csv` is one `vllm serve` under a closed-loop client: C clients
+each send their next request as soon as the previous one ends, every prompt `isl` tokens and every answer exactly
+`osl` tokens; the server runs with tensor parallelism `tp_size`, attention data parallelism `attention_dp_size` and
+the MoE split `moe_tp_size` x `moe_ep_size` (= TP x DP GPUs); `silicon_ttft_ms` and `silicon_tpot_ms` are the
+client's mean TTFT and mean TPOT (vLLM's `benchmark_serving` definitions: TPOT of a request = (latency - TTFT) /
+(output tokens - 1)).
 
 A row becomes an aisim scenario built as a user builds one (`Scenario.model_validate`): the family of its checkpoint
 (`FAMILIES`), the GPU profile of its system, `placement.tensorParallel` / `dataParallel`,
 `engine.enableExpertParallel` when `moe_ep_size` > 1, `maxModelLen` = isl + osl, the `server` entrypoint, and
-`arrival: {kind: concurrency, clients: C, requests: ROUNDS x C}`. The concurrency C is `batch_size` per attention-DP
-rank, `batch_size` x `attention_dp_size` in all: every one of the 82 rows with DP > 1 names that product in its id
-(`..._c8_tp2_ep2_...` has batch size 4 at DP 2), every other row its batch size. Assumptions, stated once: the KV cache in the model dtype (vLLM's default
-`--kv-cache-dtype auto`), every other engine argument at vLLM's default, the client sends `ROUNDS` requests per
-client (InferenceMAX-style runs send 10 x concurrency) and averages over all of them, as `benchmark_serving` does.
+`arrival: {kind: concurrency, clients: C, requests: ROUNDS x C}`. C is `batch_size` per attention-DP rank,
+`batch_size` x `attention_dp_size` in all: each of the 82 rows with DP > 1 names that product in its id
+(`..._c8_tp2_ep2_...` has batch size 4 at DP 2), every other row its batch size.
+
+Assumptions, stated once: the KV cache in the model dtype (vLLM's default `--kv-cache-dtype auto`); every other
+engine argument at vLLM's default; the client sends `ROUNDS` requests per client (the data does not record the
+count; 10 x the concurrency is what InferenceMAX-style sweeps send) and averages over all of them, the first wave
+included, as `benchmark_serving` does.
 
 A row aisim cannot run is refused with its reason (`Prediction.refused`), never dropped silently.
 
-Results are cached per row in `bench/.cache/silicon/` keyed by the row, the rounds, the installed fit and a hash of
-the simulator's code, so a second pass over unchanged code costs nothing.
+Results are cached per row in `bench/.cache/silicon/`, keyed by the row's scenario document, the installed fit and a
+hash of the `aisim` package as imported (code and data), so a second pass over unchanged code costs nothing.
 
     python bench/silicon.py [--jobs 2] [--stride N] [--limit N] [--rounds 10] [--no-cache]
 """
@@ -38,7 +41,7 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import ValidationError
 
@@ -50,9 +53,13 @@ BENCH = Path(__file__).resolve().parent
 DATA = BENCH / "data" / "aiconfigurator" / "silicon-blackwell.csv"
 CACHE = BENCH / ".cache" / "silicon"
 ROUNDS = 10
-"""Requests per client: `vllm bench serve --num-prompts` = 10 x `--max-concurrency` in InferenceMAX-style sweeps."""
+"""Requests per client (`vllm bench serve --num-prompts` / `--max-concurrency`); an assumption, see above."""
 
-GPUS = {"b200_sxm": "B200", "b300_sxm": "B300", "gb200": "GB200", "gb300": "GB300"}
+T = TypeVar("T")
+
+GPUS = {"b200_sxm": "B200", "b300_sxm": "B300", "gb200": "GB200", "gb300": "GB300", "h100_sxm": "H100-SXM",
+        "h200_sxm": "H200", "a100_sxm": "A100-80GB", "l40s": "L40S"}
+"""AIConfigurator's system names -> aisim GPU profiles (a file of the same columns on other systems runs too)."""
 FAMILIES = {
     ("MiniMaxAI/MiniMax-M2.5", "fp8"): "minimax-m2.5",
     ("MiniMaxAI/MiniMax-M2.5", "nvfp4"): "minimax-m2.5-nvfp4",
@@ -115,7 +122,7 @@ def rows(path: Path = DATA) -> list[Row]:
                 for r in csv.DictReader(handle)]
 
 
-def subsample(data: list[Row], stride: int = 1, limit: int | None = None) -> list[Row]:
+def subsample(data: list[T], stride: int = 1, limit: int | None = None) -> list[T]:
     """Every `stride`-th row (deterministic), at most `limit` of them."""
     picked = data[::max(stride, 1)]
     return picked if limit is None else picked[:limit]
@@ -199,20 +206,28 @@ def simulate(row: Row, rounds: int = ROUNDS) -> Prediction:
 
 # -- the code hash, the cache and the process pool -------------------------------------------------
 
+HARNESS = 1
+"""Bump when `simulate` reads the requests differently (the scenario itself is part of the cache key)."""
+
+
 @cache
 def code_hash() -> str:
-    """A hash of everything that decides a prediction: the simulator's package (code and data) and this file."""
+    """A hash of the simulator's package as imported (code and data): what, with the scenario, decides a prediction."""
     digest = hashlib.sha256()
     package = Path(aisim.__file__).resolve().parent  # the package imported, wherever it lies
-    files = sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts)
-    for path in [*files, Path(__file__).resolve()]:
-        digest.update(path.name.encode())
+    for path in sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        digest.update(str(path.relative_to(package)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
 def _key(row: Row, rounds: int, fit: str) -> str:
-    text = json.dumps([asdict(row), rounds, fit, code_hash()])
+    """The row's scenario document (so a change of the mapping is a miss), the fit, the package's hash."""
+    try:
+        described: Any = document(row, rounds)
+    except Refused as refused:
+        described = str(refused)
+    text = json.dumps([HARNESS, row.id, described, fit, code_hash()], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -258,15 +273,13 @@ def predict(data: Iterable[Row], jobs: int = 2, rounds: int = ROUNDS, use_cache:
     # the longest runs first, so the pool ends together
     todo.sort(key=lambda r: -(r.concurrency * rounds * (r.isl + r.osl)))
     work = [(row, rounds, install) for row in todo]
-    if jobs <= 1 or len(work) <= 1:
-        results = [_work(w) for w in work]
-    else:
-        with ProcessPoolExecutor(jobs) as pool:
-            results = list(pool.map(_work, work, chunksize=1))
-    for row, prediction in zip(todo, results):
-        found[row.id] = prediction
-        if use_cache:
-            _store(_key(row, rounds, fit), prediction)
+    if work:
+        # a fresh pool per call: constants one fold installs never reach another fold's rows
+        with ProcessPoolExecutor(max(1, min(jobs, len(work)))) as pool:
+            for row, prediction in zip(todo, pool.map(_work, work, chunksize=1)):
+                found[row.id] = prediction
+                if use_cache:  # as each row ends, so an interrupted pass keeps what it did
+                    _store(_key(row, rounds, fit), prediction)
     return {row.id: found[row.id] for row in data}
 
 
@@ -277,8 +290,9 @@ def main() -> None:
     parser.add_argument("--limit", type=int, help="at most this many rows (after --stride)")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"requests per client (default {ROUNDS})")
     parser.add_argument("--no-cache", action="store_true", help="simulate every row again")
+    parser.add_argument("--data", type=Path, default=DATA, help="a CSV of the same columns (default: the Blackwell rows)")
     args = parser.parse_args()
-    data = subsample(rows(), args.stride, args.limit)
+    data = subsample(rows(args.data), args.stride, args.limit)
     started = time.perf_counter()
     found = predict(data, args.jobs, args.rounds, not args.no_cache)
     print(f"{'id':58} {'gpu':5} {'TP':>2} {'DP':>2} {'EP':>2} {'conc':>4} {'ttft ms':>9} {'sim':>9} "
