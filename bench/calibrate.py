@@ -66,8 +66,12 @@ def _latency_ns(args: tuple[Row, dict[str, float]]) -> int:
 def counts(data: list[Row], jobs: int = 2) -> np.ndarray:
     """Per row: (latency without host terms, steps, scheduled requests, scheduled tokens), in ns and counts."""
     work = [(row, ZERO) for row in data] + [(row, {**ZERO, k: v}) for k, v in PROBES.items() for row in data]
-    with ProcessPoolExecutor(jobs) as pool:
-        found = np.array(list(pool.map(_latency_ns, work, chunksize=4)), dtype=np.float64).reshape(4, len(data))
+    if jobs <= 1:
+        latencies = [_latency_ns(w) for w in work]
+    else:
+        with ProcessPoolExecutor(jobs) as pool:
+            latencies = list(pool.map(_latency_ns, work, chunksize=4))
+    found = np.array(latencies, dtype=np.float64).reshape(4, len(data))
     base = found[0]
     per = [(found[i + 1] - base) / v for i, v in enumerate(PROBES.values())]
     return np.stack([base, *per], axis=1)

@@ -15,7 +15,7 @@ nothing is fitted on a set the output says so, and out of sample is then the sam
   ratio. The engine constants fitted on these rows (`bench/calibrate.py`) are refitted per held-out model.
 - `online`: the real vLLM servers on H100 under inference-perf (`bench/online.py`): mean and p99 TTFT and E2E and
   the decode time per token (the mean ITL), each run with the online constants fitted without its model
-  (`online.json`'s leave-one-model-out fits).
+  (the frontend time fitted without its model, `bench/calibrate.py`).
 - `kernels`: the kernel tables against their held-back measured rows (`bench/kernel_fidelity.py`'s parts).
 
 Without `--set`, the original report:
@@ -263,7 +263,8 @@ def argonne_set(args: argparse.Namespace) -> None:
     gpus = sorted({r.gpu for r in data})
     # leave one model out: each GPU's engine constants fitted again without the model's rows; the server path
     # also takes the online constants fitted without that model (the online runs include Llama-2-7B)
-    plan = {f"{g}|{f}": (g, [r for r in data if r.gpu == g and r.family != f])
+    # (the shipped fit takes the rows of GPUs priced by their own tables: a fold takes those without the model)
+    plan = {f"{g}|{f}": (g, [r for r in data if calibration.constants(r.gpu).measured and r.family != f])
             for g in gpus for f in sorted({r.family for r in data if r.gpu == g})}
     if args.skip_lomo:
         print("leave-one-model-out: skipped (--skip-lomo)")
@@ -285,12 +286,11 @@ def argonne_set(args: argparse.Namespace) -> None:
             print(f"  {gpu} without {family}: engine {engines[name]}, online constants "
                   f"{'fitted without it' if online_constants else 'as shipped (it is not in the online runs)'}")
         _argonne_tables("leave-one-model-out", held, found)
-    # leave one GPU out: each GPU with the engine constants fitted on the other GPU's rows only
-    shipped = calibration.DOCUMENT["engine"]
+    # leave one GPU out: each GPU with the host terms fitted on the other GPU's rows only
+    logo = folds.argonne_engines({f"logo|{g}": (g, [r for r in data if r.gpu != g]) for g in gpus}, args.jobs)
     held, found = [], {"offline": [], "server": []}
     for gpu in gpus:
-        other = next(g for g in gpus if g != gpu)
-        engine = [shipped[other][k] for k in ("step_overhead_ns", "per_request_ns", "kv_bandwidth_share")]
+        engine = logo[f"logo|{gpu}"]
         test = [r for r in data if r.gpu == gpu]
         got = _argonne_pass(test, args.jobs, folds.fold(f"argonne-logo|{gpu}", gpu, engine, None).install)
         held += test
@@ -308,10 +308,9 @@ ONLINE_METRICS = {"TTFT": "ttft_mean", "TTFT p99": "ttft_p99", "E2E": "e2e_mean"
 def _online_work(args: tuple[Any, dict[str, float], int | None]) -> tuple[str, dict[int, Any]]:
     """One run with `constants` as the H100's online calibration, its stages shortened to `stage_s` if given."""
     from online import simulate
-    from online_calibrate import install
 
     run, constants, stage_s = args
-    install(constants)
+    folds.install("H100-SXM", None, constants)
     return run.experiment, simulate(run, None, stage_s)
 
 
@@ -339,9 +338,8 @@ def online_set(args: argparse.Namespace) -> None:
         print("\n".join(table(f"{label} ({time.perf_counter() - started:.0f} s)", items, list(ONLINE_METRICS),
                               ("model", "tp", "stage"), 22)))
         targets(items, ONLINE_METRICS, f"online {label}")
-    print("leave-one-model-out uses online.json's folds (engine-core CPU terms, server GEMM shares, padding and "
-          f"frontend fitted without the model); {folds.NOT_REFITTED}, nor the Argonne engine constants' "
-          "decode-attention share (fitted on Argonne rows that include Llama-2-7B)")
+    print("leave-one-model-out: the API server's frontend time fitted without the model's runs (bench/calibrate.py "
+          f"`fit_frontend`); the engine's host terms come from the Argonne H100 rows; {folds.NOT_REFITTED}")
     print("leave-one-GPU-out: not possible, every online run is on H100-SXM")
 
 
