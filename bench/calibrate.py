@@ -15,8 +15,8 @@ Which data fix which constant:
    The offline rows cannot tell the engine's per-request work from the `LLM` class's output processing (both are
    per request per step there), so the per-request total is split by `SERVER_REQUEST_SHARE`.
 2. `frontend_ns` (the API server's time on a request before the engine sees it): the online H100 runs
-   (`bench/online.py`) at their lowest-rate stage, where nothing queues: the median over runs of the measured mean
-   TTFT less the simulated one without a front end.
+   (`bench/online.py`) at their lowest-rate stage, where nothing queues: the time that, added to the simulated mean
+   TTFT without a front end, makes the median relative error over the runs zero.
 Nothing is fitted on the Blackwell end-to-end runs: the fidelity bench scores them out of sample.
 
 `fit_offline(rows)` and `fit_frontend(runs)` are what the fidelity bench refits without a held-out group.
@@ -105,14 +105,22 @@ def fit_frontend(runs: list[Any]) -> int:
     stage, without a front end; the median over runs."""
     from online import measured, simulate
 
-    gaps = []
+    pairs = []
     for run in runs:
         if run.overloaded:
             continue
         first = min(run.stages)
         got = simulate(run, {"frontend": 0}, stage_s=30)[first]
-        gaps.append(measured(run.stages[first])["ttft_mean"] - got.ttft_mean)
-    return max(round(statistics.median(gaps) * 1e9), 0)
+        pairs.append((got.ttft_mean, measured(run.stages[first])["ttft_mean"]))
+    # the time that makes the median relative TTFT error zero (monotone in it: bisection)
+    low, high = 0.0, max(m - s for s, m in pairs) + 0.1
+    for _ in range(60):
+        middle = (low + high) / 2
+        if statistics.median((s + middle) / m - 1 for s, m in pairs) < 0:
+            low = middle
+        else:
+            high = middle
+    return max(round(low * 1e9), 0)
 
 
 def main() -> None:
