@@ -160,8 +160,6 @@ def provenance() -> None:
               f"mfu {c.default.mfu:.3f}  {c.source}")
 
 
-
-
 # -- the sets (--set) ---------------------------------------------------------------------------------------------
 
 TARGETS = {"TTFT": 12.0, "TPOT": 8.0, "E2E": 8.0, "ITL": 8.0, "latency": 8.0}
@@ -181,7 +179,8 @@ def targets(items: list[Scored], metrics: Iterable[str], label: str) -> None:
 
 def _silicon_item(row: silicon.Row, p: silicon.Prediction) -> Scored:
     labels = {"gpu": row.gpu, "model": row.model.split("/")[-1], "checkpoint": row.family, "tp": str(row.tp),
-              "parallel": f"TP{row.tp} DP{row.dp} EP{row.moe_ep}"}
+              "parallel": f"TP{row.tp} DP{row.dp} EP{row.moe_ep}", "vllm": row.version or "unrecorded",
+              "lengths": f"{row.isl}/{row.osl}", "id": row.id}
     return Scored(labels, {"TTFT": (p.ttft_ms, row.ttft_ms), "TPOT": (p.tpot_ms, row.tpot_ms)})
 
 
@@ -189,18 +188,22 @@ def blackwell(args: argparse.Namespace) -> None:
     every = silicon.rows()
     data = silicon.subsample(every, args.stride, args.limit)
     print(f"\n== Blackwell end-to-end runs ({silicon.DATA.name}): {len(data)} of {len(every)} rows "
-          f"(stride {args.stride}{f', limit {args.limit}' if args.limit else ''}), {args.rounds} requests per client")
+          f"(stride {args.stride}{f', limit {args.limit}' if args.limit else ''}), {args.rounds} requests per client, "
+          f"KV cache {args.kv_cache_dtype or 'by precision'}")
     started = time.perf_counter()
-    found = silicon.predict(data, args.jobs, args.rounds, not args.no_cache)
+    found = silicon.predict(data, args.jobs, args.rounds, not args.no_cache, kv_cache_dtype=args.kv_cache_dtype)
     refused = [r for r in data if found[r.id].refused]
     for r in refused:
         print(f"REFUSED {r.id}: {found[r.id].refused}")
     print(f"{len(data) - len(refused)} rows simulated, {len(refused)} refused "
           f"({time.perf_counter() - started:.0f} s, {args.jobs} jobs)")
     metrics = ("TTFT", "TPOT")
-    groupings = ("gpu", "model", "checkpoint", "tp", "parallel")
+    groupings = ("gpu", "model", "checkpoint", "tp", "parallel", "lengths", "vllm")
     items = [_silicon_item(r, found[r.id]) for r in data if not found[r.id].refused]
     print("\n".join(table("in sample", items, metrics, groupings, 34)))
+    for m in metrics:
+        worst = sorted(items, key=lambda s: -abs(s.error(m) or 0))[:args.worst]
+        print(f"worst {m}: " + "; ".join(f"{s.labels['id']} {s.error(m):+.0f} %" for s in worst))
     refit = folds.REFITS["blackwell"]
     for kind, key in (("model", lambda r: r.model), ("GPU", lambda r: r.gpu)):
         if refit is None:
@@ -212,7 +215,8 @@ def blackwell(args: argparse.Namespace) -> None:
             for value in sorted({key(r) for r in data}):
                 fold = refit.without([r for r in every if key(r) != value], f"{kind} {value}")
                 test = [r for r in data if key(r) == value]
-                got = silicon.predict(test, args.jobs, args.rounds, not args.no_cache, fold.install, fold.name)
+                got = silicon.predict(test, args.jobs, args.rounds, not args.no_cache, fold.install, fold.name,
+                                      args.kv_cache_dtype)
                 held += [_silicon_item(r, got[r.id]) for r in test if not got[r.id].refused]
             print("\n".join(table(f"leave-one-{kind}-out", held, metrics, groupings, 34)))
         targets(held, metrics, f"blackwell leave-one-{kind}-out")
@@ -405,6 +409,9 @@ def main() -> None:
     parser.add_argument("--no-cache", action="store_true", help="simulate every row again")
     parser.add_argument("--stage-seconds", type=int, help="online: cut each stage to at most N simulated seconds "
                         "(quick replays; the figures are then not the full runs')")
+    parser.add_argument("--kv-cache-dtype", choices=("auto", "fp8"),
+                        help="blackwell: every row's KV cache (default: FP8 on FP8/FP4 rows, see bench/silicon.py)")
+    parser.add_argument("--worst", type=int, default=5, help="blackwell: list the N rows of largest |error|")
     parser.add_argument("--slices", type=int, default=40, help="kernels: slices per table at most (0: all)")
     args = parser.parse_args()
     start = time.perf_counter()

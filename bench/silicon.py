@@ -14,8 +14,13 @@ A row becomes an aisim scenario built as a user builds one (`Scenario.model_vali
 `batch_size` x `attention_dp_size` in all: each of the 82 rows with DP > 1 names that product in its id
 (`..._c8_tp2_ep2_...` has batch size 4 at DP 2), every other row its batch size.
 
-Assumptions, stated once: the KV cache in the model dtype (vLLM's default `--kv-cache-dtype auto`); every other
-engine argument at vLLM's default; the client sends `ROUNDS` requests per client (the data does not record the
+The KV cache is FP8 (`engine.kvCacheDtype: fp8`) on the FP8 and FP4 rows, as the data shows: closed loops whose
+in-flight context exceeds what a BF16 cache holds yet whose TTFT shows no queueing (MiniMax-M2.5 FP8 at TP 2 on
+B200: aisim's BF16 cache holds 433k tokens, 64 clients at 8192 + 1024 keep some 557k in flight, measured TTFT
+0.8-0.9 s; at 128 clients, 1.1M in flight, over the FP8 cache's 867k too, TTFT 11.5 s; likewise the NVFP4 checkpoint
+on one B300), and the model dtype (`auto`) on the INT4 rows (`KV_CACHE_DTYPE`, `--kv-cache-dtype` to override).
+
+Other assumptions, stated once: every other engine argument at vLLM's default; the client sends `ROUNDS` requests per client (the data does not record the
 count; 10 x the concurrency is what InferenceMAX-style sweeps send) and averages over all of them, the first wave
 included, as `benchmark_serving` does.
 
@@ -48,6 +53,7 @@ from pydantic import ValidationError
 import aisim
 from aisim.engine.simulation import Simulation
 from aisim.scenario import Scenario
+from aisim.scenario.presets import MODEL_FAMILIES
 
 BENCH = Path(__file__).resolve().parent
 DATA = BENCH / "data" / "aiconfigurator" / "silicon-blackwell.csv"
@@ -56,6 +62,9 @@ ROUNDS = 10
 """Requests per client (`vllm bench serve --num-prompts` / `--max-concurrency`); an assumption, see above."""
 
 T = TypeVar("T")
+
+KV_CACHE_DTYPE = {"fp8": "fp8", "fp4": "fp8", "int4": "auto"}
+"""The KV-cache dtype per row precision (see above); a precision not listed keeps vLLM's default `auto`."""
 
 GPUS = {"b200_sxm": "B200", "b300_sxm": "B300", "gb200": "GB200", "gb300": "GB300", "h100_sxm": "H100-SXM",
         "h200_sxm": "H200", "a100_sxm": "A100-80GB", "l40s": "L40S"}
@@ -82,6 +91,7 @@ class Row:
     version: str
     model: str
     system: str
+    precision: str
     quant: str
     isl: int
     osl: int
@@ -100,7 +110,10 @@ class Row:
 
     @property
     def family(self) -> str:
-        return FAMILIES.get((self.model, self.quant), f"{self.model} {self.quant}")
+        try:
+            return checkpoint(self.model, self.quant)[0]
+        except Refused:
+            return f"{self.model} {self.quant}"
 
     @property
     def concurrency(self) -> int:
@@ -115,7 +128,8 @@ class Row:
 def rows(path: Path = DATA) -> list[Row]:
     """Every row of the file, in file order."""
     with path.open(newline="") as handle:
-        return [Row(r["id"], r["backend_version"], r["model_path"], r["system"], r["gemm_quant_mode"], int(r["isl"]),
+        return [Row(r["id"], r["backend_version"], r["model_path"], r["system"], r["precision"], r["gemm_quant_mode"],
+                    int(r["isl"]),
                     int(r["osl"]), int(r["batch_size"]), int(r["tp_size"]), int(r["pp_size"]),
                     int(r["attention_dp_size"]), int(r["moe_tp_size"]), int(r["moe_ep_size"]),
                     float(r["silicon_ttft_ms"]), float(r["silicon_tpot_ms"]))
@@ -132,12 +146,55 @@ class Refused(Exception):
     """A row aisim cannot run, with the reason."""
 
 
-def document(row: Row, rounds: int = ROUNDS) -> dict[str, Any]:
+def _name(model: str) -> str:
+    """A model id compared loosely: its last part, lower case, `Meta-` dropped (AIConfigurator writes
+    `meta-llama/Llama-3.1-70B` for the checkpoint aisim files as `Meta-Llama-3.1-70B`)."""
+    return model.split("/")[-1].lower().removeprefix("meta-")
+
+
+def _family_of(model: str) -> str | None:
+    return next((name for name, f in MODEL_FAMILIES.items() if f.huggingface_id and
+                 _name(f.huggingface_id) == _name(model)), None)
+
+
+UNQUANTIZED = ("", "bfloat16", "float16", "bf16", "fp16")
+
+
+def checkpoint(model: str, quant: str) -> tuple[str, str | None]:
+    """(family, vLLM `--quantization` or None) of the checkpoint a row ran: `FAMILIES` first; for other rows (a
+    `--data` file of other systems) the family of the model id, its `-FP8` / `-NVFP4` / `-FP4` checkpoint, or the
+    unquantized one with vLLM's online `--quantization fp8`."""
+    if (model, quant) in FAMILIES:
+        return FAMILIES[(model, quant)], None
+    base = _family_of(model)
+    if base is None:
+        raise Refused(f"{model} with {quant} weights: no aisim family for that checkpoint")
+    own = MODEL_FAMILIES[base].quantization
+    if quant in UNQUANTIZED and not own:
+        return base, None
+    if quant in ("fp8", "fp8_block"):
+        if own == "fp8":
+            return base, None
+        found = _family_of(f"{model}-FP8")
+        if found is not None:
+            return found, None
+        if not own:
+            return base, "fp8"
+    if quant == "nvfp4":
+        found = _family_of(f"{model}-NVFP4") or _family_of(f"{model}-FP4")
+        if found is not None:
+            return found, None
+    if (quant, own) in (("int4_wo", "compressed-tensors"), ("nvfp4", "mxfp4"), ("mxfp4", "mxfp4")):
+        return base, None
+    raise Refused(f"{model} with {quant} weights: no aisim family for that checkpoint (the model's is {base}, "
+                  f"quantized {own or 'not at all'})")
+
+
+def document(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None) -> dict[str, Any]:
     """The row as a scenario document (what a user would write in YAML)."""
     if row.system not in GPUS:
         raise Refused(f"system {row.system}: no aisim GPU profile")
-    if (row.model, row.quant) not in FAMILIES:
-        raise Refused(f"{row.model} with {row.quant} weights: no aisim family for that checkpoint")
+    family, quantization = checkpoint(row.model, row.quant)
     if row.pp != 1:
         raise Refused(f"pipeline parallel {row.pp}: aisim has no pipeline parallelism")
     if row.moe_tp * row.moe_ep != row.tp * row.dp:
@@ -147,13 +204,15 @@ def document(row: Row, rounds: int = ROUNDS) -> dict[str, Any]:
     placement: dict[str, Any] = {"gpus": ["g"], "tensorParallel": row.tp}
     if row.dp > 1:
         placement["dataParallel"] = row.dp
-    engine: dict[str, Any] = {"maxModelLen": row.isl + row.osl}
+    engine: dict[str, Any] = {"maxModelLen": row.isl + row.osl,
+                              "kvCacheDtype": kv_cache_dtype or KV_CACHE_DTYPE.get(row.precision, "auto")}
     if row.moe_ep > 1:
         engine["enableExpertParallel"] = True
     return {
         "apiVersion": "aisim/v1", "kind": "Scenario", "metadata": {"name": row.id}, "seed": 1,
         "gpus": [{"id": "g", "profile": row.gpu, "count": row.gpus}],
-        "models": [{"id": "m", "family": row.family, "placement": placement, "engine": engine}],
+        "models": [{"id": "m", "family": family, "placement": placement, "engine": engine,
+                    **({"quantization": quantization} if quantization else {})}],
         "workload": {"sources": [{
             "name": "clients", "model": "m", "promptTokens": row.isl, "outputTokens": row.osl,
             "arrival": {"kind": "concurrency", "clients": row.concurrency, "requests": rounds * row.concurrency},
@@ -161,10 +220,10 @@ def document(row: Row, rounds: int = ROUNDS) -> dict[str, Any]:
     }
 
 
-def scenario(row: Row, rounds: int = ROUNDS) -> Scenario:
+def scenario(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None) -> Scenario:
     """The row as a validated scenario; `Refused` when aisim cannot model it."""
     try:
-        return Scenario.model_validate(document(row, rounds))
+        return Scenario.model_validate(document(row, rounds, kv_cache_dtype))
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
@@ -183,11 +242,11 @@ class Prediction:
     wall_s: float = 0.0
 
 
-def simulate(row: Row, rounds: int = ROUNDS) -> Prediction:
+def simulate(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None) -> Prediction:
     """Run the row's scenario; means over every request, as `benchmark_serving` reports them."""
     started = time.perf_counter()
     try:
-        sim = Simulation(scenario(row, rounds))
+        sim = Simulation(scenario(row, rounds, kv_cache_dtype))
         sim.run()
     except Refused as refused:
         return Prediction(row.id, refused=str(refused))
@@ -221,10 +280,10 @@ def code_hash() -> str:
     return digest.hexdigest()[:16]
 
 
-def _key(row: Row, rounds: int, fit: str) -> str:
+def _key(row: Row, rounds: int, fit: str, kv_cache_dtype: str | None = None) -> str:
     """The row's scenario document (so a change of the mapping is a miss), the fit, the package's hash."""
     try:
-        described: Any = document(row, rounds)
+        described: Any = document(row, rounds, kv_cache_dtype)
     except Refused as refused:
         described = str(refused)
     text = json.dumps([HARNESS, row.id, described, fit, code_hash()], sort_keys=True)
@@ -250,36 +309,37 @@ Install = Callable[[], None]
 """Installs fitted constants in a worker process before it simulates (a picklable, module-level callable)."""
 
 
-def _work(args: tuple[Row, int, Install | None]) -> Prediction:
-    row, rounds, install = args
+def _work(args: tuple[Row, int, Install | None, str | None]) -> Prediction:
+    row, rounds, install, kv_cache_dtype = args
     if install is not None:
         install()
-    return simulate(row, rounds)
+    return simulate(row, rounds, kv_cache_dtype)
 
 
 def predict(data: Iterable[Row], jobs: int = 2, rounds: int = ROUNDS, use_cache: bool = True,
-            install: Install | None = None, fit: str = "shipped") -> dict[str, Prediction]:
+            install: Install | None = None, fit: str = "shipped",
+            kv_cache_dtype: str | None = None) -> dict[str, Prediction]:
     """Every row's prediction, by row id: from the cache where the same row, rounds, fit and code ran before, else
     simulated in a pool of `jobs` processes (each with `install` run first; `fit` names it in the cache key)."""
     data = list(data)
     found: dict[str, Prediction] = {}
     todo: list[Row] = []
     for row in data:
-        hit = _load(_key(row, rounds, fit)) if use_cache else None
+        hit = _load(_key(row, rounds, fit, kv_cache_dtype)) if use_cache else None
         if hit is not None:
             found[row.id] = hit
         else:
             todo.append(row)
     # the longest runs first, so the pool ends together
     todo.sort(key=lambda r: -(r.concurrency * rounds * (r.isl + r.osl)))
-    work = [(row, rounds, install) for row in todo]
+    work = [(row, rounds, install, kv_cache_dtype) for row in todo]
     if work:
         # a fresh pool per call: constants one fold installs never reach another fold's rows
         with ProcessPoolExecutor(max(1, min(jobs, len(work)))) as pool:
             for row, prediction in zip(todo, pool.map(_work, work, chunksize=1)):
                 found[row.id] = prediction
                 if use_cache:  # as each row ends, so an interrupted pass keeps what it did
-                    _store(_key(row, rounds, fit), prediction)
+                    _store(_key(row, rounds, fit, kv_cache_dtype), prediction)
     return {row.id: found[row.id] for row in data}
 
 
@@ -290,11 +350,12 @@ def main() -> None:
     parser.add_argument("--limit", type=int, help="at most this many rows (after --stride)")
     parser.add_argument("--rounds", type=int, default=ROUNDS, help=f"requests per client (default {ROUNDS})")
     parser.add_argument("--no-cache", action="store_true", help="simulate every row again")
+    parser.add_argument("--kv-cache-dtype", choices=("auto", "fp8"), help="every row's KV cache (default: by precision)")
     parser.add_argument("--data", type=Path, default=DATA, help="a CSV of the same columns (default: the Blackwell rows)")
     args = parser.parse_args()
     data = subsample(rows(args.data), args.stride, args.limit)
     started = time.perf_counter()
-    found = predict(data, args.jobs, args.rounds, not args.no_cache)
+    found = predict(data, args.jobs, args.rounds, not args.no_cache, kv_cache_dtype=args.kv_cache_dtype)
     print(f"{'id':58} {'gpu':5} {'TP':>2} {'DP':>2} {'EP':>2} {'conc':>4} {'ttft ms':>9} {'sim':>9} "
           f"{'tpot ms':>8} {'sim':>8}")
     for row in data:

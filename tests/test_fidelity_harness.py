@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -58,6 +59,8 @@ def test_a_blackwell_row_becomes_the_scenario_it_describes(bench: dict[str, Modu
     assert source.arrival.kind == "concurrency" and source.arrival.clients == 8 and source.arrival.requests == 24
     assert source.prompt_tokens.value == 1024 and source.output_tokens.value == 1024
     assert model.engine.entrypoint == "server" and model.engine.max_model_len == 2048
+    assert model.engine.kv_cache_dtype == "fp8"  # the FP8 and FP4 rows' KV cache (bench/silicon.py says why)
+    assert silicon.scenario(row, kv_cache_dtype="auto").models[0].engine.kv_cache_dtype == "auto"
 
     # TP 8 without EP: each expert split over the 8 GPUs; Kimi-K2.5's INT4 checkpoint; 8192 in, 1024 out
     kimi = next(r for r in rows.values() if r.quant == "int4_wo" and r.isl == 8192)
@@ -65,6 +68,7 @@ def test_a_blackwell_row_becomes_the_scenario_it_describes(bench: dict[str, Modu
     model, source = scenario.models[0], scenario.workload.sources[0]
     assert model.family == "kimi-k2.5" and model.placement.tensor_parallel == 8
     assert model.expert_parallel_size() == 1 and model.moe_tensor_parallel_size() == 8
+    assert model.engine.kv_cache_dtype == "auto"
     assert source.arrival.clients == kimi.batch and source.prompt_tokens.value == 8192
     assert {g.format for g in model.resolved().weight_groups if g.role == "experts"} == {"int4_wo"}
 
@@ -150,3 +154,25 @@ def test_online_set_end_to_end() -> None:
 def test_kernels_set_end_to_end() -> None:
     out = _fidelity("--set", "kernels", "--slices", "2")
     assert "held-back grid points" in out and "leave-one-GPU-out" in out and "h200_sxm <- h100_sxm" in out
+
+
+def test_rows_of_other_systems_map_through_the_model_id(bench: dict[str, ModuleType], tmp_path: Path) -> None:
+    """A file of the same columns on Hopper (`--data`): made-up rows, mapped by model id and quantization (an FP8
+    checkpoint where aisim has one, else vLLM's online `--quantization fp8`), simulated, or refused with the reason."""
+    silicon = bench["silicon"]
+    header = ("id,backend_version,model_path,system,precision,gemm_quant_mode,moe_quant_mode,isl,osl,batch_size,"
+              "tp_size,pp_size,attention_dp_size,moe_tp_size,moe_ep_size,silicon_ttft_ms,silicon_tpot_ms\n")
+    body = ("a,,meta-llama/Llama-3.1-8B,h100_sxm,fp8,fp8,fp8,256,32,4,1,1,1,1,1,50,8\n"
+            "b,,Qwen/Qwen3-30B-A3B,h200_sxm,fp8,fp8_block,fp8_block,256,32,4,2,1,1,2,1,50,8\n"
+            "c,,example/Unknown-1B,h100_sxm,bf16,bfloat16,bfloat16,256,32,4,1,1,1,1,1,50,8\n")
+    data = tmp_path / "rows.csv"
+    data.write_text(header + body)
+    a, b, c = silicon.rows(data)
+    llama = silicon.scenario(a, rounds=1).models[0]
+    assert llama.family == "llama-3.1-8b" and llama.quantization == "fp8"
+    assert silicon.scenario(a).gpus[0].profile == "H100-SXM"
+    qwen = silicon.scenario(b, rounds=1)
+    assert qwen.models[0].family == "qwen3-30b-a3b-fp8" and qwen.gpus[0].profile == "H200"
+    got = silicon.simulate(a, rounds=1)
+    assert not got.refused and got.ttft_ms > 0 and got.tpot_ms > 0
+    assert "no aisim family" in silicon.simulate(c, rounds=1).refused
