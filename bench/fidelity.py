@@ -1,7 +1,6 @@
 """How close the simulator is to measurements, in sample and out of sample, data set by data set.
 
     python bench/fidelity.py --set blackwell|argonne|online|kernels|all [--jobs 2] [--stride N] [--limit N]
-    python bench/fidelity.py [--skip-lomo]       (no --set: the original report, below)
 
 Every set prints, per metric, the median and p90 |error| and the signed median (error = predicted / measured - 1),
 overall and per GPU, model and tensor-parallel size; then leave-one-model-out and leave-one-GPU-out: whatever the
@@ -15,145 +14,25 @@ nothing is fitted on a set the output says so, and out of sample is then the sam
   ratio. The engine constants fitted on these rows (`bench/calibrate.py`) are refitted per held-out model.
 - `online`: the real vLLM servers on H100 under inference-perf (`bench/online.py`): mean and p99 TTFT and E2E and
   the decode time per token (the mean ITL), each run with the online constants fitted without its model
-  (`online.json`'s leave-one-model-out fits).
+  (the frontend time fitted without its model, `bench/calibrate.py`).
 - `kernels`: the kernel tables against their held-back measured rows (`bench/kernel_fidelity.py`'s parts).
-
-Without `--set`, the original report:
-1. Operators (Vidur profiles, bench/data/vidur/): median and p90 |error| of the fitted curves per
-   operator class and GPU, in sample; then each model left out of the fit in turn (its operators
-   predicted from its shapes alone), and each tensor-parallel degree left out in turn.
-2. Argonne whole-batch latencies (bench/data/argonne-vllm-calibration.csv), replayed through the
-   simulator: every row, then median and p90 |error| per GPU and model in sample; leave one model
-   out (the engine constants refitted without that model's rows); leave one GPU out (each GPU run
-   with the other GPU's engine constants).
-3. Provenance: for every GPU preset, whether its constants were measured or extrapolated, from what,
-   and the uncertainty the model claims for it.
-
-the Argonne leave-one-model-out refits take minutes.
 """
 
 from __future__ import annotations
 
 import argparse
-import copy
 import statistics
 import time
-from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import folds
 import numpy as np
 import silicon
-import vidur
 from argonne import Row, rows, simulated_latency
-from calibrate import fit_engine
 from scores import Scored, medians, table
 
 from aisim.engine import calibration
-from aisim.engine.costmodel.operators import ELEMENTWISE
-from aisim.scenario.presets import GPU_PROFILES
-
-
-def summary(errors: Iterable[float]) -> str:
-    values = np.abs(np.fromiter(errors, dtype=float))
-    return f"median {np.median(values):5.1f} %  p90 {np.quantile(values, 0.9):5.1f} %  n {len(values):5d}"
-
-
-def op_class(op: str) -> str:
-    return ELEMENTWISE.get(op, op)
-
-
-def operator_errors(fit_rows: list[vidur.OpRow], test_rows: list[vidur.OpRow]) -> np.ndarray:
-    constants = vidur.fit_operators(fit_rows)
-    measured = np.array([r.seconds for r in test_rows])
-    return (vidur.predict(constants, test_rows) / measured - 1) * 100
-
-
-def grouped(test: list[vidur.OpRow], errors: np.ndarray, key: Callable[[vidur.OpRow], str]) -> dict[str, list[float]]:
-    out: dict[str, list[float]] = defaultdict(list)
-    for r, e in zip(test, errors):
-        out[key(r)].append(float(e))
-    return out
-
-
-def operators() -> None:
-    every = vidur.operator_rows()
-    print("== Operator profiles (Vidur): |error| of the fitted curves ==")
-    for gpu in sorted({r.gpu for r in every}):
-        mine = [r for r in every if r.gpu == gpu]
-        errors = operator_errors(mine, mine)
-        for cls, values in sorted(grouped(mine, errors, lambda r: op_class(r.op)).items()):
-            print(f"in sample      {gpu:10} {cls:15} {summary(values)}")
-        print(f"in sample      {gpu:10} {'all':15} {summary(errors)}")
-        for model in sorted({r.model for r in mine}):
-            test = [r for r in mine if r.model == model]
-            errors = operator_errors([r for r in mine if r.model != model], test)
-            linear = [e for r, e in zip(test, errors) if r.op in vidur.GEMMS]
-            print(f"leave-model-out {gpu:10} {model:27} all {summary(errors)} | linear {summary(linear)}")
-        for tp in sorted({r.tp for r in mine}):
-            test = [r for r in mine if r.tp == tp]
-            if len(test) == len(mine):
-                continue
-            errors = operator_errors([r for r in mine if r.tp != tp], test)
-            print(f"leave-TP-out   {gpu:10} TP {tp:<24} all {summary(errors)}")
-
-
-def replay(data: list[Row]) -> dict[Row, float]:
-    return {r: (simulated_latency(r) - r.latency) / r.latency * 100 for r in data}
-
-
-def per_group(found: dict[Row, float], label: str) -> None:
-    groups: dict[str, list[float]] = defaultdict(list)
-    for r, e in found.items():
-        groups[f"{r.gpu:10} {r.family:11}"].append(e)
-        groups[f"{r.gpu:10} {'all':11}"].append(e)
-    for name, values in sorted(groups.items()):
-        print(f"{label:16} {name} {summary(values)}")
-    print(f"{label:16} {'all':22} {summary(found.values())}")
-
-
-def argonne(skip_lomo: bool) -> None:
-    data = rows()
-    print("\n== Argonne vLLM whole-batch latency ==")
-    print(f"{'gpu':10} {'model':11} {'len':>5} {'batch':>5} {'measured s':>11} {'simulated s':>12} {'error':>8}")
-    found = replay(data)
-    for r, e in found.items():
-        print(f"{r.gpu:10} {r.family:11} {r.length:5} {r.batch:5} {r.latency:11.2f} "
-              f"{r.latency * (1 + e / 100):12.2f} {e:+7.1f}%")
-    per_group(found, "in sample")
-    stored = copy.deepcopy(calibration.DOCUMENT)
-    gpus = sorted({r.gpu for r in data})
-    crossed: dict[Row, float] = {}
-    for gpu in gpus:
-        other = next(g for g in gpus if g != gpu)
-        engine = stored["engine"][other]
-        calibration.with_engine(gpu, engine["step_overhead_ns"], engine["per_request_ns"], engine["kv_bandwidth_share"])
-        crossed.update(replay([r for r in data if r.gpu == gpu]))
-        calibration.replace_document(copy.deepcopy(stored))
-    per_group(crossed, "leave-GPU-out")
-    if skip_lomo:
-        return
-    unseen: dict[Row, float] = {}
-    for gpu in gpus:
-        for family in sorted({r.family for r in data if r.gpu == gpu}):
-            fit_engine(gpu, [r for r in data if r.gpu == gpu and r.family != family])
-            unseen.update(replay([r for r in data if r.gpu == gpu and r.family == family]))
-            calibration.replace_document(copy.deepcopy(stored))
-    per_group(unseen, "leave-model-out")
-    everything = list(unseen.values())
-    median = statistics.median(abs(e) for e in everything)
-    print(f"target leave-model-out median <= 10 %: {'PASS' if median <= 10 else 'FAIL'} ({median:.1f} %)")
-
-
-def provenance() -> None:
-    print("\n== Provenance of each GPU preset's constants ==")
-    for name in GPU_PROFILES:
-        c = calibration.constants(name)
-        kind = "measured" if c.measured else "extrapolated"
-        print(f"{name:15} {kind:12} +/-{c.uncertainty * 100:3.0f} %  bandwidth share {c.default.bandwidth:.3f}  "
-              f"mfu {c.default.mfu:.3f}  {c.source}")
-
 
 # -- the sets (--set) ---------------------------------------------------------------------------------------------
 
@@ -263,7 +142,8 @@ def argonne_set(args: argparse.Namespace) -> None:
     gpus = sorted({r.gpu for r in data})
     # leave one model out: each GPU's engine constants fitted again without the model's rows; the server path
     # also takes the online constants fitted without that model (the online runs include Llama-2-7B)
-    plan = {f"{g}|{f}": (g, [r for r in data if r.gpu == g and r.family != f])
+    # (the shipped fit takes the rows of GPUs priced by their own tables: a fold takes those without the model)
+    plan = {f"{g}|{f}": (g, [r for r in data if calibration.constants(r.gpu).measured and r.family != f])
             for g in gpus for f in sorted({r.family for r in data if r.gpu == g})}
     if args.skip_lomo:
         print("leave-one-model-out: skipped (--skip-lomo)")
@@ -285,12 +165,11 @@ def argonne_set(args: argparse.Namespace) -> None:
             print(f"  {gpu} without {family}: engine {engines[name]}, online constants "
                   f"{'fitted without it' if online_constants else 'as shipped (it is not in the online runs)'}")
         _argonne_tables("leave-one-model-out", held, found)
-    # leave one GPU out: each GPU with the engine constants fitted on the other GPU's rows only
-    shipped = calibration.DOCUMENT["engine"]
+    # leave one GPU out: each GPU with the host terms fitted on the other GPU's rows only
+    logo = folds.argonne_engines({f"logo|{g}": (g, [r for r in data if r.gpu != g]) for g in gpus}, args.jobs)
     held, found = [], {"offline": [], "server": []}
     for gpu in gpus:
-        other = next(g for g in gpus if g != gpu)
-        engine = [shipped[other][k] for k in ("step_overhead_ns", "per_request_ns", "kv_bandwidth_share")]
+        engine = logo[f"logo|{gpu}"]
         test = [r for r in data if r.gpu == gpu]
         got = _argonne_pass(test, args.jobs, folds.fold(f"argonne-logo|{gpu}", gpu, engine, None).install)
         held += test
@@ -308,10 +187,9 @@ ONLINE_METRICS = {"TTFT": "ttft_mean", "TTFT p99": "ttft_p99", "E2E": "e2e_mean"
 def _online_work(args: tuple[Any, dict[str, float], int | None]) -> tuple[str, dict[int, Any]]:
     """One run with `constants` as the H100's online calibration, its stages shortened to `stage_s` if given."""
     from online import simulate
-    from online_calibrate import install
 
     run, constants, stage_s = args
-    install(constants)
+    folds.install("H100-SXM", None, constants)
     return run.experiment, simulate(run, None, stage_s)
 
 
@@ -339,9 +217,8 @@ def online_set(args: argparse.Namespace) -> None:
         print("\n".join(table(f"{label} ({time.perf_counter() - started:.0f} s)", items, list(ONLINE_METRICS),
                               ("model", "tp", "stage"), 22)))
         targets(items, ONLINE_METRICS, f"online {label}")
-    print("leave-one-model-out uses online.json's folds (engine-core CPU terms, server GEMM shares, padding and "
-          f"frontend fitted without the model); {folds.NOT_REFITTED}, nor the Argonne engine constants' "
-          "decode-attention share (fitted on Argonne rows that include Llama-2-7B)")
+    print("leave-one-model-out: the API server's frontend time fitted without the model's runs (bench/calibrate.py "
+          f"`fit_frontend`); the engine's host terms come from the Argonne H100 rows; {folds.NOT_REFITTED}")
     print("leave-one-GPU-out: not possible, every online run is on H100-SXM")
 
 
@@ -397,7 +274,7 @@ SETS: dict[str, Callable[[argparse.Namespace], None]] = {"blackwell": blackwell,
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--set", choices=[*SETS, "all"], help="one data set (default: the original report)")
+    parser.add_argument("--set", choices=[*SETS, "all"], required=True, help="one data set, or all in turn")
     parser.add_argument("--skip-lomo", action="store_true", help="skip the Argonne leave-one-model-out refits")
     parser.add_argument("--jobs", type=int, default=2, help="simulations in parallel (default 2)")
     parser.add_argument("--stride", type=int, default=1, help="every N-th row (run) of a set only (deterministic)")
@@ -415,13 +292,8 @@ def main() -> None:
     parser.add_argument("--slices", type=int, default=40, help="kernels: slices per table at most (0: all)")
     args = parser.parse_args()
     start = time.perf_counter()
-    if args.set is None:
-        operators()
-        argonne(args.skip_lomo)
-        provenance()
-    else:
-        for name in SETS if args.set == "all" else [args.set]:
-            SETS[name](args)
+    for name in SETS if args.set == "all" else [args.set]:
+        SETS[name](args)
     print(f"wall      {time.perf_counter() - start:.1f} s")
 
 

@@ -43,8 +43,8 @@ class Refit(Protocol):
         ...
 
 
-BLACKWELL_NOTHING_FITTED = ("nothing in the cost model is fitted on the Blackwell rows (its constants come from the "
-                            "Vidur profiles, the Argonne rows, the online H100 runs and the kernel tables)")
+BLACKWELL_NOTHING_FITTED = ("nothing in the cost model is fitted on the Blackwell rows (every GPU term comes from the "
+                            "kernel tables, the host terms from the Argonne H100 rows and the online H100 runs)")
 
 REFITS: dict[str, Refit | None] = {"blackwell": None}
 """The refit of each set (None: nothing fitted on its rows)."""
@@ -65,7 +65,7 @@ def _path(name: str) -> Any:
     """Where a fit is cached: keyed by `name`, the package's hash and the fitting benches' own code."""
     from silicon import BENCH, code_hash
 
-    fitting = b"".join((BENCH / f).read_bytes() for f in ("calibrate.py", "argonne.py", "vidur.py", "online.py"))
+    fitting = b"".join((BENCH / f).read_bytes() for f in ("calibrate.py", "argonne.py", "online.py"))
     key = hashlib.sha256(f"{name}|{code_hash()}|".encode() + fitting).hexdigest()[:24]
     return BENCH / ".cache" / "folds" / f"{key}.json"
 
@@ -83,23 +83,21 @@ def _cached(name: str, compute: Callable[[], Any]) -> Any:
 
 # -- Argonne: the engine constants that bench/calibrate.py fits on the Argonne rows, per GPU ------------------------
 
-ARGONNE_FITTED = ("per GPU, the engine's CPU time per step and per request and the decode-attention bandwidth share "
-                  "(calibrated.json `engine`, bench/calibrate.py) on that GPU's Argonne rows")
-NOT_REFITTED = ("not refitted per fold: the Vidur operator curves (calibrated.json `operators`, fitted on Vidur's "
-                "profiles of Llama-2-7B/70B, CodeLlama-34B, Qwen-72B and others, with Llama-3-8B/70B on the A100)")
+ARGONNE_FITTED = ("the engine's host terms (CPU per step, per request, offline output processing: costmodel/host.json, "
+                  "bench/calibrate.py `fit_offline`) on the Argonne rows of GPUs priced by their own tables (H100-SXM)")
+NOT_REFITTED = "not refitted per fold: nothing else (every GPU term is a kernel-table lookup, nothing fitted)"
 
 
-def _fit_engine(args: tuple[str, list[Any]]) -> list[float]:
-    from calibrate import fit_engine
+def _fit_engine(args: tuple[str, list[Any]]) -> dict[str, float]:
+    from calibrate import fit_offline
 
-    gpu, train = args
-    best, _ = fit_engine(gpu, train)
-    return list(best)
+    _, train = args
+    return fit_offline(train, jobs=1)
 
 
-def argonne_engines(folds: dict[str, tuple[str, list[Any]]], jobs: int) -> dict[str, list[float]]:
-    """{fold name: (step ns, request ns, share)} for each (gpu, training rows), fitted in a pool, cached."""
-    out: dict[str, list[float]] = {}
+def argonne_engines(folds: dict[str, tuple[str, list[Any]]], jobs: int) -> dict[str, dict[str, float]]:
+    """{fold name: host terms} for each (gpu, training rows), fitted in a pool, cached."""
+    out: dict[str, dict[str, float]] = {}
     todo = []
     for name, (gpu, train) in folds.items():
         label = f"argonne-engine|{gpu}|{sorted(repr(r) for r in train)}"
@@ -120,34 +118,34 @@ def _peek(name: str) -> Any:
     return json.loads(path.read_text())["value"] if path.is_file() else None
 
 
-def install(gpu: str, engine: Sequence[float] | None, online_constants: dict[str, float] | None) -> None:
-    """Put one fold's constants in place in this process: an Argonne GPU's engine constants, and the online
-    (server) constants of the H100 with the mean every GPU without online data derives from."""
+def install(gpu: str, engine: dict[str, float] | None, online_constants: dict[str, float] | None) -> None:
+    """Put one fold's constants in place in this process: host terms fitted on Argonne rows, and the API server's
+    frontend time fitted on online runs (`gpu` is kept for the cache key: host terms are the same on every GPU)."""
+    from aisim.engine.costmodel import calibration
+
     if engine is not None:
-        from aisim.engine import calibration
-
-        calibration.with_engine(gpu, *engine)
+        calibration.with_host(**engine)
     if online_constants is not None:
-        from online_calibrate import install as install_online
-
-        from aisim.engine import online
-
-        install_online(online_constants)
-        online.DEFAULT = online._mean()
+        calibration.with_host(**online_constants)
 
 
 def online_folds() -> dict[str, dict[str, float]]:
-    """online.json's leave-one-model-out fits: {family left out: constants}."""
-    from online_calibrate import STORE
+    """{family left out: {"frontend_ns": the frontend fitted on the other models' online runs}} (cached)."""
+    from calibrate import fit_frontend
+    from online import runs
 
-    return dict(json.loads(STORE.read_text()).get("leave_one_model_out", {}))
+    everything = runs()
+    return {family: {"frontend_ns": _cached(f"online-frontend-without|{family}",
+                                            lambda family=family: fit_frontend([r for r in everything
+                                                                                if r.family != family]))}
+            for family in sorted({r.family for r in everything})}
 
 
 def online_shipped() -> dict[str, float]:
-    from online_calibrate import GPU, STORE
+    from aisim.engine.costmodel import calibration
 
-    return dict(json.loads(STORE.read_text())["gpus"][GPU])
+    return {"frontend_ns": calibration.host()["frontend_ns"]}
 
 
-def fold(name: str, gpu: str, engine: Sequence[float] | None, online_constants: dict[str, float] | None) -> Fold:
-    return Fold(name, partial(install, gpu, list(engine) if engine else None, online_constants))
+def fold(name: str, gpu: str, engine: dict[str, float] | None, online_constants: dict[str, float] | None) -> Fold:
+    return Fold(name, partial(install, gpu, dict(engine) if engine else None, online_constants))

@@ -1,7 +1,8 @@
 """How close aisim is to real vLLM servers under inference-perf, out of sample: every run of the online data.
 
-Each run is predicted with the online constants fitted without its model's runs (leave-one-model-out,
-`leave_one_model_out` in `aisim/engine/online.json`, written by `bench/online_calibrate.py`), replayed in
+Each run is predicted with the only constant fitted on these runs, the API server's `frontend_ns`
+(`bench/calibrate.py`), fitted again without its model's runs (leave-one-model-out; the engine's host terms
+come from the Argonne offline rows, every GPU term from the kernel tables), replayed in
 full (every stage at its measured rate and duration, 300 s client timeout). Prints, per run and stage,
 the error of mean and p99 TTFT, mean and p99 E2E and decode time per token; then the median and worst
 |error| per metric for each model and stage index and overall, over the runs the server kept up with;
@@ -16,13 +17,12 @@ TTFT p99 <= 25 %; every overloaded run called overloaded and none of the others.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 
+from calibrate import fit_frontend
 from online import Run, measured, runs, simulate
-from online_calibrate import STORE, install
 
 from aisim.engine.client_report import StageMetrics
 
@@ -30,12 +30,11 @@ METRICS = ("ttft_mean", "ttft_p99", "e2e_mean", "e2e_p99", "decode_per_token")
 TARGETS = {"e2e_mean": 10.0, "decode_per_token": 10.0, "ttft_mean": 15.0, "ttft_p99": 25.0}
 
 
-def predict(args: tuple[Run, dict[str, float]]) -> tuple[str, dict[int, StageMetrics], float]:
-    """One run with `c` installed as the GPU's online calibration (the path a `vllm serve` scenario takes)."""
-    run, c = args
+def predict(args: tuple[Run, int | None]) -> tuple[str, dict[int, StageMetrics], float]:
+    """One run, with `frontend` ns as its scenario's `costModel.frontend` (None: the shipped one)."""
+    run, frontend = args
     started = time.perf_counter()
-    install(c)
-    got = simulate(run)
+    got = simulate(run, None if frontend is None else {"frontend": frontend})
     return run.experiment, got, time.perf_counter() - started
 
 
@@ -45,12 +44,12 @@ def main() -> None:
     parser.add_argument("--fit", choices=("lomo", "all"), default="lomo",
                         help="lomo: each model with the fit that never saw it (default); all: the shipped fit (in sample)")
     args = parser.parse_args()
-    store = json.loads(STORE.read_text())
     everything = runs()
-    folds = store.get("leave_one_model_out", {})
-    if args.fit == "lomo" and not folds:
-        raise SystemExit(f"{STORE} has no leave_one_model_out fits: run python bench/online_calibrate.py --write")
-    work = [(run, folds[run.family] if args.fit == "lomo" else store["gpus"]["H100-SXM"]) for run in everything]
+    folds: dict[str, int | None] = {}
+    for family in {run.family for run in everything}:
+        folds[family] = fit_frontend([r for r in everything if r.family != family]) if args.fit == "lomo" else None
+        print(f"frontend without {family}: {folds[family]} ns")
+    work = [(run, folds[run.family]) for run in everything]
     started = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:
         results = {experiment: (got, wall) for experiment, got, wall in pool.map(predict, work)}

@@ -138,7 +138,7 @@ def test_a_fold_reaches_the_processes_that_simulate(bench: dict[str, ModuleType]
     finally:
         sys.path.remove(str(BENCH))
     shipped = fidelity._argonne_pass([row], 1)["offline"][0]
-    slow = folds.fold("test-slow", "H100-SXM", [20_000_000, 0, 0.9], None)
+    slow = folds.fold("test-slow", "H100-SXM", {"step_overhead_ns": 20_000_000}, None)
     slowed = fidelity._argonne_pass([row], 1, slow.install)["offline"][0]
     assert slowed > 1.5 * shipped  # 20 ms of CPU time per step, in place of about 2 ms, over some 130 steps
     assert fidelity._argonne_pass([row], 1)["offline"][0] == shipped

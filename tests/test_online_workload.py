@@ -191,19 +191,17 @@ def test_the_api_servers_time_adds_to_ttft_and_e2e_but_not_to_the_time_per_token
     assert [b - a for a, b in zip(ttft0, ttft10)] == [10_000_000] * 40 and decode0 == decode10
 
 
-def test_the_offline_entrypoint_keeps_the_offline_constants_and_the_llm_class_limits() -> None:
-    from aisim.engine import calibration, online
+def test_the_offline_entrypoint_has_the_same_engine_and_the_llm_class_limits() -> None:
+    from aisim.engine import calibration
 
     offline, _, _ = _ttfts({}, "offline")
     server, _, _ = _ttfts({})
     [replica_off] = offline.served_models[0].engines
     [replica_on] = server.served_models[0].engines
     fitted = calibration.efficiency("H100-SXM")[0]
-    assert replica_off.cost.efficiency == fitted and offline.served_models[0].frontend_ns == 0
-    expected = online.online_cost("H100-SXM")
-    assert (replica_on.cost.efficiency.step_overhead_ns, replica_on.cost.efficiency.per_request_ns) == (
-        expected.engine_step_ns, expected.engine_request_ns)
-    assert server.served_models[0].frontend_ns == expected.frontend_ns
+    assert replica_off.cost.efficiency == fitted == replica_on.cost.efficiency
+    assert offline.served_models[0].frontend_ns == 0
+    assert server.served_models[0].frontend_ns == calibration.host()["frontend_ns"] > 0
     model = {**LLAMA, "engine": {"entrypoint": "offline"}}
     sim = Simulation(scenario([model], [{"name": "p", "model": "m", "arrival": {"kind": "batch", "requests": 1},
                                           "promptTokens": 10, "outputTokens": 1}]))

@@ -153,7 +153,7 @@ def test_a_second_run_does_no_simulation(tmp_path: Path) -> None:
 
 def test_survive_one_needs_another_replica(tmp_path: Path) -> None:
     plan = PLAN.replace("replicas: [1, 2]", "replicas: [1, 2, 3]").replace("maxNumSeqs: [64, 256]", "maxNumSeqs: [256]") \
-        .replace("goal: goodput_per_gpu", "goal: cheapest\n  targetRate: 60/s")
+        .replace("goal: goodput_per_gpu", "goal: cheapest\n  targetRate: 90/s")
     plain = plan_file(_write(tmp_path, plan), jobs=1)
     survive = plan_file(_write(tmp_path, plan + "  survive: 1\n", "survive.yaml"), jobs=1)
     assert plain["answer"]["winner"] == "H100-SXM tp1 x2 seqs=256 tokens=default gmu=0.9"

@@ -19,9 +19,9 @@ from ..scenario.hardware import Gpu, expand_devices
 from ..scenario.models import KServe, Model, Version
 from ..scenario.presets import GIB
 from ..scenario.quantization import on_gpu
-from . import calibration, online, runtimes
+from . import runtimes
 from .batcher import TritonEngine
-from .costmodel import CostModel, graph_capture_limit
+from .costmodel import CostModel, calibration, graph_capture_limit, online
 from .gpu import GpuDevice
 from .gpu_memory import ReplicaMemory, record_levels, startup_problem
 from .kernel import NORMAL, URGENT, Kernel
@@ -177,9 +177,7 @@ class ServedModel:
             memory = plan(model, profile)
             efficiency, fitted = calibration.efficiency(profile, model.cost_model)
             if model.engine.entrypoint == "server":
-                served_cost = online.online_cost(profile)
-                efficiency = online.server_efficiency(efficiency, served_cost, model.cost_model)
-                self.frontend_ns = online.frontend_ns(served_cost, model.cost_model)
+                self.frontend_ns = online.frontend_ns(profile, model.cost_model)
             self.fitted = self.fitted and fitted
             self.uncertainty = max(self.uncertainty, calibration.constants(profile).uncertainty)
             plans.append(memory)
@@ -201,7 +199,9 @@ class ServedModel:
                              factor=version.latency_factor * runtimes.step_factor(model, version),
                              graph_max_tokens=graph_capture_limit(memory.max_num_seqs, memory.max_num_batched_tokens),
                              expert_parallel=model.expert_parallel_size(),
-                             data_parallel=model.data_parallel_size() if model.lockstep() else 1)
+                             data_parallel=model.data_parallel_size() if model.lockstep() else 1,
+                             kv_dtype=model.engine.kv_cache_dtype, offline=model.engine.entrypoint == "offline",
+                             async_scheduling=model.engine.overlapped())
             kv = KvCache(memory.num_blocks, memory.block_size, model.engine.enable_prefix_caching, memory.max_model_len)
             suffix = "" if version.version == model.versions[0].version else f"@v{version.version}"
             replica = Replica(

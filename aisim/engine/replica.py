@@ -286,23 +286,27 @@ class Replica:
         if not batch:
             self._plan = None
             return
-        context = new_tokens = 0  # one pass; `pairs` adds up in the order `sum` adds
+        context = new_tokens = decodes = decode_context = 0  # one pass; `pairs` adds up in the order `sum` adds
         pairs = 0.0
         for r, q in batch:
             computed = r.computed
             context += computed
             new_tokens += q
             pairs += q * computed + q * (q + 1) / 2
+            if q == 1:
+                decodes += 1
+                decode_context += computed
         if not self._acquire(new_tokens, len(batch)):
             return
         now = self.kernel.now
         stream = ""
         if routed:
             stream = self._step_stream(batch)
-            handle = self._launch(batch, new_tokens, context, pairs, stream)
+            handle = self._launch(batch, new_tokens, context, pairs, stream, decodes, decode_context)
             ends = [now]  # set when the GPU work is done
         else:
-            duration = int(self.cost.step_ns(len(batch), new_tokens, context, pairs) * self.slowdown)
+            duration = int(self.cost.step_ns(len(batch), new_tokens, context, pairs, decodes, decode_context)
+                           * self.slowdown)
             ends = [now + duration]
             handle = self.lockstep.placeholder() if self.lockstep else self.kernel.at(ends[0], self._finish_step)
         self._plan = _Plan(now, ends, batch, False, handle, kv_used=self.kv.used,
@@ -313,12 +317,13 @@ class Replica:
             self.lockstep.join(self, self._plan, ends[0] - now)
 
     def _launch(self, batch: list[tuple[Request, int]], new_tokens: int, context: int, pairs: float,
-                stream: str) -> EventHandle:
+                stream: str, decodes: int | None = None, decode_context: int = 0) -> EventHandle:
         """A step through the stream scheduler: its host part, then its graph of ops on the step's stream."""
         placement = self.placement
         assert placement is not None
-        host_ns, gpu_ns = self.cost.step_parts(len(batch), new_tokens, context, pairs)
-        head = self.cost.head_share(len(batch), new_tokens, context, pairs) if placement.detail == "layer" else 0.0
+        host_ns, gpu_ns = self.cost.step_parts(len(batch), new_tokens, context, pairs, decodes, decode_context)
+        head = (self.cost.head_share(len(batch), new_tokens, context, pairs, decodes, decode_context)
+                if placement.detail == "layer" else 0.0)
         host, ops = step_graph(placement.detail, placement.arch, stream, int(host_ns * self.slowdown),
                                int(gpu_ns * self.slowdown), new_tokens, len(batch), placement.max_blocks,
                                placement.devices[0].host_link, head)

@@ -14,7 +14,7 @@ from typing import (
     cast,
 )
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import Field, PrivateAttr, field_validator, model_validator
 
 from .base import Spec
 from .presets import GPU_PROFILES, GpuProfile, approximate_capacity
@@ -222,6 +222,7 @@ class Gpu(Spec):
     """CUDA streams on this GPU; `default` (priority 0) when absent."""
     preemption: Preemption = Preemption()
     """Stream preemption settings."""
+    _resolved: tuple[tuple[str, str | None, Hardware | None], GpuProfile] | None = PrivateAttr(None)
 
     @model_validator(mode="after")
     def _has_numbers(self) -> Gpu:
@@ -238,7 +239,14 @@ class Gpu(Spec):
         return [self.id] if self.count == 1 else [f"{self.id}-{i}" for i in range(self.count)]
 
     def resolved(self) -> GpuProfile:
-        """The profile with this entry's explicit numbers applied."""
+        """The profile with this entry's explicit numbers applied (computed once: the entry is frozen, and the engine
+        asks for it per replica, per model and per telemetry source)."""
+        key = (self.id, self.profile, self.hardware)  # `model_copy(update=...)` copies the cache with the entry
+        if self._resolved is None or self._resolved[0] != key:
+            self._resolved = (key, self._resolve())
+        return self._resolved[1]
+
+    def _resolve(self) -> GpuProfile:
         base = GPU_PROFILES[self.profile] if self.profile else None
         hw = self.hardware or Hardware()
         changes = {

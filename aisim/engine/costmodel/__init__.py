@@ -1,7 +1,7 @@
-"""The engine's step-time model: operator curves fitted on measured profiles (`operators.py`), NCCL
-all-reduce tables (`collectives.py`), ratios for GPUs without profiles (`derived.py`), and the
-step assembly (`model.py`). The fitted constants live in `aisim/engine/calibrated.json`
-(`calibration.py` loads them; `bench/calibrate.py` regenerates them)."""
+"""The engine's step-time model: every GPU kernel from vLLM's measured kernel tables (`kernels/`,
+`step_kernels.py`), the step assembly with the host's time between kernels (`model.py`), and the host terms
+fitted on end-to-end runs (`calibration.py`, `host.json`; `bench/calibrate.py` regenerates them); what a
+server adds to an offline batch is `online.py`'s."""
 
 from .model import (
     GRAPH_MAX_TOKENS,

@@ -1,66 +1,54 @@
-"""How long one engine step takes: the sum of its operators on one GPU of the replica.
+"""How long one engine step takes: its kernels on one GPU of the replica, from vLLM's measured kernel tables,
+plus the host's time between them.
 
     step = CPU + launch + GPU                  (a CUDA-graph replay: one launch, then the GPU)
     step = CPU + max(launches, GPU)            (eager: the host enqueues kernels while the GPU runs)
-    CPU  = step overhead + per-request overhead x requests
-    GPU  = embedding + layers x (norm, QKV, rope, attention, output projection, all-reduce,
-                                 norm, gate/up, activation, down, all-reduce, add)
-           + LM head and sampling over the requests that sample
+    CPU  = engine step + engine request x requests + engine token x tokens  (+ output x requests offline)
+           (with async scheduling only what the GPU does not hide: max(CPU - GPU, 0))
+    GPU  = the step's kernels (`step_kernels.py`): per token count (GEMMs by weight format, norms, RoPE,
+           activation, fused MoE, TP all-reduces, EP collectives), per request count (LM head, logits
+           gather, sampling), and attention over the step's decode and prefill requests
 
-- the linear operators are GEMMs of the step's tokens by the layer's weight shards (TP splits the
-  QKV and gate/up outputs and the output and down projections' inputs), timed by the GEMM curve
-  fitted on the Vidur profiles (`operators.py`); MoE layers run the experts the batch touches;
-- element-wise operators by their class's fitted curve, over the elements they touch per GPU;
-- attention: a kernel floor per layer, the prefill FLOPs (4 x heads x head_dim x causal query-key
-  pairs per layer, split by TP) at the published FlashAttention throughput, and the KV bytes read
-  and written (every scheduled request's context plus its new tokens) at the decode-attention
-  bandwidth fitted on the Argonne rows;
-- all-reduce: two per layer plus the embedding's (`tokens x hidden x 2` bytes) under TP, by the
-  kernel vLLM picks (`collectives.py`): its custom one-/two-shot kernel on fully NVLink-connected
-  groups below 8 MiB (device latency plus NVLink bytes), NCCL from the measured tables otherwise,
-  on the GPU without their host-dispatch part (in a graph there is none; in an eager step the host
-  dispatch is a launch, overlapped with the kernels before it); the logits' gather runs after the
-  graph (vLLM computes logits outside it), by NCCL as measured;
-- LM head: a GEMM of one row per request that samples (vLLM computes logits only at each
-  request's last scheduled position) by the vocabulary shard; sampling an element-wise pass over
-  the logits;
-- launches: a CUDA-graph replay (15 us + 0.5 us per kernel, `gpu-memory-and-streams.md` §5.4) for
-  steps vLLM captured, of at most `graph_max_tokens` tokens: vLLM's `max_cudagraph_capture_size`,
-  `min(2 x max_num_seqs, 512, max_num_batched_tokens)` (`vllm/config/vllm.py`,
-  `_set_cudagraph_sizes`); a larger step runs eagerly: one host launch per kernel plus NCCL's host
-  dispatch per all-reduce (the measured tables' host floor, `collectives.py`). Kernel launches are
-  asynchronous, so an eager step costs the longer of its launches and its kernels, not their sum:
-  a step whose kernels outlast its launches (any prefill chunk of a large model) hides them, a tiny
-  eager step is launch-bound;
-- the step and per-request overheads are the engine's CPU time (scheduling, input preparation,
-  sampling bookkeeping), fitted on the Argonne rows.
+- every GPU term is a lookup in AIConfigurator's tables of vLLM's kernels on this GPU (`kernels/`), or the
+  nearest measured GPU's scaled by datasheet numbers; nothing about the GPU is fitted;
+- decode attention: the `generation_attention` table at the batch's decode requests and their mean KV length
+  (decode attention time is close to linear in the batch's total KV at a given batch, so the mean prices the
+  blend), remembered per batch size as a curve over KV length;
+- prefill attention: the `context_attention` table at the step's prefill requests, their mean new tokens and
+  mean cached prefix;
+- launches: a CUDA-graph replay (15 us + 0.5 us per kernel, `gpu-memory-and-streams.md` §5.4) for steps vLLM
+  captured, of at most `graph_max_tokens` tokens (vLLM's `max_cudagraph_capture_size`,
+  `min(2 x max_num_seqs, 512, max_num_batched_tokens)`, `vllm/config/vllm.py` `_set_cudagraph_sizes`); a larger
+  step runs eagerly, one host launch per kernel, overlapped with the kernels before it;
+- the CPU terms are the engine core's per-step work (scheduling, input preparation, sampling bookkeeping,
+  output processing), fitted on end-to-end runs (`calibration.py`, `bench/calibrate.py`): the only fitted
+  constants of a step.
 
-Every term's time depends on the step's token count, request count, prior context and causal
-pairs; the token- and request-dependent parts are cached per count, so a step costs a few dict
-lookups and multiplications.
+`costModel.bandwidthEfficiency` and `mfu` still work: they scale the memory-bound terms (decode attention,
+small-token kernels) and the compute-bound ones (prefill attention, large-token kernels) by the ratio of the
+tables' achieved share of the datasheet (`Efficiency` defaults) to the given one.
+
+The token- and request-dependent sums are computed for blocks of counts at once (numpy over the tables) and
+remembered, so a step costs a few dict lookups.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import math
+from bisect import bisect_right
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ...scenario.presets import DTYPE_BYTES, GpuProfile, ModelFamily
-from .collectives import (
-    TensorParallelAllReduce,
-    achieved_bandwidth,
-    custom_capable,
-    pick,
-)
-from .derived import Topology
-from .operators import GemmCurve, elementwise_s, gemm_s
+from .step_kernels import StepKernels
 
-KERNELS_PER_LAYER = 10
 GRAPH_LAUNCH_NS = 15_000
 GRAPH_NODE_NS = 500
 GRAPH_MAX_TOKENS = 512
+KERNELS_PER_LAYER = 12
+"""Kernels a layer launches: two fused add-norms, QKV, RoPE (and cache write), attention, output projection, two
+all-reduces, gate/up, activation, down, plus one for the MoE router or Q/K norms."""
 
 
 def graph_capture_limit(max_num_seqs: int, max_num_batched_tokens: int) -> int:
@@ -69,79 +57,57 @@ def graph_capture_limit(max_num_seqs: int, max_num_batched_tokens: int) -> int:
     return max(1, min(2 * max_num_seqs, GRAPH_MAX_TOKENS, max_num_batched_tokens))
 
 
-CACHE_LIMIT = 4096
-"""Token and request counts whose operator sums are remembered per cost model."""
+BLOCK = 256
+"""Token and request counts whose GPU sums are computed together (one numpy pass over the tables)."""
+CACHE_LIMIT = 1 << 17
+"""Token and request counts remembered per cost model."""
 SHORT_SERIES = 32
-"""Decode series in CUDA graphs up to this many steps are summed in Python floats, longer ones in numpy
-(`decode_series`: where the two cost the same here; half of all runs of azure-conv are 8 steps or fewer)."""
+"""Decode series in CUDA graphs up to this many steps are summed in Python floats, longer ones in numpy."""
+KV_GRID = np.unique(np.round(np.geomspace(1, 1 << 21, 96)))
+"""KV lengths at which a batch size's decode-attention curve is read from the tables (linear between them)."""
+KV_LIST: list[float] = KV_GRID.tolist()
 
 
 @dataclass(frozen=True)
 class Efficiency:
-    """The four constants a scenario's `costModel` (and `aisim calibrate`) can set for one GPU type."""
+    """The constants a scenario's `costModel` (and `aisim calibrate`) can set for one GPU type."""
 
     bandwidth: float
-    """Achieved share of datasheet memory bandwidth (GEMM weight traffic; scales every memory-bound term)."""
+    """Achieved share of datasheet memory bandwidth (the tables' decode GEMM by default; scales memory-bound terms)."""
     mfu: float
-    """Achieved share of datasheet tensor FLOP/s (large GEMMs; scales every compute-bound term)."""
+    """Achieved share of datasheet tensor FLOP/s (the tables' large GEMM by default; scales compute-bound terms)."""
     step_overhead_ns: int
-    """CPU time per step."""
+    """Engine-core CPU time per step."""
     per_request_ns: int
-    """CPU time per scheduled request per step."""
-    gemm_padding: float | None = None
-    """Token padding of the GEMM curve (`operators.GemmCurve.m0`); None keeps the fitted profiles' value
-    (a `vllm serve` engine takes the online calibration's, `online.py`)."""
-    kernel_floor: float | None = None
-    """Seconds: the most any kernel's fixed part (the GEMM curve's `t0`, the element-wise floors, the
-    attention floor) costs; None keeps the profiles' floors (a `vllm serve` engine takes the online
-    calibration's, `online.py`)."""
+    """Engine-core CPU time per scheduled request per step."""
+    per_token_ns: float = 0.0
+    """Engine-core CPU time per scheduled token per step (input preparation)."""
+    output_ns: int = 0
+    """Offline entrypoint only: the `LLM` class's in-process output processing (detokenisation) per request per
+    step; the server does it in its API-server process, overlapped with the engine's steps."""
 
 
 @dataclass(frozen=True)
 class GpuConstants:
-    """Everything the cost model knows about one GPU type, and where it comes from."""
+    """What the cost model knows about one GPU type, and where it comes from."""
 
     name: str
-    gemm: GemmCurve
-    elementwise: dict[str, tuple[float, float]]
-    """Operator class -> (floor s, s per element)."""
-    attention_floor: float
-    """Seconds per attention kernel (one per layer per step)."""
-    attention_flops: float
-    """Prefill attention FLOP/s."""
-    attention_bandwidth: float
-    """KV-cache read bandwidth of decode attention, bytes/s."""
-    allreduce: dict[str, dict[str, list[list[float]]]]
-    """Topology -> workers -> [[bytes, seconds], ...] (the base GPU's tables for a derived GPU)."""
-    allreduce_latency: float
-    """Device-side seconds of a small all-reduce (the profiles' smallest; the base GPU's for a derived GPU)."""
-    link_scale: float
-    """Size factor applied to the all-reduce tables (1 on a profiled GPU; base link / this link otherwise)."""
-    topology: Topology
     default: Efficiency
-    """The constants as `costModel` shares: GEMM bandwidth and throughput over the datasheet peaks, CPU overheads."""
+    """The tables' achieved shares of the datasheet and the fitted host terms."""
     measured: bool
-    """Whether the operator curves were fitted on this GPU's own profiles."""
+    """Whether the GPU's own kernel tables price it (False: another system's, scaled)."""
     uncertainty: float
-    """Relative error band of its step times (see `derived.py`)."""
+    """Relative error band of its step times."""
     source: str = ""
     notes: dict[str, str] = field(default_factory=dict)
 
 
-def _intermediate(arch: ModelFamily, head_dim: int) -> tuple[int, bool]:
-    """(MLP intermediate size, gated) of a family; derived from the parameter count when the
-    architecture does not give it (the rest of the layer's weights, as a gated MLP). A model read from a
-    config is a gated (SwiGLU) MLP: every architecture aisim reads from configs is."""
-    if arch.weight_groups and arch.intermediate:
-        return arch.intermediate, True
-    h = arch.hidden
-    attention = h * (arch.heads + 2 * arch.kv_heads) * head_dim + arch.heads * head_dim * h
-    per_layer = (arch.params - 2 * arch.vocab * h) / max(arch.layers, 1)
-    if arch.intermediate:
-        gated_total = attention + 3 * h * arch.intermediate
-        plain_total = attention + 2 * h * arch.intermediate
-        return arch.intermediate, abs(gated_total - per_layer) <= abs(plain_total - per_layer)
-    return max(int((per_layer - attention) / (3 * h)), h), True
+def _bucket(x: float) -> float:
+    """`x` to about 1.5 % (the prefill-attention cache's key): exact below 64, then 64 steps per octave."""
+    if x < 64:
+        return float(round(x))
+    step = 2.0 ** (math.floor(math.log2(x)) - 6)
+    return round(x / step) * step
 
 
 class CostModel:
@@ -150,267 +116,230 @@ class CostModel:
     def __init__(self, arch: ModelFamily, gpu: GpuProfile, efficiency: Efficiency, tensor_parallel: int = 1,
                  kv_bytes_per_token: int = 0, cuda_graphs: bool = True, factor: float = 1.0,
                  constants: GpuConstants | None = None, graph_max_tokens: int = GRAPH_MAX_TOKENS,
-                 expert_parallel: int = 1, data_parallel: int = 1) -> None:
+                 expert_parallel: int = 1, data_parallel: int = 1, kv_dtype: str = "auto",
+                 offline: bool = False, async_scheduling: bool = False) -> None:
         """`expert_parallel`, `data_parallel`: an MoE model's EP size and the DP ranks that share its MoE layers
-        (each rank's step is priced as if every rank batched as many tokens as it does)."""
+        (each rank's step is priced as if every rank batched as many tokens as it does); `offline`: the `LLM`
+        class's entrypoint (its in-process output processing, `Efficiency.output_ns`); `async_scheduling`: the engine
+        core prepares the next step while the GPU runs this one (vLLM's `--async-scheduling`), so its CPU work costs
+        only what the kernels do not hide."""
         if constants is None:
-            from ..calibration import constants as lookup
+            from .calibration import constants as lookup
             constants = lookup(gpu)
         self.constants = constants
-        tp = self.tp = tensor_parallel
-        self.ep, self.dp = expert_parallel, data_parallel
+        self.tp, self.ep, self.dp = tensor_parallel, expert_parallel, data_parallel
         self.factor = factor
         self.efficiency = efficiency
         self.arch = arch
-        memory = constants.default.bandwidth / efficiency.bandwidth
-        compute = constants.default.mfu / efficiency.mfu
-        weight_bytes = arch.linear_bytes_per_param()
-        peak = gpu.fp8_flops if arch.low_precision_compute() and gpu.fp8_flops else gpu.fp16_flops
-        dtype_speed = peak / gpu.fp16_flops / (2 if arch.dtype == "fp32" else 1)
-        self._gemm = constants.gemm.scaled(memory * weight_bytes / 2, compute / dtype_speed)
-        if efficiency.gemm_padding is not None:
-            self._gemm = dataclasses.replace(self._gemm, m0=efficiency.gemm_padding)
-        cap = efficiency.kernel_floor if efficiency.kernel_floor is not None else float("inf")
-        self._gemm = dataclasses.replace(self._gemm, t0=min(self._gemm.t0, cap))
-        self._memory_bandwidth = constants.gemm.bandwidth / memory
-        self._elementwise = {k: (min(f, cap), per * memory) for k, (f, per) in constants.elementwise.items()}
-        self._peak_flops = peak / (2 if arch.dtype == "fp32" else 1)
-        self._peak_bandwidth = gpu.memory_bandwidth
-        layers = self.layers = max(arch.layers, 1)
-        self._kv_s = kv_bytes_per_token / (constants.attention_bandwidth / memory)
-        self._kv_bytes = kv_bytes_per_token
+        self._memory = constants.default.bandwidth / efficiency.bandwidth
+        self._compute = constants.default.mfu / efficiency.mfu
         self._token_model = arch.flops_per_sample is not None or arch.heads == 0
-        head_dim = arch.head_dim or (arch.hidden // arch.heads if arch.heads else 0)
-        pair = 2 * layers * arch.heads * (head_dim + (arch.v_head_dim or head_dim))  # QK and PV per causal pair
-        self._pair_s = pair / tp / (constants.attention_flops / compute)
-        self._pair_flops = pair / tp
-        self._attention_fixed_s = layers * min(constants.attention_floor, cap) if not self._token_model else 0.0
-        self._allreduce: TensorParallelAllReduce | None = None
-        if tp > 1:
-            tables = constants.allreduce.get(constants.topology) or next(iter(constants.allreduce.values()))
-            self._allreduce = TensorParallelAllReduce(
-                pick(tables, tp).scaled(constants.link_scale), tp, custom_capable(constants.topology, tp),
-                constants.allreduce_latency, achieved_bandwidth(constants.allreduce) / constants.link_scale,
-                self._memory_bandwidth)
+        self.kernels = StepKernels(arch, gpu, tensor_parallel, expert_parallel, data_parallel, kv_dtype)
+        self.layers = max(arch.layers, 1)
+        self._kv_bytes = kv_bytes_per_token
+        self._peak_flops = (gpu.fp8_flops if arch.low_precision_compute() and gpu.fp8_flops else gpu.fp16_flops) / (
+            2 if arch.dtype == "fp32" else 1)
+        self._peak_bandwidth = gpu.memory_bandwidth
         self._graphs = cuda_graphs
         self._graph_max = min(graph_max_tokens, GRAPH_MAX_TOKENS)
-        self._shapes(arch, head_dim)
-        kernels = layers * KERNELS_PER_LAYER
+        kernels = self.layers * KERNELS_PER_LAYER
         self._eager_launch_s = kernels * gpu.launch_latency_ns / 1e9
         self._gaps_s = GRAPH_NODE_NS * kernels / 1e9
         """The GPU's idle gaps between back-to-back kernels, in a graph replay or a full eager queue alike."""
         self._graph_launch_s = GRAPH_LAUNCH_NS / 1e9 + self._gaps_s if cuda_graphs else self._eager_launch_s
         self._fixed_s = efficiency.step_overhead_ns / 1e9
-        self._request_s = efficiency.per_request_ns / 1e9
+        self._request_s = (efficiency.per_request_ns + (efficiency.output_ns if offline else 0)) / 1e9
+        self._token_s = efficiency.per_token_ns / 1e9
+        self._overlap = async_scheduling
+        self._work()
         self._tokens_cache: dict[int, float] = {}
         self._requests_cache: dict[int, float] = {}
+        self._decode_curves: dict[int, tuple[np.ndarray, np.ndarray, list[float], list[float]]] = {}
+        self._prefill_cache: dict[tuple[int, float, float], float] = {}
 
-    # -- shapes ------------------------------------------------------------------------------
-
-    def _shapes(self, arch: ModelFamily, head_dim: int) -> None:
-        """The GEMM shapes of a layer on one GPU. MLA's projections count as one Q/K/V GEMM of their weights per
-        GPU (the latent down-projections replicated); MoE layers run their GPU's experts (all of them split by
-        the MoE's TP, or E / EP whole ones), plus shared experts as a dense MLP; dense layers of an MoE model
-        (DeepSeek's first three) run the dense MLP."""
-        tp = self.tp
-        h = arch.hidden
-        self._hidden = h
+    def _work(self) -> None:
+        """The step's work for telemetry: weight bytes per GPU and FLOPs per token."""
+        arch, tp = self.arch, self.tp
         if self._token_model:
-            self._weights = arch.params * DTYPE_BYTES[arch.dtype] / tp
+            self._weights = arch.weight_bytes() / tp
             self._flops_per_token = (arch.flops_per_sample or 2 * arch.params) / tp
-            return
-        inter, gated = _intermediate(arch, head_dim)
-        if arch.mla:
-            latent = arch.role_params("attention_latent") / arch.layers
-            projections = arch.role_params("attention") / arch.layers - arch.heads * arch.value_head_dim * h
-            qkv = (projections / tp + latent) / h
-        elif arch.kv_heads >= tp:
-            qkv = (arch.heads + 2 * arch.kv_heads) * head_dim / tp
-        else:  # each GPU holds one KV head (vLLM replicates them)
-            qkv = (arch.heads / tp + 2) * head_dim
-        self._qkv = (qkv, h)
-        self._out = (h, arch.heads * (arch.v_head_dim or head_dim) / tp)
-        up = (2 if gated else 1) * inter / tp
-        moe_tp = 1 if self.ep > 1 else tp * self.dp
-        expert = arch.expert_intermediate if arch.moe else inter
-        expert_up = (2 if gated else 1) * expert / moe_tp
-        self._experts = -(-arch.experts // self.ep)
-        self._route = arch.experts_per_token * self.dp * self._experts / arch.experts if self.ep > 1 or self.dp > 1 \
-            else arch.experts_per_token
-        """Expert assignments per token of this rank that land on this GPU (with DP, every rank's tokens)."""
-        self._expert_up, self._expert_down = (expert_up, h), (h, expert / moe_tp)
-        self._expert_act = expert / moe_tp
-        self._up, self._down = (up, h), (h, inter / tp)
-        self._shared_up, self._shared_down = (2 * arch.shared_intermediate / tp, h), (h, arch.shared_intermediate / tp)
-        self._moe_layers = arch.moe_layers if arch.moe else 0
-        self._mixed = 0 < len(arch.dense_layers) < arch.layers or arch.shared_intermediate > 0
-        """Whether layers differ (dense and MoE layers, or shared experts beside the routed ones)."""
-        self._rope_width = (arch.heads + arch.kv_heads) * head_dim / tp
-        self._act_width = inter / tp
-        self._vocab = arch.vocab / tp if arch.task == "generate" else 0.0
-        attention = h * (qkv + self._out[1])
-        dense_mlp = h * (up + inter / tp)
-        moe_mlp = self._experts * h * (expert_up + expert / moe_tp) + 3 * h * arch.shared_intermediate / tp
-        dense_layers = arch.layers - self._moe_layers
-        linear = arch.layers * attention + dense_layers * dense_mlp + self._moe_layers * moe_mlp
-        self._weights = (linear + (arch.vocab * h / tp if arch.task == "generate" else 0)) * arch.linear_bytes_per_param()
-        routed = arch.experts_per_token * h * (expert_up + expert / moe_tp) + 3 * h * arch.shared_intermediate / tp
-        self._flops_per_token = 2 * (arch.layers * attention + dense_layers * dense_mlp + self._moe_layers * routed)
+        else:
+            # every weight a step reads: all but the embedding table (a step gathers only its tokens' rows)
+            embedding = arch.role_bytes("embedding") if arch.weight_groups else arch.vocab * arch.hidden * DTYPE_BYTES[arch.dtype]
+            self._weights = arch.weight_bytes_per_gpu(tp, self.ep) - embedding / tp
+            self._flops_per_token = 2 * (arch.active_params or arch.params) / tp
+        head_dim = arch.head_dim or (arch.hidden // arch.heads if arch.heads else 0)
+        self._pair_flops = 2 * self.layers * arch.heads * (head_dim + arch.value_head_dim) / tp
 
-    def _gemm_s(self, m: float, shape: tuple[float, float]) -> float:
-        return float(gemm_s(self._gemm, m, shape[0], shape[1]))
-
-    def _ew(self, kind: str, elements: float) -> float:
-        return float(elementwise_s(self._elementwise[kind], elements))
-
-    def _reduce_s(self, nbytes: float, graph: bool) -> float:
-        return self._allreduce(nbytes, graph) if self._allreduce is not None else 0.0
-
-    def _gather_s(self, nbytes: float) -> float:
-        """The logits' gather: NCCL, eager (after the graph), as measured."""
-        return self._allreduce.nccl(nbytes) if self._allreduce is not None else 0.0
+    # -- cached sums -------------------------------------------------------------------------
 
     def _in_graph(self, tokens: int) -> bool:
         """Whether vLLM replays a step of `tokens` tokens from a captured CUDA graph."""
         return self._graphs and tokens <= self._graph_max
 
-    def _host_s(self, requests: int, tokens: int, gpu: float | np.ndarray) -> float | np.ndarray:
-        """The step's time outside its kernels: the engine's CPU work, then the graph replay's launch,
-        or in an eager step whatever of its launches the kernels do not hide."""
-        cpu = self._fixed_s + requests * self._request_s
-        if self._in_graph(tokens):
-            return cpu + self._graph_launch_s
-        return cpu + np.maximum(self._eager_launch_s_for(tokens) - gpu, self._gaps_s)
-
-    def _eager_launch_s_for(self, tokens: int) -> float:
-        """Host seconds to launch an eager step: every kernel, plus NCCL's dispatch of each all-reduce
-        that goes to NCCL (the custom kernel is an ordinary launch)."""
-        reduce = self._allreduce
-        if reduce is None or reduce.uses_custom(tokens * self._hidden * 2):
-            return self._eager_launch_s
-        return self._eager_launch_s + (2 * self.layers + 1) * reduce.host_floor
+    def _blend(self, tokens: np.ndarray) -> np.ndarray:
+        """The `costModel` override's scale of a token count's kernels: memory-bound at few tokens, compute-bound
+        at many (1 with the default shares)."""
+        if self._memory == 1.0 and self._compute == 1.0:
+            return np.ones(np.shape(tokens))
+        w = np.minimum(tokens / 512.0, 1.0)
+        return self._memory ** (1 - w) * self._compute ** w
 
     def _tokens_s(self, tokens: int) -> float:
-        """GPU seconds of the parts that depend on the step's token count only (cached)."""
+        """GPU seconds of the kernels sized by the step's token count (computed a block at a time)."""
         cached = self._tokens_cache.get(tokens)
         if cached is not None:
             return cached
+        low = tokens // BLOCK * BLOCK
+        t = np.arange(low, low + BLOCK, dtype=np.float64)
         if self._token_model:
-            seconds = max(self._weights / self._memory_bandwidth,
-                          tokens * self._flops_per_token / self._gemm.flops) + self.layers * self._gemm.t0
+            flops = self.efficiency.mfu * self._peak_flops
+            bandwidth = self.efficiency.bandwidth * self._peak_bandwidth
+            seconds = np.maximum(self._weights / bandwidth, t * self._flops_per_token / flops)
         else:
-            seconds = self._layers_s(tokens) + self._ew("emb", tokens * self._hidden)
-            seconds += self._reduce_s(tokens * self._hidden * 2, self._in_graph(tokens))
+            graph = self._graphs & (t <= self._graph_max)
+            seconds = self.kernels.tokens_s(np.maximum(t, 1), graph) * self._blend(t)
+            seconds[t == 0] = 0.0
         if len(self._tokens_cache) < CACHE_LIMIT:
-            self._tokens_cache[tokens] = seconds
-        return seconds
-
-    def _layers_s(self, t: int) -> float:
-        h = self._hidden
-        attention = (2 * self._ew("norm", t * h) + self._gemm_s(t, self._qkv) + self._ew("rope", t * self._rope_width)
-                     + self._gemm_s(t, self._out))
-        tail = self._ew("add", t * h) + 2 * self._reduce_s(t * h * 2, self._in_graph(t))
-        if not self._mixed:  # every layer alike: summed in the order the dense model always was
-            mlp, act = self._moe_s(t) if self._moe_layers else self._dense_s(t)
-            return self.layers * (attention + mlp + act + tail)
-        moe = sum(self._moe_s(t)) + self._gemm_s(t, self._shared_up) + self._gemm_s(t, self._shared_down)
-        dense = sum(self._dense_s(t))
-        return self.layers * (attention + tail) + self._moe_layers * moe + (self.layers - self._moe_layers) * dense
-
-    def _dense_s(self, t: int) -> tuple[float, float]:
-        """(GEMMs, activation) of a dense MLP over `t` tokens."""
-        return self._gemm_s(t, self._up) + self._gemm_s(t, self._down), self._ew("act", t * self._act_width)
-
-    def _moe_s(self, t: int) -> tuple[float, float]:
-        """(GEMMs, activation) of this GPU's routed experts over `t` tokens: each touched expert runs its share of
-        the token assignments that land on this GPU."""
-        if not t:
-            return 0.0, 0.0
-        assigned = t * self._route
-        touched = self._experts * (1 - (1 - self._route / self._experts) ** t) if self._experts > 1 else 1.0
-        per_expert = assigned / touched
-        mlp = touched * (self._gemm_s(per_expert, self._expert_up) + self._gemm_s(per_expert, self._expert_down))
-        return mlp, self._ew("act", assigned * self._expert_act)
+            self._tokens_cache.update(zip(range(low, low + BLOCK), seconds.tolist(), strict=True))
+        return float(seconds[tokens - low])
 
     def _requests_s(self, requests: int) -> float:
-        """GPU seconds of the LM head, the logits' gather and sampling for `requests` rows (cached)."""
+        """GPU seconds of the LM head, the logits' gather and sampling for `requests` rows."""
         cached = self._requests_cache.get(requests)
         if cached is not None:
             return cached
-        seconds = 0.0
-        if not self._token_model and self._vocab and requests:
-            seconds = (self._gemm_s(requests, (self._vocab, self._hidden)) + self._ew("act", requests * self._vocab * self.tp)
-                       + self._gather_s(requests * self._vocab * 2))
+        low = requests // BLOCK * BLOCK
+        r = np.arange(low, low + BLOCK, dtype=np.float64)
+        seconds = np.zeros(BLOCK) if self._token_model else self.kernels.requests_s(r) * self._memory
         if len(self._requests_cache) < CACHE_LIMIT:
-            self._requests_cache[requests] = seconds
-        return seconds
+            self._requests_cache.update(zip(range(low, low + BLOCK), seconds.tolist(), strict=True))
+        return float(seconds[requests - low])
+
+    def _decode_curve(self, batch: int) -> tuple[np.ndarray, np.ndarray, list[float], list[float]]:
+        """A batch size's decode attention over `KV_GRID` (arrays for numpy, lists for one step in Python floats)."""
+        found = self._decode_curves.get(batch)
+        if found is None:
+            ys = self.kernels.decode_attention_s(batch, KV_GRID) * self._memory
+            found = self._decode_curves[batch] = (KV_GRID, ys, KV_LIST, ys.tolist())
+        return found
+
+    def _decode_attention_s(self, decodes: int, kv_tokens: float | np.ndarray) -> float | np.ndarray:
+        """Decode attention of `decodes` requests reading `kv_tokens` KV tokens in all (each its own new one)."""
+        if decodes <= 0 or self._token_model:
+            return 0.0
+        xs, ys, xl, yl = self._decode_curve(decodes)
+        if isinstance(kv_tokens, np.ndarray):
+            return np.interp(kv_tokens / decodes, xs, ys)
+        x = kv_tokens / decodes  # one step: `np.interp` in Python floats (a tenth of its cost on a scalar)
+        i = bisect_right(xl, x)
+        if i <= 0:
+            return yl[0]
+        if i >= len(xl):
+            return yl[-1]
+        x0, x1 = xl[i - 1], xl[i]
+        return yl[i - 1] + (yl[i] - yl[i - 1]) * (x - x0) / (x1 - x0)
+
+    def _prefill_attention_s(self, prefills: int, tokens: float, prefix: float) -> float:
+        if prefills <= 0 or tokens <= 0 or self._token_model:
+            return 0.0
+        key = (prefills, _bucket(tokens / prefills), _bucket(prefix / prefills))
+        found = self._prefill_cache.get(key)
+        if found is None:
+            found = self.kernels.prefill_attention_s(*key) * self._compute
+            if len(self._prefill_cache) < CACHE_LIMIT:
+                self._prefill_cache[key] = found
+        return found
+
+    def _attention_s(self, requests: int, new_tokens: int, context_tokens: float, decodes: int | None,
+                     decode_context: float) -> float:
+        """Attention of a step: its decode requests (one new token each) and its prefill ones. Without the split
+        (a caller that does not count it), every request decodes when each has one token, else one prefills."""
+        if decodes is None:
+            decodes = requests if new_tokens == requests else max(requests - 1, 0)
+            decode_context = context_tokens * decodes / requests if requests else 0.0
+        prefills = requests - decodes
+        seconds = float(self._decode_attention_s(decodes, decode_context + decodes))
+        return seconds + self._prefill_attention_s(prefills, new_tokens - decodes, context_tokens - decode_context)
+
+    def _host_s(self, requests: int, tokens: int, gpu: float | np.ndarray) -> float | np.ndarray:
+        """The step's time outside its kernels: the engine's CPU work, then the graph replay's launch,
+        or in an eager step whatever of its launches the kernels do not hide."""
+        cpu: float | np.ndarray = self._fixed_s + requests * self._request_s + tokens * self._token_s
+        scalar = not isinstance(gpu, np.ndarray)
+        if self._overlap:  # the next step's CPU work runs under this step's kernels
+            cpu = max(cpu - gpu, 0.0) if scalar else np.maximum(cpu - gpu, 0.0)
+        if self._in_graph(tokens):
+            return cpu + self._graph_launch_s
+        if scalar:
+            return cpu + max(self._eager_launch_s - gpu, self._gaps_s)
+        return cpu + np.maximum(self._eager_launch_s - gpu, self._gaps_s)
 
     # -- steps -------------------------------------------------------------------------------
 
-    def _parts_s(self, requests: int, new_tokens: int, context_tokens: float, pairs: float) -> tuple[float, float]:
-        gpu = (self._tokens_s(new_tokens) + self._requests_s(requests) + self._attention_fixed_s
-               + pairs * self._pair_s + (context_tokens + new_tokens) * self._kv_s)
+    def _parts_s(self, requests: int, new_tokens: int, context_tokens: float, pairs: float,
+                 decodes: int | None = None, decode_context: float = 0) -> tuple[float, float]:
+        gpu = (self._tokens_s(new_tokens) + self._requests_s(requests)
+               + self._attention_s(requests, new_tokens, context_tokens, decodes, decode_context))
         return float(self._host_s(requests, new_tokens, gpu)), gpu
 
-    def step_ns(self, requests: int, new_tokens: int, context_tokens: int, pairs: float) -> int:
+    def step_ns(self, requests: int, new_tokens: int, context_tokens: int, pairs: float,
+                decodes: int | None = None, decode_context: int = 0) -> int:
         """Duration of a step scheduling `requests` requests with `new_tokens` tokens in all.
 
-        `context_tokens`: prior tokens whose KV the step reads; `pairs`: causal query-key pairs.
+        `context_tokens`: prior tokens whose KV the step reads; `pairs`: causal query-key pairs; `decodes`: the
+        requests with one new token, `decode_context` their prior tokens (None: inferred, `_attention_s`).
         """
-        host, gpu = self._parts_s(requests, new_tokens, context_tokens, pairs)
+        host, gpu = self._parts_s(requests, new_tokens, context_tokens, pairs, decodes, decode_context)
         return round((host + gpu) * self.factor * 1e9)
 
-    def step_parts(self, requests: int, new_tokens: int, context_tokens: int, pairs: float) -> tuple[int, int]:
+    def step_parts(self, requests: int, new_tokens: int, context_tokens: int, pairs: float,
+                   decodes: int | None = None, decode_context: int = 0) -> tuple[int, int]:
         """The step's (host ns, GPU ns): scheduling, input preparation, launches and sampling on the
         CPU, then the kernels and all-reduces on the GPU. They add up to `step_ns`."""
-        host, gpu = self._parts_s(requests, new_tokens, context_tokens, pairs)
+        host, gpu = self._parts_s(requests, new_tokens, context_tokens, pairs, decodes, decode_context)
         total = round((host + gpu) * self.factor * 1e9)
         gpu_ns = min(total, round(gpu * self.factor * 1e9))
         return total - gpu_ns, gpu_ns
 
-    def head_share(self, requests: int, new_tokens: int, context_tokens: int, pairs: float) -> float:
+    def head_share(self, requests: int, new_tokens: int, context_tokens: int, pairs: float,
+                   decodes: int | None = None, decode_context: int = 0) -> float:
         """The share of the step's GPU time in the LM head and sampling (the `logits` kernel of a
         layer-detail step graph); the rest is the layers'."""
-        _, gpu = self._parts_s(requests, new_tokens, context_tokens, pairs)
+        _, gpu = self._parts_s(requests, new_tokens, context_tokens, pairs, decodes, decode_context)
         return self._requests_s(requests) / gpu if gpu > 0 else 0.0
 
     def execution_parts(self, batch: int) -> tuple[int, int]:
         """(launch ns, GPU ns) of one Triton model execution over `batch` samples: the kernel launches
         and the forward pass, without an LLM engine's per-step scheduling and sampling."""
-        _, gpu = self._parts_s(1, batch, 0, 0.0)
-        launch = self._graph_launch_s if self._in_graph(batch) else max(self._eager_launch_s_for(batch) - gpu, self._gaps_s)
+        gpu = self._tokens_s(batch) + self._requests_s(1) + self._prefill_attention_s(1, batch, 0)
+        launch = self._graph_launch_s if self._in_graph(batch) else max(self._eager_launch_s - gpu, self._gaps_s)
         return round(launch * self.factor * 1e9), round(gpu * self.factor * 1e9)
 
     def decode_series(self, requests: int, context_tokens: int, steps: int) -> list[int]:
         """Durations (ns) of `steps` consecutive decode-only steps of the same `requests` requests.
 
-        Step k reads `context_tokens + k x requests` prior tokens; each request adds one token.
+        Step k reads `context_tokens + (k + 1) x requests` tokens of KV; each request adds one token.
         Equal, element by element, to calling `step_ns` for each step.
         """
-        if steps > SHORT_SERIES or not self._in_graph(requests):
-            host, gpu = self._decode_parts(requests, context_tokens, steps)
-            total = gpu + host  # in place from here: each numpy temporary costs about a microsecond
-            total *= self.factor
-            total *= 1e9
-            return np.rint(total, out=total).astype(np.int64).tolist()
-        # a short run in a CUDA graph (most runs): the same float operations as `_decode_parts` in Python floats
-        # (the same IEEE doubles; sums commute exactly, and `round` rounds half to even as `np.rint` does)
-        fixed = self._tokens_s(requests) + self._requests_s(requests) + self._attention_fixed_s
-        host = self._fixed_s + requests * self._request_s + self._graph_launch_s
-        pair, kv, factor = self._pair_s, self._kv_s, self.factor
-        read_tokens = context_tokens + requests  # each step's context + requests
-        durations = []
-        for _ in range(steps):
-            durations.append(round((read_tokens * pair + fixed + read_tokens * kv + host) * factor * 1e9))
-            read_tokens += requests
-        return durations
+        if steps <= SHORT_SERIES:  # most runs: the same float operations as `step_ns`, in Python floats
+            fixed = self._tokens_s(requests) + self._requests_s(requests)
+            factor, read, out = self.factor, context_tokens + requests, []
+            for _ in range(steps):
+                step_gpu = fixed + float(self._decode_attention_s(requests, read))
+                out.append(round((float(self._host_s(requests, requests, step_gpu)) + step_gpu) * factor * 1e9))
+                read += requests
+            return out
+        host, gpu = self._decode_parts(requests, context_tokens, steps)
+        total = np.asarray(gpu + host, dtype=np.float64)
+        total *= self.factor
+        total *= 1e9
+        return np.rint(total, out=total).astype(np.int64).tolist()
 
     def _decode_parts(self, requests: int, context_tokens: int, steps: int) -> tuple[float | np.ndarray, np.ndarray]:
-        # each step's context + requests, as exact integers (as float64 they are the same numbers)
-        read = np.arange(context_tokens + requests, context_tokens + requests * (steps + 1), requests)
-        gpu = read * self._pair_s
-        gpu += self._tokens_s(requests) + self._requests_s(requests) + self._attention_fixed_s  # sums commute exactly
-        gpu += read * self._kv_s
+        read = np.arange(context_tokens + requests, context_tokens + requests * (steps + 1), requests, dtype=np.float64)
+        gpu = np.asarray(self._decode_attention_s(requests, read), dtype=np.float64)
+        gpu = gpu + (self._tokens_s(requests) + self._requests_s(requests))
         return self._host_s(requests, requests, gpu), gpu
 
     # -- telemetry ---------------------------------------------------------------------------

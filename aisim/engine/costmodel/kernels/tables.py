@@ -349,6 +349,13 @@ class KernelTables:
             return _out(self.lookup("gemm", {"dtype": dtype}, sizes))
         return _out(self._transfer("gemm", {"dtype": "bfloat16"}, {"dtype": weight_only}, sizes))
 
+    def lookup_transfer(self, name: str, measured: Mapping[str, Any], wanted: Mapping[str, Any],
+                        sizes: Sequence[Number]) -> Number:
+        """The kernel with keys `wanted` priced from the measured one with keys `measured` (`_transfer`)."""
+        if any(not self.spec.supports(d) for d in precisions(wanted)):
+            raise MissingKernel(f"{self.spec.name} has no tensor cores for {precisions(wanted)} ({name})")
+        return _out(self._transfer(name, measured, wanted, sizes))
+
     def _transfer(self, name: str, measured: Mapping[str, Any], wanted: Mapping[str, Any],
                   sizes: Sequence[Number]) -> Number:
         """The kernel with keys `wanted` from the measured one with keys `measured`: its fixed cost kept,

@@ -1,0 +1,322 @@
+"""The GPU work of one engine step, kernel by kernel, from vLLM's measured kernel tables (`kernels/`).
+
+A step's kernels on one GPU of a replica, as vLLM runs them (one forward pass, every layer alike except
+where the architecture says otherwise):
+
+- per layer: fused add + RMSNorm, the QKV GEMM, Qwen3's per-head Q/K norms, RoPE, attention, the output
+  projection, a TP all-reduce, fused add + RMSNorm, then the MLP: gate/up GEMM, SiLU-and-mul, down GEMM, and
+  a TP all-reduce; an MoE layer's MLP is vLLM's fused MoE kernel (its table: tokens, experts, top-k, MoE TP
+  and EP) plus its router GEMM and any shared experts (a dense MLP), and with data-parallel ranks sharing the
+  experts an all-gather of every rank's tokens before and a reduce-scatter after (vLLM's
+  `allgather_reducescatter` all-to-all backend);
+- GEMMs from the `gemm` table in the weights' format (`TABLE_DTYPE`): bf16, fp8 per-tensor, fp8 block,
+  NVFP4; INT4/MXFP4 weight-only as the BF16 GEMM with 4-bit weights (`KernelTables.gemm`);
+- attention from the `context_attention` (prefill, with the prefix it attends to) and
+  `generation_attention` (decode) tables in the KV cache's dtype, sliding-window layers with their window;
+  MLA models from the `mla_context` / `mla_generation` modules and `mla_bmm`;
+- all-reduce: vLLM's custom all-reduce, graph or eager as the step runs (`allreduce` table), NCCL beyond a
+  node; the logits' all-gather by NCCL;
+- element-wise kernels (norms, RoPE, activation, embedding, sampling) have no table: each is the
+  `quantize` table's `scale_matrix` kernel (a read-bf16/write-fp8 pass, the closest measured element-wise
+  kernel) moved to the kernel's bytes: its fixed cost, then bytes at the bandwidth it reached at its largest
+  measured size (`Elementwise`); a GPU without that table takes 2.5 us and 80 % of its datasheet bandwidth.
+
+A GPU without tables is priced through `ScaledTables` (the nearest measured system scaled by datasheet
+numbers); `kernels.systems.uncertainty` says how much wider its error is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ...scenario.presets import GpuProfile, ModelFamily
+from .kernels import KernelTables, MissingKernel, for_gpu
+
+TABLE_DTYPE = {"bf16": "bfloat16", "fp16": "bfloat16", "fp32": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block",
+               "nvfp4": "nvfp4", "int4_wo": "int4_wo", "mxfp4": "w4a16_mxfp4", "nvfp4_wo": "int4_wo",
+               "fp8_wo": "bfloat16", "int8_wo": "bfloat16", "int8": "bfloat16", "int4": "int4_wo"}
+"""A weight format -> the GEMM table that prices it. FP8 and INT8 weight-only (Marlin on Ampere) and W8A8 INT8
+have no table: the BF16 GEMM stands in (their weights are half as many bytes, so a decode GEMM is priced up to
+2x slow)."""
+MOE_DTYPE = {"bfloat16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4", "int4_wo": "int4_wo",
+             "w4a16_mxfp4": "w4a16_mxfp4"}
+CUSTOM_ALLREDUCE_MAX = 8 * 2**20
+"""Bytes above which vLLM's custom all-reduce hands over to NCCL (`CustomAllreduce`'s default `max_size`, 8 MiB)."""
+NCCL_BUS_SHARE = 0.75
+"""NCCL's all-reduce bus bandwidth as a share of the datasheet NVLink bandwidth per direction (nccl-tests on
+H100 and B200 NVLink nodes reach 0.7-0.8 of it at large messages; the custom kernel's table reaches 0.3-0.4 there,
+which is why vLLM stops using it)."""
+GEMM_CURVE_MAX = 16384
+"""Token counts up to which each GEMM shape's curve is precomputed (`_GemmCurve`)."""
+ELEMENTWISE_FLOOR_S = 2.5e-6
+ELEMENTWISE_SHARE = 0.8
+QK_NORM = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
+"""Architectures with per-head RMSNorms on Q and K (two more element-wise kernels per layer)."""
+
+Array = Any
+"""A size or an array of sizes (the tables broadcast numpy arrays)."""
+
+
+@dataclass(frozen=True)
+class Elementwise:
+    """An element-wise kernel's time: `floor` seconds, then its bytes at `bandwidth` bytes/s."""
+
+    floor: float
+    bandwidth: float
+
+    def __call__(self, nbytes: Array) -> Array:
+        return self.floor + np.asarray(nbytes, dtype=np.float64) / self.bandwidth
+
+    @classmethod
+    def of(cls, tables: KernelTables, datasheet_bandwidth: float) -> Elementwise:
+        """From the `quantize` table's `scale_matrix` pass (3 bytes an element: bf16 in, fp8 out)."""
+        try:
+            small = float(tables.quantize("scale_matrix", 1, 4096))
+            m = 16384
+            large = float(tables.quantize("scale_matrix", m, 8192))
+        except (MissingKernel, KeyError):
+            return cls(ELEMENTWISE_FLOOR_S, ELEMENTWISE_SHARE * datasheet_bandwidth)
+        return cls(small, 3 * m * 8192 / max(large - small, 1e-9))
+
+
+def _major(compute_capability: str) -> int:
+    head = compute_capability.split(".")[0]
+    return int(head) if head.isdigit() else 0
+
+
+class _Gemm:
+    """The GEMMs of one weight format on one GPU, as a curve over token counts per (n, k) shape.
+
+    A GEMM of m tokens is priced at the fastest of: its format's table; the BF16 table; the BF16 table moved to the
+    format's tensor cores and weight bytes (`roofline.scale`: its fixed cost kept, the rest scaled by the ratio of
+    speeds of light); and any larger m's time (a GEMM of m tokens can always run padded to a larger tile; this also
+    removes the measurement noise of the small-m rows, which only ever adds time). A quantized table slower than
+    the BF16 kernel's efficiency carried to its format measured a kernel that the served vLLM does not run there:
+    B200's FP8 table reaches 1.5 PF/s at 8192^3, below its own BF16 kernel's 1.7 PF/s (BF16 moved to FP8: 3.4 PF/s),
+    and its FP8-block table takes 270 us for a 1 x 2560 x 8192 GEMM; `bench/fidelity.py --set blackwell` shows the
+    served runs' prefill at about the moved BF16 speed. The format's table is BF16's where the GPU has none."""
+
+    def __init__(self, tables: KernelTables, dtype: str) -> None:
+        self.tables = tables
+        try:
+            tables.gemm(dtype, 1, 1024, 1024)
+        except MissingKernel:
+            dtype = "bfloat16"
+        self.dtype = dtype
+        self._curves: dict[tuple[float, float], np.ndarray] = {}
+
+    def _direct(self, m: Array, n: float, k: float) -> Array:
+        own = np.asarray(self.tables.gemm(self.dtype, m, n, k), dtype=np.float64)
+        if self.dtype == "bfloat16":
+            return own
+        bf16 = np.asarray(self.tables.gemm("bfloat16", m, n, k), dtype=np.float64)
+        try:
+            moved = np.asarray(self.tables.lookup_transfer("gemm", {"dtype": "bfloat16"}, {"dtype": self.dtype},
+                                                           (m, n, k)), dtype=np.float64)
+        except MissingKernel:
+            moved = bf16
+        return np.minimum(np.minimum(own, bf16), moved)
+
+    def curve(self, n: float, k: float) -> np.ndarray:
+        found = self._curves.get((n, k))
+        if found is None:
+            m = np.arange(1, GEMM_CURVE_MAX + 1, dtype=np.float64)
+            found = self._curves[(n, k)] = np.minimum.accumulate(self._direct(m, n, k)[::-1])[::-1]
+        return found
+
+    def __call__(self, m: Array, n: float, k: float) -> Array:
+        m = np.asarray(m, dtype=np.float64)
+        index = np.clip(np.rint(m).astype(np.int64), 1, GEMM_CURVE_MAX) - 1
+        seconds = self.curve(n, k)[index]
+        beyond = m > GEMM_CURVE_MAX
+        if np.any(beyond):
+            seconds = np.where(beyond, self._direct(np.maximum(m, 1), n, k), seconds)
+        return seconds
+
+
+class StepKernels:
+    """The GPU seconds of one step's kernels on one GPU, for a model, GPU and parallel layout."""
+
+    def __init__(self, arch: ModelFamily, gpu: GpuProfile, tp: int = 1, ep: int = 1, dp: int = 1,
+                 kv_dtype: str = "auto") -> None:
+        self.tables = tables = for_gpu(gpu)
+        self.arch, self.tp, self.ep, self.dp = arch, tp, ep, dp
+        self.measured = tables.measured
+        self.source = tables.source
+        self.elementwise = Elementwise.of(tables, float(gpu.memory_bandwidth))
+        self.act_bytes = 2.0
+        h = self.hidden = arch.hidden
+        self.layers = max(arch.layers, 1)
+        head_dim = arch.head_dim or (h // arch.heads if arch.heads else 0)
+        self.head_dim = head_dim
+        self.heads = max(arch.heads // tp, 1) if arch.heads else 0
+        self.kv_heads = arch.kv_heads_per_gpu(tp) if not arch.mla else self.heads
+        self.kv_dtype = "bfloat16" if kv_dtype == "auto" else "fp8"
+        formats = {role: TABLE_DTYPE.get(arch.format_of(role), "bfloat16")
+                   for role in ("attention", "dense", "shared", "lm_head")}
+        gemms = {dtype: _Gemm(tables, dtype) for dtype in set(formats.values())}
+        self._gemm = {role: gemms[dtype] for role, dtype in formats.items()}
+        self._link = tables.spec.link
+        self.moe_dtype = MOE_DTYPE.get(TABLE_DTYPE.get(arch.format_of("experts"), "bfloat16"), "bfloat16")
+        if self.moe_dtype == "w4a16_mxfp4" and _major(gpu.compute_capability) >= 10 and tables.has(
+                "moe", dtype="w4a8_mxfp4_mxfp8"):
+            self.moe_dtype = "w4a8_mxfp4_mxfp8"  # vLLM's MXFP4 MoE on Blackwell: FlashInfer's MXFP4 x MXFP8 kernel
+        self.qk_norm = arch.architecture in QK_NORM
+        types = arch.attention_types
+        window = arch.sliding_window or arch.attention_chunk
+        sliding = sum(1 for t in types if t != "full_attention") if window else 0
+        self.attention_layers = ((self.layers - sliding, 0), (sliding, window)) if sliding else ((self.layers, 0),)
+        """(layers, window) of each kind of attention layer."""
+        self._shapes()
+
+    # -- shapes ------------------------------------------------------------------------------
+
+    def _shapes(self) -> None:
+        arch, tp, h = self.arch, self.tp, self.hidden
+        d = self.head_dim
+        if arch.mla:  # the latent down-projections (replicated), then the query's up-projection (split by TP);
+            # the latent's up-projections are inside the MLA modules (`mla_context`, `mla_bmm`)
+            q_in = arch.q_lora_rank or h
+            self.qkv = [(arch.q_lora_rank + arch.kv_lora_rank + arch.qk_rope_head_dim, h), (arch.heads * d / tp, q_in)]
+        elif arch.kv_heads >= tp:
+            self.qkv = [((arch.heads + 2 * arch.kv_heads) * d / tp, h)]
+        else:  # each GPU holds one KV head (vLLM replicates them)
+            self.qkv = [((arch.heads / tp + 2) * d, h)]
+        self.out = (h, arch.heads * arch.value_head_dim / tp)
+        inter = arch.intermediate
+        self.up, self.down = (2 * inter / tp, h), (h, inter / tp)
+        self.moe_layers = arch.moe_layers if arch.moe else 0
+        self.moe_tp = 1 if self.ep > 1 else tp * self.dp
+        self.moe_ep = self.ep
+        self.shared = (2 * arch.shared_intermediate / tp, h), (h, arch.shared_intermediate / tp)
+        self.vocab = arch.vocab / tp if arch.task == "generate" else 0.0
+
+    # -- per token count ---------------------------------------------------------------------
+
+    def tokens_s(self, t: Array, graph: Array) -> Array:
+        """GPU seconds of every kernel whose size is the step's token count `t` (an array), with its all-reduces
+        in a CUDA graph where `graph` is true."""
+        t = np.asarray(t, dtype=np.float64)
+        h, ew = self.hidden, self.elementwise
+        act = self.act_bytes
+        gemm = self._gemm["attention"]
+        attention = gemm(t, *self.out)
+        for n, k in self.qkv:
+            attention = attention + gemm(t, n, k)
+        rope_width = (self.heads + self.kv_heads) * self.head_dim
+        norms = 2 * ew(t * h * 4 * act) + ew(t * rope_width * 2 * act)
+        if self.qk_norm:
+            norms = norms + ew(t * self.heads * self.head_dim * 2 * act) + ew(t * self.kv_heads * self.head_dim * 2 * act)
+        reduce = 2 * self._allreduce(t * h * act, graph)
+        dense_layers = self.layers - self.moe_layers
+        dense = self._gemm["dense"](t, *self.up) + self._gemm["dense"](t, *self.down) + ew(t * self.up[0] * 1.5 * act)
+        seconds = self.layers * (attention + norms + reduce) + dense_layers * dense
+        if self.moe_layers:
+            seconds = seconds + self.moe_layers * self._moe_s(t)
+        return seconds + ew(t * h * act) + self._allreduce(t * h * act, graph)  # embedding (and its all-reduce)
+
+    def _allreduce(self, nbytes: Array, graph: Array) -> Array:
+        if self.tp <= 1:
+            return np.zeros(np.shape(nbytes))
+        tables, n = self.tables, self.tp
+        nbytes = np.asarray(nbytes, dtype=np.float64)
+        custom = np.minimum(nbytes, CUSTOM_ALLREDUCE_MAX)
+        seconds = np.where(graph, tables.allreduce(custom, n, True), tables.allreduce(custom, n, False))
+        beyond = np.maximum(nbytes - CUSTOM_ALLREDUCE_MAX, 0)
+        return seconds + beyond * 2 * (n - 1) / n / (NCCL_BUS_SHARE * self._link)
+
+    def _moe_s(self, t: Array) -> Array:
+        """One MoE layer's MLP: router, fused experts over every DP rank's tokens, shared experts, and the
+        all-gather / reduce-scatter of the DP ranks' tokens."""
+        arch, h = self.arch, self.hidden
+        group = t * self.dp
+        dtype = self.moe_dtype
+        try:
+            experts = self.tables.moe(dtype, group, h, arch.expert_intermediate, arch.experts_per_token, arch.experts,
+                                      self.moe_tp, self.moe_ep)
+        except MissingKernel:
+            experts = self.tables.moe("bfloat16", group, h, arch.expert_intermediate, arch.experts_per_token,
+                                      arch.experts, self.moe_tp, self.moe_ep)
+        seconds = np.asarray(experts, dtype=np.float64) + self._gemm["dense"](t, arch.experts, h)
+        if arch.shared_intermediate:
+            up, down = self.shared
+            seconds = seconds + self._gemm["shared"](t, *up) + self._gemm["shared"](t, *down)
+        if self.dp > 1:
+            ranks = self.dp * self.tp
+            nbytes = group * h * self.act_bytes
+            seconds = seconds + self.tables.nccl("all_gather", nbytes, ranks) + self.tables.nccl("reduce_scatter",
+                                                                                                   nbytes, ranks)
+        return seconds
+
+    # -- per request count -------------------------------------------------------------------
+
+    def requests_s(self, r: Array) -> Array:
+        """The LM head over one row per request that samples, the logits' gather and sampling."""
+        r = np.asarray(r, dtype=np.float64)
+        if not self.vocab:
+            return np.zeros(np.shape(r))
+        seconds = self._gemm["lm_head"](np.maximum(r, 1), self.vocab, self.hidden)
+        seconds = seconds + self.elementwise(r * self.vocab * self.tp * 4 * 2)
+        if self.tp > 1:
+            seconds = seconds + self.tables.nccl("all_gather", r * self.vocab * self.tp * self.act_bytes, self.tp)
+        return np.where(r > 0, seconds, 0.0)
+
+    # -- attention ---------------------------------------------------------------------------
+
+    def decode_attention_s(self, batch: Array, kv_len: Array) -> Array:
+        """Decode attention of `batch` requests of mean KV length `kv_len` over every layer."""
+        batch = np.maximum(np.asarray(batch, dtype=np.float64), 1)
+        kv_len = np.maximum(np.asarray(kv_len, dtype=np.float64), 1)
+        arch, t = self.arch, self.tables
+        if arch.mla:
+            heads = self.heads
+            gemm = TABLE_DTYPE.get(arch.format_of("attention"), "bfloat16")
+            gemm = gemm if gemm in ("bfloat16", "fp8_block", "nvfp4") else "bfloat16"
+            try:
+                module = t.mla_generation(batch, kv_len, heads, self.kv_dtype, gemm)
+            except MissingKernel:
+                module = t.mla_generation(batch, kv_len, heads, "bfloat16", "bfloat16")
+            bmm = t.mla_bmm("mla_gen_pre", batch, heads) + t.mla_bmm("mla_gen_post", batch, heads)
+            return self.layers * (np.asarray(module) + np.asarray(bmm))
+        seconds = np.zeros(np.broadcast(batch, kv_len).shape)
+        for layers, window in self.attention_layers:
+            if layers:
+                span = np.minimum(kv_len, window) if window else kv_len
+                seconds = seconds + layers * np.asarray(self._generation(batch, span, window))
+        return seconds
+
+    def _generation(self, batch: Array, kv_len: Array, window: int) -> Array:
+        try:
+            return self.tables.generation_attention(batch, kv_len, self.heads, self.kv_heads, self.head_dim,
+                                                    self.kv_dtype, window)
+        except MissingKernel:
+            return self.tables.generation_attention(batch, kv_len, self.heads, self.kv_heads, self.head_dim,
+                                                    "bfloat16", 0)
+
+    def prefill_attention_s(self, batch: float, isl: float, prefix: float) -> float:
+        """Prefill attention of `batch` sequences of `isl` new tokens after `prefix` cached ones, every layer."""
+        if batch <= 0 or isl <= 0:
+            return 0.0
+        arch, t = self.arch, self.tables
+        if arch.mla:
+            gemm = TABLE_DTYPE.get(arch.format_of("attention"), "bfloat16")
+            gemm = gemm if gemm in ("bfloat16", "fp8_block", "nvfp4") else "bfloat16"
+            try:
+                module = t.mla_context(batch, isl, self.heads, self.kv_dtype, "bfloat16", gemm, prefix=prefix)
+            except MissingKernel:
+                module = t.mla_context(batch, isl, self.heads, "bfloat16", "bfloat16", "bfloat16", prefix=prefix)
+            return float(self.layers * module)
+        seconds = 0.0
+        for layers, window in self.attention_layers:
+            if layers:
+                try:
+                    one = t.context_attention(batch, isl, self.heads, self.kv_heads, self.head_dim, self.kv_dtype,
+                                              window, prefix)
+                except MissingKernel:
+                    one = t.context_attention(batch, isl, self.heads, self.kv_heads, self.head_dim, "bfloat16", 0,
+                                              prefix)
+                seconds += layers * float(one)
+        return seconds
