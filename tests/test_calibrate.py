@@ -28,6 +28,7 @@ models:
   - id: llama
     family: llama-3-8b
     placement: {gpus: [gpu0]}
+    engine: {asyncScheduling: false}  # async scheduling hides the step overhead under the kernels: nothing to fit
 """
 TRUTH = Efficiency(bandwidth=0.62, mfu=0.31, step_overhead_ns=3_200_000, per_request_ns=130_000)
 WRONG = BASE + """    costModel: {bandwidthEfficiency: 0.62, mfu: 0.31, stepOverhead: 3.2ms, perRequestOverhead: 130us}
