@@ -11,6 +11,8 @@ from .space import Config, deployment, planned_model
 
 CLOSEST = 5
 """Configurations shown when none meets the SLO."""
+WINNER_RUN = "600s"
+"""How long the winner's scenario runs at its rate: long enough for `aisim run` to show its steady state."""
 
 
 def enrich(result: dict[str, Any], plan: Plan) -> dict[str, Any]:
@@ -123,7 +125,7 @@ def winner_deployment(document: dict[str, Any], scenario: Scenario, result: dict
     config = config_of(result)
     plan = scenario.plan
     assert plan is not None
-    doc = deployment(document, scenario, config, result["max_rate"], base_dir, plan.survive)
+    doc = deployment(document, scenario, config, result["max_rate"], base_dir, plan.survive, duration=WINNER_RUN)
     doc["metadata"] = {**doc.get("metadata", {}), "name": f"{scenario.metadata.name}-plan-winner"[:128],
                        "description": f"aisim plan's winner: {result['key']} at {result['max_rate']:g} requests/s"}
     model = planned_model(scenario)
