@@ -81,29 +81,40 @@ class Samples:
     now: int
 
 
+class Collector:
+    """Takes `Samples` of a running simulation again and again cheaply: one pass over the requests, and only
+    the token gaps recorded since the last time converted."""
+
+    def __init__(self, requests: list[Request], engines: Iterable[Engine]) -> None:
+        self.requests = requests
+        self.engines = list(engines)
+        self.seen = [0] * len(self.engines)
+        self.parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+
+    def __call__(self, now: int) -> Samples:
+        for index, engine in enumerate(self.engines):
+            stats = engine.stats
+            times = getattr(stats, "itl_times", ())
+            fresh = range(self.seen[index], len(times))
+            self.seen[index] = len(times)
+            for k in fresh:
+                v = np.asarray(stats.itl_values[k], dtype=np.int64)
+                self.parts.append((v, np.asarray(stats.itl_weights[k], dtype=np.int64),
+                                   np.broadcast_to(np.asarray(times[k], dtype=np.int64), v.shape)))
+        if len(self.parts) > 1:
+            self.parts = [tuple(np.concatenate([p[i] for p in self.parts]) for i in range(3))]  # type: ignore[misc]
+        itl = self.parts[0] if self.parts else (np.zeros(0, dtype=np.int64),) * 3
+        table = np.array([(r.arrival, r.scheduled_at, r.first_token_at, r.finished_at, r.generated,
+                           r.outcome == "completed", r.outcome == "failed" and r.error == ENGINE_DEAD)
+                          for r in self.requests], dtype=np.int64).reshape(-1, 7)
+        table = table[np.argsort(table[:, 0], kind="stable")]
+        return Samples(table[:, 0], table[:, 1], table[:, 2], table[:, 3], table[:, 5].astype(bool),
+                       table[:, 6].astype(bool), table[:, 4], itl[0], itl[1], itl[2], now)
+
+
 def collect(requests: list[Request], engines: Iterable[Engine], now: int) -> Samples:
     """The samples of `requests` (and their engines' token gaps) as of `now`."""
-    arrival = np.array([r.arrival for r in requests], dtype=np.int64)
-    order = np.argsort(arrival, kind="stable")
-    values, weights, times = [], [], []
-    for engine in engines:
-        stats = engine.stats
-        for v, w, t in zip(stats.itl_values, stats.itl_weights, getattr(stats, "itl_times", ())):
-            v = np.asarray(v, dtype=np.int64)
-            values.append(v)
-            weights.append(np.asarray(w, dtype=np.int64))
-            times.append(np.broadcast_to(np.asarray(t, dtype=np.int64), v.shape))
-
-    def field(name: str) -> np.ndarray:
-        return np.array([getattr(r, name) for r in requests], dtype=np.int64)[order]
-
-    def flat(parts: list[np.ndarray]) -> np.ndarray:
-        return np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-
-    return Samples(arrival[order], field("scheduled_at"), field("first_token_at"), field("finished_at"),
-                   np.array([r.outcome == "completed" for r in requests], dtype=bool)[order],
-                   np.array([r.outcome == "failed" and r.error == ENGINE_DEAD for r in requests], dtype=bool)[order],
-                   field("generated"), flat(values), flat(weights), flat(times), now)
+    return Collector(requests, engines)(now)
 
 
 def quantile(values: np.ndarray, weights: np.ndarray | None, q: float) -> float:
@@ -178,7 +189,8 @@ def _warmup(ttft: np.ndarray) -> int:
     return chosen * MSER_BATCH
 
 
-def judge(samples: Samples, objectives: Mapping[str, tuple[float | None, float]], rules: Rules = Rules()) -> dict[str, Any]:
+def judge(samples: Samples, objectives: Mapping[str, tuple[float | None, float]], rules: Rules = Rules(),
+          quick: bool = False) -> dict[str, Any]:
     """The verdict on a run (finished or not): `objectives` maps ttft, itl, tpot or e2e to (bound in seconds
     or None, attainment). `status`: overloaded, unsettled (not enough steady data yet), meets, misses or
     uncertain (an interval straddles a bound); `decided`: whether running longer could change it."""
@@ -210,6 +222,9 @@ def judge(samples: Samples, objectives: Mapping[str, tuple[float | None, float]]
     }
     enough = len(index) >= max(rules.min_requests, rules.batches * 2) and end - start >= rules.min_spans * slowest
     verdict["steady"] = bool(enough and not load["overloaded"])
+    if quick and (load["overloaded"] or not enough):  # decided, or not yet: no interval to work out
+        verdict.update(status="overloaded" if load["overloaded"] else "unsettled", decided=load["overloaded"])
+        return verdict
     decoded = ok & (samples.generated[index] > 1)
     gaps = (samples.finished[index] - first[skip:]) / np.maximum(samples.generated[index] - 1, 1)
     tpot = np.where(decoded, gaps, np.where(ok, np.nan, np.inf))
@@ -266,19 +281,23 @@ def _seconds(value_ns: float) -> float | None:
 
 def run_steady(sim: Simulation, objectives: Mapping[str, tuple[float | None, float]], rules: Rules = Rules(),
                first_check_s: float = 5.0) -> dict[str, Any]:
-    """Run `sim` on the virtual clock, judging it at growing intervals, until the verdict is decided or the
-    workload is spent; the last verdict, with `stopped_early` and the simulated seconds."""
+    """Run `sim` on the virtual clock, judging it at growing intervals (the first after `first_check_s`
+    simulated seconds), until the verdict is decided or the workload is spent; the last verdict, with
+    `stopped_early` and the simulated seconds."""
     sim.start_workload()
     clock = VirtualClock(sim.kernel)
     kernel = sim.kernel
-    engines = [e for served in sim.served_models for e in served.engines]
-    check = int(first_check_s * NS)
+    samples = Collector(sim.requests, [e for served in sim.served_models for e in served.engines])
+    first = max(int(first_check_s * NS), 1)
+    check = first
     while True:
         clock.run(check)
         spent = kernel.peek() is None
-        verdict = judge(collect(sim.requests, engines, kernel.now), objectives, rules)
+        verdict = judge(samples(kernel.now), objectives, rules, quick=not spent)
         if verdict["decided"] or spent:
+            if "metrics" not in verdict:
+                verdict = judge(samples(kernel.now), objectives, rules)
             verdict["stopped_early"] = not spent
             verdict["simulated_s"] = round(kernel.now / NS, 3)
             return verdict
-        check += max(int(first_check_s * NS), check // 3)
+        check += max(first, check // 3)

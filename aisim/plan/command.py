@@ -33,6 +33,10 @@ def _overridden(document: dict[str, Any], args: argparse.Namespace) -> dict[str,
 
 def plan_command(args: argparse.Namespace) -> int:
     """Run `aisim plan`; the exit status is 0 when a configuration meets the SLO (and the target rate)."""
+    if args.out:  # before any simulation: a missing plotting library must not end a long plan with no result
+        from ..extras import require
+
+        require("plan", "aisim plan --out")
     checked = check_file(args.scenario)
     sys.stderr.write(render_text(checked.problems))
     if checked.scenario is None:
@@ -54,9 +58,11 @@ def plan_command(args: argparse.Namespace) -> int:
     except (PlanError, RuntimeError) as error:
         sys.stderr.write(f"aisim plan: {error}\n")
         return 1
+    # the answer first, then the files (a file that cannot be written leaves the answer printed)
+    sys.stdout.write(json.dumps(result, indent=2) + "\n" if args.json else table(result))
+    sys.stdout.flush()
     if args.out:
         write_outputs(Path(args.out), result)
-    sys.stdout.write(json.dumps(result, indent=2) + "\n" if args.json else table(result))
     return 0 if result["answer"]["winner"] else 1
 
 

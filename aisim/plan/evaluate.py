@@ -6,7 +6,8 @@ needs `search.requests` measured requests per replica and a span several times t
 95 % batch-means interval on each SLO percentile, and stops the run as soon as it is overloaded (arrivals
 outrun completions) or every interval is clear of its bound, or after `EXTEND` times the minimum count.
 A rate *meets* when every interval's upper end is within its bound; it *fails* when it is overloaded or an
-interval's lower end is above a bound; otherwise it is *uncertain* (and not counted as meeting). A failed
+interval's lower end is above a bound, or its estimate is; otherwise it is *uncertain* (and not counted as
+meeting). A failed
 request counts as missing every request-level objective; with `survive`, the requests a lost replica held
 (vLLM's EngineDeadError) are the failure being ridden out and are counted apart (`lost`).
 
@@ -15,8 +16,8 @@ a configuration with more replicas from what its sibling with the next fewer rep
 in steps of 1.1), doubles or halves until one rate passes and one fails (latency grows with the rate, so
 one pass below one failure brackets the capacity), then bisects geometrically until they are within
 `search.precision` of each other. The capacity is the interval from the highest rate that meets (the
-conservative end, `max_rate`, which the ranking uses) to the lowest rate that clearly fails (overloaded
-or missing an objective beyond its interval: the optimistic end); when the bisection's failing end is only
+conservative end, `max_rate`, which the ranking uses) to the lowest rate that fails (overloaded, or an
+objective's estimate beyond its bound: the optimistic end); when the bisection's failing end is only
 uncertain, rates 1.1 times higher are tried until one clearly fails. With a precision of 10 % or coarser,
 a bracket within 1.1² tries 1.1 times the passing rate next instead of the geometric middle. Every rate is
 evaluated with the same seed (the configuration's), so a higher rate is the same sample of requests
@@ -57,10 +58,11 @@ CONFIRM = 1.1
 """The reported rate is one whose CONFIRM times fails too (evaluated), not only the bisection's neighbour."""
 MAX_RATE = 100_000.0
 """Above this the search stops growing the rate (the arrival draws stop at 1000000/s)."""
-EXTEND = 6
+EXTEND = 8
 """An evaluation whose intervals straddle a bound runs up to this many times its minimum count."""
 FAILS = ("misses", "overloaded")
-"""Statuses of a rate that clearly fails (the optimistic end of the capacity is one)."""
+"""Statuses of a rate that fails beyond doubt; a rate whose estimate misses a bound fails too (`fails`): the
+optimistic end of the capacity is the lowest rate that fails."""
 
 
 def quantile(values: np.ndarray, weights: np.ndarray | None, q: float) -> float:
@@ -188,13 +190,14 @@ def search(task: Task) -> dict[str, Any]:
         key = document_hash({"scenario": doc, **judged}, base_dir, task.code)
         metrics = cache.get(key)
         if metrics is None:
-            metrics = simulate(doc, base_dir, plan, plan.search.requests * config.replicas)
+            metrics = simulate(doc, base_dir, plan, plan.search.requests * config.replicas, rate)
             cache.put(key, metrics)
             result["simulations"] += 1
         else:
             result["cached"] += 1
         point = {"rate": float(rate_text(rate)[:-2]), **metrics}
         point["meets"] = "failure" not in metrics and metrics.get("status") == "meets"
+        point["fails"] = "failure" in metrics or metrics.get("status") in FAILS or bool(misses(metrics, plan))
         curve.append(point)
         visited[point["rate"]] = point
         return point
@@ -217,7 +220,9 @@ def search(task: Task) -> dict[str, Any]:
             break
         passed, failed = (middle, failed) if middle["meets"] else (passed, middle)
     # the optimistic end must clearly fail: above an uncertain failure, rates 1.1 times higher until one does
-    while passed and failed and failed["status"] not in FAILS and len(curve) < budget and failed["rate"] < MAX_RATE:
+    while passed and failed and not failed["fails"] and len(curve) < budget and failed["rate"] < MAX_RATE:
+        if any(p["rate"] > failed["rate"] and p["fails"] for p in curve):
+            break  # a rate visited above already fails
         failed = evaluate(failed["rate"] * CONFIRM)
         if failed["meets"]:
             passed = failed
@@ -226,7 +231,7 @@ def search(task: Task) -> dict[str, Any]:
     if passed is None:
         lowest = curve[0]
         return {**result, "status": "misses", "closest": lowest, "misses": misses(lowest, plan)}
-    above = [p for p in curve if p["rate"] > passed["rate"] and p["status"] in FAILS]
+    above = [p for p in curve if p["rate"] > passed["rate"] and p["fails"]]
     high = above[0]["rate"] if above else (failed["rate"] if failed else None)
     return {**result, "status": "meets", "max_rate": passed["rate"], "at_max": passed,
             "next_failing_rate": failed["rate"] if failed else None,
@@ -259,7 +264,7 @@ def _bracket(evaluate: Callable[[float], dict[str, Any]], start: float, step: fl
     return passed, failed
 
 
-def simulate(doc: dict[str, Any], base_dir: Path, plan: Plan, least: int) -> dict[str, Any]:
+def simulate(doc: dict[str, Any], base_dir: Path, plan: Plan, least: int, rate: float) -> dict[str, Any]:
     """Run one deployment scenario headless (no telemetry) until its steady-state verdict is decided, and
     measure it (`least`: measured requests at least); a model that cannot load gives `failure` (its
     start-up error) instead."""
@@ -268,5 +273,6 @@ def simulate(doc: dict[str, Any], base_dir: Path, plan: Plan, least: int) -> dic
     failure = next((s.failure or s.crash for s in sim.served_models if s.failure or s.crash), "")
     if failure:
         return {"failure": failure}
-    verdict = run_steady(sim, objectives(plan), Rules(min_requests=least))
+    # first judged once half the minimum count has arrived, then at growing intervals
+    verdict = run_steady(sim, objectives(plan), Rules(min_requests=least), first_check_s=least / rate / 2)
     return measure(sim, plan, verdict)

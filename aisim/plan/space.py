@@ -230,3 +230,23 @@ def document_hash(doc: dict[str, Any], base_dir: Path, code: str) -> str:
             hasher.update(hashlib.sha256((base_dir / trace).read_bytes()).digest())
     hasher.update(code.encode())
     return hasher.hexdigest()
+
+
+def _distribution(value: Any) -> str:
+    """A token-count distribution as the scenario wrote it, in words (`lognormal median 500 sigma 0.7 max 4000`)."""
+    if isinstance(value, dict):
+        return " ".join([str(value.get("kind", ""))] + [f"{k} {v}" for k, v in value.items() if k != "kind"]).strip()
+    return str(value)
+
+
+def workload_lines(document: dict[str, Any], names: Any) -> list[str]:
+    """One line per workload source of the planned model: its arrivals and its prompt and output lengths."""
+    lines = []
+    for source in (document.get("workload") or {}).get("sources", []):
+        if source.get("model") not in names:
+            continue
+        arrival = source.get("arrival", {})
+        lines.append(f"{source.get('name', 'source')}: {arrival.get('kind', '?')} arrivals, prompts "
+                     f"{_distribution(source.get('promptTokens', '?'))} tokens, outputs "
+                     f"{_distribution(source.get('outputTokens', '?'))} tokens")
+    return lines
