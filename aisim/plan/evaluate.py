@@ -58,7 +58,7 @@ CONFIRM = 1.1
 """The reported rate is one whose CONFIRM times fails too (evaluated), not only the bisection's neighbour."""
 MAX_RATE = 100_000.0
 """Above this the search stops growing the rate (the arrival draws stop at 1000000/s)."""
-EXTEND = 8
+EXTEND = 3
 """An evaluation whose intervals straddle a bound runs up to this many times its minimum count."""
 FAILS = ("misses", "overloaded")
 """Statuses of a rate that fails beyond doubt; a rate whose estimate misses a bound fails too (`fails`): the
