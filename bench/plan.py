@@ -32,6 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this tree's aisim, not whichever the environment installed
 EXAMPLE = ROOT / "scenarios" / "plan-llama3-8b.yaml"
 AZURE = ROOT / "scenarios" / "azure-conv.yaml"
 README = ROOT / "README.md"
