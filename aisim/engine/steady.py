@@ -102,7 +102,8 @@ class Collector:
                 self.parts.append((v, np.asarray(stats.itl_weights[k], dtype=np.int64),
                                    np.broadcast_to(np.asarray(times[k], dtype=np.int64), v.shape)))
         if len(self.parts) > 1:
-            self.parts = [tuple(np.concatenate([p[i] for p in self.parts]) for i in range(3))]  # type: ignore[misc]
+            values, weights, times = (np.concatenate([p[i] for p in self.parts]) for i in range(3))
+            self.parts = [(values, weights, times)]
         itl = self.parts[0] if self.parts else (np.zeros(0, dtype=np.int64),) * 3
         table = np.array([(r.arrival, r.scheduled_at, r.first_token_at, r.finished_at, r.generated,
                            r.outcome == "completed", r.outcome == "failed" and r.error == ENGINE_DEAD)

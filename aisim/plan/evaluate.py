@@ -221,9 +221,9 @@ def search(task: Task) -> dict[str, Any]:
         passed, failed = (middle, failed) if middle["meets"] else (passed, middle)
     # the optimistic end must clearly fail: above an uncertain failure, rates 1.1 times higher until one does
     while passed and failed and not failed["fails"] and len(curve) < budget and failed["rate"] < MAX_RATE:
-        if any(p["rate"] > failed["rate"] and p["fails"] for p in curve):
-            break  # a rate visited above already fails
-        failed = evaluate(failed["rate"] * CONFIRM)
+        step = failed["rate"] * CONFIRM
+        known = [p for p in curve if failed["rate"] < p["rate"] <= step * (1 + 1e-6) and p["fails"]]
+        failed = known[0] if known else evaluate(step)  # a rate visited within the step that fails will do
         if failed["meets"]:
             passed = failed
     curve.sort(key=lambda p: p["rate"])
