@@ -15,7 +15,8 @@ A latency SLO is a promise about a service that runs for hours, so a run is judg
   several times over).
 * **A confidence interval on each percentile** (batch means, by sectioning): the point estimate is the
   percentile of every measured sample; the requests are cut into `Rules.batches` consecutive batches
-  (the token gaps of ITL into as many equal slices of time), and the spread of the batches' percentiles
+  (the token gaps of ITL into as many equal slices of time, from when the batch has filled: the 90th
+  percentile's E2E after the first arrival), and the spread of the batches' percentiles
   gives a 95 % Student-t interval around it. An objective is met when the interval's upper end is within
   its bound, missed when its lower end is above it, and uncertain otherwise.
 
@@ -56,7 +57,7 @@ class Rules:
     """Batches of the batch-means interval."""
     min_requests: int = 200
     """Measured requests (after the warm-up) at least."""
-    min_spans: float = 1.0
+    min_spans: float = 3.0
     """The measured span lasts at least this many times the slowest measured request (arrival to end)."""
     growth: float = 0.05
     """Overloaded when the requests in the system grow by more than this share of the arrivals meanwhile."""
@@ -234,7 +235,12 @@ def judge(samples: Samples, objectives: Mapping[str, tuple[float | None, float]]
     metrics: dict[str, Any] = {}
     for name, (bound, attainment) in objectives.items():
         if name == "itl":
-            inside = (samples.itl_times >= start) & (samples.itl_times <= max(end, start))
+            # the batch fills for as long as requests last: token gaps count once the typical request
+            # (the 90th percentile's E2E) has had time to run from the first arrival
+            full = int(samples.arrival[0]) + (int(np.quantile(e2e[ok], 0.9)) if ok.any() else 0)
+            begin = min(max(start, full), end)
+            bounds = np.linspace(begin, end, rules.batches + 1)
+            inside = (samples.itl_times >= begin) & (samples.itl_times <= max(end, begin))
             values, weights, times = (samples.itl_values[inside].astype(np.float64), samples.itl_weights[inside],
                                       samples.itl_times[inside])
             slices = np.clip(np.searchsorted(bounds, times, side="right") - 1, 0, rules.batches - 1)
