@@ -38,7 +38,9 @@ def aisim_without_extras(*args: str) -> subprocess.CompletedProcess[str]:
      "aisim serve --tokenizer needs tokenizers, which is not installed: pip install 'aisim[tokenizer]'"),
     (["calibrate", "absent.jsonl", "--scenario", "absent.yaml"],
      "aisim calibrate needs scipy, which is not installed: pip install 'aisim[calibrate]'"),
-], ids=["inspect", "serve-tokenizer", "calibrate"])
+    (["plan", "absent.yaml", "--out", "absent-folder"],
+     "aisim plan --out needs plotly and matplotlib, which are not installed: pip install 'aisim[plan]'"),
+], ids=["inspect", "serve-tokenizer", "calibrate", "plan-out"])
 def test_a_command_that_needs_an_extra_names_it_in_one_line(args: list[str], message: str) -> None:
     """The files do not exist: the check comes before any work, so the extra is what the user hears of first."""
     done = aisim_without_extras(*args)
