@@ -63,7 +63,7 @@ def _run(job: tuple[dict[str, Any], int, dict[str, Any]]) -> dict[str, Any]:
     sim.run()
     model = next(iter(build_report(sim)["models"].values()))
     p99 = {name: (model[name] or {}).get("p99", math.inf) for name in slo}
-    return {"p99": p99, "steady": model["steady_state"], "completed": model["requests"]["completed"],
+    return {"p99": p99, "steady": model.get("steady_state", {"overloaded": False}), "completed": model["requests"]["completed"],
             "arrived": model["requests"]["arrived"]}
 
 
