@@ -23,6 +23,18 @@ def _latency_rows(section: dict[str, Any]) -> list[str]:
     return rows
 
 
+def steady_text(steady: dict[str, Any]) -> str:
+    """`steady state: reached after a 2.1 s warm-up, 5,230 requests over 118.0 s measured` or why not."""
+    if steady["overloaded"]:
+        return (f"steady state: never: overloaded from {steady['overloaded_from_s']:g} s (the waiting queue "
+                "grows, arrivals outrun completions)")
+    measured = f"{steady['measured_requests']:,} requests over {steady['measured_s']:,.1f} s measured"
+    if steady["steady"]:
+        return f"steady state: reached after a {steady['warmup_s']:,.1f} s warm-up, {measured}"
+    return (f"steady state: not shown: {measured} after a {steady['warmup_s']:,.1f} s warm-up (too few, or shorter "
+            f"than the slowest request's {steady['slowest_s']:,.1f} s)")
+
+
 def _section(title: str, section: dict[str, Any]) -> list[str]:
     counts = section["requests"]
     lines = [title]
@@ -37,6 +49,9 @@ def _section(title: str, section: dict[str, Any]) -> list[str]:
         lines.append(_versions_line(versions))
     if any(section.get(name) for name in STATS):
         lines += _latency_rows(section)
+    steady = section.get("steady_state")
+    if steady:
+        lines.append("  " + steady_text(steady))
     throughput = section.get("throughput")
     if throughput:
         lines.append(f"  throughput: {throughput['requests_per_s']:.2f} req/s, "

@@ -6,7 +6,12 @@ headless in a fresh process. Prints wall and CPU seconds (the machine may be sha
 what the work cost), configurations per second, simulated requests per second per core, and the headless
 microseconds per simulated request (wall and CPU) on azure-conv.
 
-    python bench/plan.py [--jobs N] [--skip-plan] [--out DIR] [--docs]
+`--against REF` (default `main`) first plans the same example with the planner of that commit, checked out
+in a temporary `git worktree` and run in its own process, and prints before and after side by side: wall
+and CPU seconds, simulations, simulated requests and the winner with its capacity (the planner before
+steady state reported one rate; after, the interval it carries).
+
+    python bench/plan.py [--jobs N] [--skip-plan] [--out DIR] [--docs] [--against REF | --no-before]
 
 `--docs` also rewrites what docs/plan.md shows of this run: `docs/plan-llama3-8b-pareto.svg` and the
 console block under `$ aisim plan scenarios/plan-llama3-8b.yaml` (the terminal table,
@@ -27,6 +32,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # this tree's aisim, not whichever the environment installed
 EXAMPLE = ROOT / "scenarios" / "plan-llama3-8b.yaml"
 AZURE = ROOT / "scenarios" / "azure-conv.yaml"
 PAGE = ROOT / "docs" / "plan.md"
@@ -70,17 +76,58 @@ def simulated_requests(result: dict[str, object]) -> int:
                for point in row.get("curve", []) if "requests" in point)  # type: ignore[union-attr]
 
 
+BEFORE = """
+import json, resource, sys, tempfile, time
+from aisim.plan import plan_file
+with tempfile.TemporaryDirectory() as cache:
+    wall = time.perf_counter()
+    result = plan_file(sys.argv[1], jobs=int(sys.argv[2]), cache_dir=cache)
+    wall = time.perf_counter() - wall
+own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+cpu = own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+rows = {r["key"]: r for r in result["configurations"]}
+winner = rows.get(result["answer"]["winner"]) or {}
+print(json.dumps({"wall": wall, "cpu": cpu, "simulations": result["execution"]["simulations"],
+                  "requests": sum(p["requests"] for r in result["configurations"] for p in r.get("curve", [])
+                                  if "requests" in p),
+                  "winner": winner.get("key"), "rate": winner.get("max_rate"),
+                  "optimistic": (winner.get("capacity") or {}).get("optimistic")}))
+"""
+
+
+def before(ref: str, jobs: int) -> dict[str, object]:
+    """The example planned by the planner of commit `ref` (a temporary worktree, its own process)."""
+    with tempfile.TemporaryDirectory() as folder:
+        tree = Path(folder) / "before"
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), ref], cwd=ROOT, check=True, capture_output=True)
+        try:
+            out = subprocess.run([sys.executable, "-c", BEFORE, str(tree / "scenarios" / EXAMPLE.name), str(jobs)],
+                                 capture_output=True, text=True, check=True, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)})
+        finally:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False, capture_output=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def _capacity(rate: object, optimistic: object) -> str:
+    if rate is None:
+        return "none"
+    return f"{rate:.3g}-{optimistic:.3g}/s" if optimistic else f"{rate:.3g}/s (one rate)"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="processes (default: every core)")
     parser.add_argument("--skip-plan", action="store_true", help="only the headless azure-conv figure")
     parser.add_argument("--out", help="also write the plan's outputs (report, Pareto plot, winner) here")
     parser.add_argument("--docs", action="store_true", help="also rewrite docs/plan.md's example output and Pareto plot")
+    parser.add_argument("--against", default="main", help="the commit whose planner is 'before' (default: main)")
+    parser.add_argument("--no-before", action="store_true", help="skip the 'before' plan")
     args = parser.parse_args()
     from aisim.plan import plan_file
     from aisim.plan.command import write_outputs
 
     if not args.skip_plan:
+        old = None if args.no_before else before(args.against, args.jobs)
         with tempfile.TemporaryDirectory() as cache:
             wall, cpu = time.perf_counter(), _cpu()
             result = plan_file(EXAMPLE, jobs=args.jobs, cache_dir=cache)
@@ -99,6 +146,16 @@ def main() -> None:
         print(f"          answer: {result['answer']['text']}")
         print(f"target    the whole plan in under 2 minutes: {'PASS' if wall < 120 else 'FAIL'} "
               f"({wall:.1f} wall s on {os.cpu_count()} cores, load average {os.getloadavg()[0]:.2f} at the end)")
+        rows = {r["key"]: r for r in result["configurations"]}
+        winner = rows.get(result["answer"]["winner"]) or {}
+        if old is not None:
+            print(f"before    {args.against}: {old['wall']:.1f} wall s, {old['cpu']:.1f} CPU s, {old['simulations']} simulations, "
+                  f"{old['requests']:,} simulated requests; winner {old['winner']} at {_capacity(old['rate'], old['optimistic'])}")
+            print(f"after     this tree: {wall:.1f} wall s, {cpu:.1f} CPU s, {execution['simulations']} simulations, "
+                  f"{requests:,} simulated requests; winner {winner.get('key')} at "
+                  f"{_capacity(winner.get('max_rate'), (winner.get('capacity') or {}).get('optimistic'))}")
+            print(f"ratio     after/before: {wall / old['wall']:.2f}x wall, {cpu / old['cpu']:.2f}x CPU, "
+                  f"{requests / max(old['requests'], 1):.2f}x simulated requests")
         if args.out:
             write_outputs(Path(args.out), result)
         if args.docs:

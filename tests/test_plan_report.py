@@ -89,3 +89,34 @@ def test_the_report_plots_the_planned_values(planned: dict[str, Any], browser: A
     pareto_image(planned, tmp_path / "again.svg")
     assert image.read_bytes() == (tmp_path / "again.svg").read_bytes() and b"<svg" in image.read_bytes()
     assert json.loads(page.read_text().split('id="plan-data">')[1].split("</script>")[0]) == json.loads(json.dumps(expected))
+
+
+def test_the_report_states_the_slo_and_target_and_each_rows_status(browser: Any, tmp_path: Path) -> None:
+    """A target between the configurations' capacities: some rows carry it, some fall short, and the page says
+    which of them does, beside the SLO and the target it was asked for."""
+    folder = tmp_path / "plan"
+    folder.mkdir()
+    result = plan_file(_write(folder, PLAN.replace("goal: goodput_per_gpu", "goal: cheapest\n  targetRate: 30/s")), jobs=1)
+    meeting = [r for r in result["configurations"] if r["status"] == "meets"]
+    assert {r["carries_target"] for r in meeting} == {True, False}, [(r["key"], r["max_rate"]) for r in meeting]
+    page = tmp_path / "report.html"
+    page.write_text(html_report(result), encoding="utf-8")
+    browser.get(page.as_uri())
+    shown = browser.execute_script("""
+        return {slo: document.getElementById('slo').textContent,
+                rows: Array.from(document.querySelectorAll('#ranking tr[data-key]')).map(tr =>
+                  [tr.dataset.key, tr.cells[2].textContent, tr.cells[3].textContent, tr.cells[4].textContent])};
+    """)
+    assert "TTFT p99 <= 400 ms" in shown["slo"] and "ITL p99 <= 60 ms" in shown["slo"]
+    assert "target 30 requests/s" in shown["slo"]
+    by_key = {key: (status, low, high) for key, status, low, high in shown["rows"]}
+    assert len(by_key) == len(result["configurations"])
+    for row in result["configurations"]:
+        status, low, high = by_key[row["key"]]
+        if row["status"] == "meets":
+            expected = "carries the target" if row["max_rate"] >= 30 else "below the target"
+            assert status == expected, (row["key"], row["max_rate"], status)
+            assert float(low) == pytest.approx(row["max_rate"], rel=0.01)
+            assert float(high) == pytest.approx(row["capacity"]["optimistic"], rel=0.01) and float(high) > float(low)
+        else:
+            assert status in ("misses the SLO", "infeasible")

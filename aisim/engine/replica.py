@@ -62,6 +62,9 @@ class ReplicaStats:
     report, and they grew its memory by 400-800 bytes a request without end)."""
     itl_values: list[np.ndarray | list[int]] = field(default_factory=list)
     itl_weights: list[np.ndarray | list[int]] = field(default_factory=list)
+    itl_times: list[int | np.ndarray | list[int]] = field(default_factory=list)
+    """When each entry of `itl_values` ended (ns): one time for the whole entry, or one per value; the
+    steady-state judge (`steady`) batches the gaps by time."""
     steps: int = 0
     busy_ns: int = 0
     kv_area: float = 0.0
@@ -69,11 +72,14 @@ class ReplicaStats:
     kv_peak: int = 0
     preemptions: int = 0
 
-    def add_itl(self, values: np.ndarray | list[int], weights: np.ndarray | list[int]) -> None:
-        """Inter-token gaps (`values`), each standing for `weights` gaps of that length. Callers ask
-        `keep_itl` first: working the gaps out is the cost a server must not pay."""
+    def add_itl(self, values: np.ndarray | list[int], weights: np.ndarray | list[int],
+                at: int | np.ndarray | list[int] = 0) -> None:
+        """Inter-token gaps (`values`), each standing for `weights` gaps of that length, ending at `at` (ns; one
+        time or one per value). Callers ask `keep_itl` first: working the gaps out is the cost a server must
+        not pay."""
         self.itl_values.append(values)
         self.itl_weights.append(weights)
+        self.itl_times.append(at)
 
 
 @dataclass(frozen=True)
@@ -480,7 +486,7 @@ class Replica:
             if state == LAST_TOKEN:
                 self._finish(request, end)
         if itl and self.stats.keep_itl:
-            self.stats.add_itl(itl, self._ones(len(itl)))
+            self.stats.add_itl(itl, self._ones(len(itl)), end)
         decode = total - prefill
         self._log_step(plan.start, end, len(plan.batch), prefill, decode, plan.kv_used, plan.stream)
         if self.on_step is not None:
@@ -624,9 +630,9 @@ class Replica:
         stats = self.stats
         count = len(requests)
         if stats.keep_itl:
-            stats.add_itl(gaps, self._ones(count))
+            stats.add_itl(gaps, self._ones(count), first)
             if steps > 1:  # the gaps between its steps are the steps' durations (`ends` are their running sum)
-                stats.add_itl(durations[1:steps], [count] * (steps - 1))
+                stats.add_itl(durations[1:steps], [count] * (steps - 1), ends[1:steps])
         self._log(plan.start, ends, count, 0, count, [used_before + b for b in blocks[:steps]], used_before + grown,
                   durations)
         if finished:

@@ -27,6 +27,7 @@ from .replica import Replica
 from .request import Request
 from .served import Engine
 from .simulation import Simulation
+from .steady import collect, judge
 
 NS = 1e9
 PERCENTILES = (50, 90, 99)
@@ -105,6 +106,8 @@ def _model_section(served: ServedModel, end_ns: int) -> dict[str, Any]:
         "refused": lifecycle.refused,
     }
     section.update(_request_section(served.requests, served.engines))
+    if served.requests and not served.mock:
+        section["steady_state"] = steady_section(served.requests, served.engines, end_ns)
     tritons = [e for e in served.engines if isinstance(e, TritonEngine)]
     if tritons:
         section["engine"] = _triton_section(served, tritons, end_ns)
@@ -197,6 +200,15 @@ def _streams_section(device: GpuDevice, end_ns: int) -> dict[str, Any]:
         for name, stats in sorted(compute.streams.items())
     }
     return {"busy_fraction": _round(compute.busy_ns / max(end_ns, 1)), "preemptions": compute.preempted, "by_stream": streams}
+
+
+def steady_section(requests: list[Request], engines: Iterable[Engine], end_ns: int) -> dict[str, Any]:
+    """Whether the run reached steady state, and from when it was overloaded (`steady`: the planner's rules),
+    with a 95 % interval on TTFT and ITL p99 over the measured (post-warm-up) requests."""
+    verdict = judge(collect(requests, engines, end_ns), {"ttft": (None, 0.99), "itl": (None, 0.99)})
+    keys = ("steady", "overloaded", "overloaded_from_s", "warmup_s", "measured_requests", "measured_s", "slowest_s")
+    return {**{k: verdict[k] for k in keys},
+            "p99_intervals": {name: [e["low"], e["high"]] for name, e in verdict["metrics"].items()}}
 
 
 def build_report(sim: Simulation, wall_seconds: float | None = None) -> dict[str, Any]:

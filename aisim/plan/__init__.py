@@ -21,7 +21,14 @@ from ..scenario.source import parse
 from .evaluate import CONFIRM, Task
 from .execute import Progress, code_version, run_tasks
 from .ranking import answer, enrich, pareto, score, winner_deployment
-from .space import Config, PlanError, base_rate, configurations, planned_model
+from .space import (
+    Config,
+    PlanError,
+    base_rate,
+    configurations,
+    planned_model,
+    workload_lines,
+)
 
 __all__ = ["PlanError", "plan_file", "plan_scenario"]
 
@@ -104,6 +111,7 @@ def plan_scenario(document: dict[str, Any], scenario: Scenario, base_dir: Path, 
         "slo": {name: {"max_s": o.max / 1e9, "attainment": o.attainment}
                 for name in ("ttft", "itl", "tpot", "e2e") if (o := getattr(plan.slo, name)) is not None},
         "workload_rate": round(rate, 6),
+        "workload": workload_lines(document, model.names),
         "requests_per_evaluation": plan.search.requests,
         "answer": verdict,
         "pareto": pareto(ranked),

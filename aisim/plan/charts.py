@@ -82,27 +82,47 @@ def html_report(result: dict[str, Any]) -> str:
 
     charts = "\n".join(figure.to_html(full_html=False, include_plotlyjs=False, div_id=name)
                        for name, figure in _figures(result).items())
+    from .output import MEANING, heading
+
     rows = []
     for row in result["configurations"]:
         at, goodput = row.get("at_max", {}), row.get("goodput", {})
-        cells = [row["rank"], row["key"], row["status"], row.get("max_rate", ""),
-                 "" if at.get("ttft") is None else f"{at['ttft'] * 1e3:.1f}",
-                 "" if at.get("itl") is None else f"{at['itl'] * 1e3:.1f}",
-                 goodput.get("requests_per_s_per_gpu", ""), goodput.get("requests_per_dollar", ""),
-                 row["cost_per_hour"], row.get("reason", "")]
-        rows.append("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
-    head = "".join(f"<th>{h}</th>" for h in ("#", "configuration", "status", "rate/s", "TTFT ms", "ITL ms",
-                                               "req/s per GPU", "requests per $", "$/h", "reason"))
+        capacity = row.get("capacity") or {}
+        cells = [row["rank"], row["key"], row.get("standing", row["status"]),
+                 _number(row.get("max_rate")), _number(capacity.get("optimistic")),
+                 "" if at.get("ttft") is None else f"{at['ttft'] * 1e3:,.1f}",
+                 "" if at.get("itl") is None else f"{at['itl'] * 1e3:,.1f}",
+                 _number(goodput.get("requests_per_s_per_gpu")),
+                 "" if "requests_per_dollar" not in goodput else f"{goodput['requests_per_dollar']:,.0f}",
+                 f"{row['cost_per_hour']:,.2f}", row.get("reason", "")]
+        rows.append(f"<tr data-key=\"{html.escape(row['key'])}\" data-status=\"{html.escape(row.get('standing', row['status']))}\">"
+                    + "".join(f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in ("#", "configuration", "status", "carries from /s (conservative)",
+                                               "up to /s (optimistic)", "TTFT ms", "ITL ms", "req/s per GPU",
+                                               "requests per $", "$/h", "reason"))
+    asked = heading(result)
+    stated = (f"<ul id=\"asked\"><li id=\"slo\">{html.escape(asked[1])}</li>"
+              + "".join(f"<li class=\"workload\">{html.escape(line)}</li>" for line in asked[2:-1])
+              + f"<li id=\"meaning\">{html.escape(MEANING)}</li></ul>")
     winner = f"<pre>{html.escape(result['vllm_serve'])}</pre>" if result.get("vllm_serve") else ""
     payload = json.dumps(chart_data(result)).replace("</", "<\\/")
     return (f"<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>aisim plan {html.escape(result['scenario'])}</title>"
             f"<script>{get_plotlyjs()}</script>"
             "<style>body{font-family:sans-serif;margin:2em} table{border-collapse:collapse;font-size:12px}"
-            " td,th{border:1px solid #ccc;padding:2px 6px}</style></head><body>"
-            f"<h1>aisim plan: {html.escape(result['scenario'])}</h1>"
+            " td,th{border:1px solid #ccc;padding:2px 6px} tr[data-status='below the target'] td,"
+            " tr[data-status='misses the SLO'] td{color:#a33} tr[data-status='infeasible'] td{color:#888}</style>"
+            "</head><body>"
+            f"<h1>aisim plan: {html.escape(result['scenario'])}</h1>{stated}"
             f"<p id=\"answer\">{html.escape(result['answer']['text'])}</p>{winner}\n{charts}\n"
             f"<h2>Configurations</h2><table id=\"ranking\"><tr>{head}</tr>{''.join(rows)}</table>"
             f"<script type=\"application/json\" id=\"plan-data\">{payload}</script></body></html>\n")
+
+
+def _number(value: float | None) -> str:
+    """A rate for people: three significant figures, thousands separated."""
+    if value is None:
+        return ""
+    return f"{value:,.0f}" if value >= 1000 else f"{value:.3g}"
 
 
 def pareto_image(result: dict[str, Any], path: str | Path) -> None:
@@ -117,8 +137,12 @@ def pareto_image(result: dict[str, Any], path: str | Path) -> None:
     figure, axes = plt.subplots(figsize=(8, 5), dpi=100)
     axes.scatter(data["pareto_all"]["x"], data["pareto_all"]["y"], s=14, alpha=0.5, label="configurations")
     axes.plot(data["pareto_front"]["x"], data["pareto_front"]["y"], "o-", color="#d62728", label="Pareto front")
-    for key, x, y in zip(data["pareto_front"]["keys"], data["pareto_front"]["x"], data["pareto_front"]["y"]):
-        axes.annotate(key.split(" tokens=")[0], (x, y), fontsize=7, xytext=(4, 4), textcoords="offset points")
+    for index, (key, x, y) in enumerate(zip(data["pareto_front"]["keys"], data["pareto_front"]["x"], data["pareto_front"]["y"])):
+        # alternate sides and heights so that neighbouring labels on the front do not overlap
+        side = 1 if index % 2 == 0 else -1
+        axes.annotate(key.split(" tokens=")[0], (x, y), fontsize=7, xytext=(6 * side, 10 * side - (index % 4 > 1) * 8),
+                      textcoords="offset points", ha="left" if side > 0 else "right",
+                      arrowprops={"arrowstyle": "-", "color": "#999", "lw": 0.5})
     metric = data["metric"]
     axes.set_xlabel(f"{metric.upper()} p{result['slo'][metric]['attainment'] * 100:g} at the highest rate within the SLO (ms)")
     axes.set_ylabel("requests/s per GPU within the SLO")

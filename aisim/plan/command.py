@@ -59,9 +59,11 @@ def plan_command(args: argparse.Namespace) -> int:
     except (PlanError, RuntimeError) as error:
         sys.stderr.write(f"aisim plan: {error}\n")
         return 1
+    # the answer first, then the files (a file that cannot be written leaves the answer printed)
+    sys.stdout.write(json.dumps(result, indent=2) + "\n" if args.json else table(result))
+    sys.stdout.flush()
     if args.out:
         write_outputs(Path(args.out), result)
-    sys.stdout.write(json.dumps(result, indent=2) + "\n" if args.json else table(result))
     return 0 if result["answer"]["winner"] else 1
 
 

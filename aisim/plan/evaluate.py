@@ -1,21 +1,27 @@
-"""One configuration of a plan: the highest arrival rate at which it meets every SLO, by bisection.
+"""One configuration of a plan: the highest arrival rate at which it meets every SLO at steady state.
 
 Each evaluation runs the real engine headless on the configuration's deployment scenario at one rate
-(`space.deployment`) and keeps, per SLO metric, the value at the SLO's attainment: the q-quantile with
-the report's rule (`aisim run`'s p99 is the 0.99 one), so a direct run of the written scenario gives the
-same figure. A request that failed counts as missing every request-level objective; with `survive`,
-the requests a lost replica held (vLLM's EngineDeadError) are the failure being ridden out and are
-counted apart (`lost`), not against the SLO.
+(`space.deployment`) until the steady-state judge (`aisim.engine.steady`) decides: it discards the warm-up,
+needs `search.requests` measured requests per replica and a span several times the slowest request, puts a
+95 % batch-means interval on each SLO percentile, and stops the run as soon as it is overloaded (arrivals
+outrun completions) or every interval is clear of its bound, or after `EXTEND` times the minimum count.
+A rate *meets* when every interval's upper end is within its bound; it *fails* when it is overloaded or an
+interval's lower end is above a bound, or its estimate is; otherwise it is *uncertain* (and not counted as
+meeting). A failed
+request counts as missing every request-level objective; with `survive`, the requests a lost replica held
+(vLLM's EngineDeadError) are the failure being ridden out and are counted apart (`lost`).
 
 The search starts at the workload's rate times the replica count (or `search.start`; the planner starts
 a configuration with more replicas from what its sibling with the next fewer replicas carried, scaled,
-in steps of 1.1), doubles or halves until one rate passes and one fails, then bisects geometrically until they are within
-`search.precision` of each other; the rate 1.1 times the highest passing one must fail too (a run near
-the limit is noisy: when it passes, the search goes on above it), so the reported rate meets every SLO
-and 1.1 times it misses one, both simulated. With a precision of 10 % or coarser, a bracket within 1.1²
-tries 1.1 times the passing rate next instead of the geometric middle: when that fails, it is the
-confirmation as well, and the search ends an evaluation earlier. Every rate is evaluated with the same seed (the configuration's), so a
-higher rate is the same sample of requests arriving faster.
+in steps of 1.1), doubles or halves until one rate passes and one fails (latency grows with the rate, so
+one pass below one failure brackets the capacity), then bisects geometrically until they are within
+`search.precision` of each other. The capacity is the interval from the highest rate that meets (the
+conservative end, `max_rate`, which the ranking uses) to the lowest rate that fails (overloaded, or an
+objective's estimate beyond its bound: the optimistic end); when the bisection's failing end is only
+uncertain, rates 1.1 times higher are tried until one clearly fails. With a precision of 10 % or coarser,
+a bracket within 1.1² tries 1.1 times the passing rate next instead of the geometric middle. Every rate is
+evaluated with the same seed (the configuration's), so a higher rate is the same sample of requests
+arriving faster.
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ from typing import Any
 import numpy as np
 
 from ..engine import ENGINE_DEAD, Simulation
+from ..engine.steady import Rules, run_steady
 from ..scenario import Scenario
 from ..scenario.plan import Objective, Plan
 from .space import (
@@ -51,6 +58,11 @@ CONFIRM = 1.1
 """The reported rate is one whose CONFIRM times fails too (evaluated), not only the bisection's neighbour."""
 MAX_RATE = 100_000.0
 """Above this the search stops growing the rate (the arrival draws stop at 1000000/s)."""
+EXTEND = 3
+"""An evaluation whose intervals straddle a bound runs up to this many times its minimum count."""
+FAILS = ("misses", "overloaded")
+"""Statuses of a rate that fails beyond doubt; a rate whose estimate misses a bound fails too (`fails`): the
+optimistic end of the capacity is the lowest rate that fails."""
 
 
 def quantile(values: np.ndarray, weights: np.ndarray | None, q: float) -> float:
@@ -65,33 +77,31 @@ def quantile(values: np.ndarray, weights: np.ndarray | None, q: float) -> float:
     return float(values[order][min(index, len(values) - 1)])
 
 
-def measure(sim: Simulation, plan: Plan) -> dict[str, Any]:
-    """What one finished run says about the SLO: each objective's quantile (seconds), counts, throughput."""
+def objectives(plan: Plan) -> dict[str, tuple[float | None, float]]:
+    """The SLO as the steady-state judge takes it: metric -> (bound in seconds, attainment)."""
+    return {name: (o.max / 1e9, o.attainment) for name in METRICS if (o := getattr(plan.slo, name)) is not None}
+
+
+def measure(sim: Simulation, plan: Plan, verdict: dict[str, Any]) -> dict[str, Any]:
+    """What one run says about the SLO: each objective's quantile over the measured (steady) requests in
+    seconds with its interval, the verdict, counts and throughput."""
     requests = sim.requests
     completed = [r for r in requests if r.outcome == "completed"]
     lost = sum(r.outcome == "failed" and r.error == ENGINE_DEAD for r in requests)
-    missed = len(requests) - len(completed) - lost
-    inf = [math.inf] * missed
-    arrival = np.array([r.arrival for r in completed], dtype=np.float64)
-    first = np.array([r.first_token_at if r.first_token_at >= 0 else r.finished_at for r in completed], dtype=np.float64)
-    finished = np.array([r.finished_at for r in completed], dtype=np.float64)
-    decoded = [r for r in completed if r.generated > 1]
-    samples: dict[str, tuple[np.ndarray, np.ndarray | None]] = {
-        "ttft": (np.concatenate([first - arrival, inf]), None),
-        "e2e": (np.concatenate([finished - arrival, inf]), None),
-        "tpot": (np.array([(r.finished_at - r.first_token_at) / (r.generated - 1) for r in decoded] + inf), None),
+    done = sum(r.done for r in requests)
+    result: dict[str, Any] = {"requests": len(requests), "completed": len(completed),
+                              "failed": done - len(completed) - lost, "lost": lost}
+    for name, entry in verdict["metrics"].items():
+        result[name] = entry["value"]
+    result["status"] = verdict["status"]
+    result["steady"] = {
+        "warmup_s": verdict["warmup_s"], "measured_requests": verdict["measured_requests"],
+        "measured_s": verdict["measured_s"], "simulated_s": verdict["simulated_s"],
+        "stopped_early": verdict["stopped_early"], "overloaded_from_s": verdict["overloaded_from_s"],
+        "intervals": {name: [e["low"], e["high"]] for name, e in verdict["metrics"].items()},
     }
-    engines = [e for served in sim.served_models for e in served.engines]
-    values = [np.asarray(v, dtype=np.float64) for e in engines for v in e.stats.itl_values]
-    weights = [np.asarray(w, dtype=np.int64) for e in engines for w in e.stats.itl_weights]
-    samples["itl"] = (np.concatenate(values), np.concatenate(weights)) if values else (np.array([]), None)
-    result: dict[str, Any] = {"requests": len(requests), "completed": len(completed), "failed": missed, "lost": lost}
-    for name in METRICS:
-        objective: Objective | None = getattr(plan.slo, name)
-        if objective is not None:
-            value = quantile(*samples[name], objective.attainment)
-            result[name] = None if math.isinf(value) else round(value / 1e9, 6)
-    span = (finished.max() - min(r.arrival for r in requests)) / 1e9 if completed else 0.0
+    finished = [r.finished_at for r in completed]
+    span = (max(finished) - min(r.arrival for r in requests)) / 1e9 if completed else 0.0
     result["throughput_rps"] = round(len(completed) / span, 6) if span else 0.0
     result["output_tokens_per_s"] = round(sum(r.generated for r in completed) / span, 3) if span else 0.0
     return result
@@ -168,22 +178,26 @@ def search(task: Task) -> dict[str, Any]:
     if reason:
         return {**result, "status": "infeasible", "reason": reason}
     cache = Cache(task.cache_dir)
-    attainments = {name: getattr(plan.slo, name).attainment for name in METRICS if getattr(plan.slo, name)}
+    judged = {"objectives": objectives(plan), "least": plan.search.requests * config.replicas}
     curve: list[dict[str, Any]] = []
     visited: dict[float, dict[str, Any]] = {}
 
     def evaluate(rate: float) -> dict[str, Any]:
-        doc = deployment(task.document, scenario, config, rate, base_dir, plan.survive)
-        key = document_hash({"scenario": doc, "attainments": attainments}, base_dir, task.code)
+        if float(rate_text(rate)[:-2]) in visited:
+            return visited[float(rate_text(rate)[:-2])]
+        doc = deployment(task.document, scenario, config, rate, base_dir, plan.survive,
+                         EXTEND * plan.search.requests * config.replicas)
+        key = document_hash({"scenario": doc, **judged}, base_dir, task.code)
         metrics = cache.get(key)
         if metrics is None:
-            metrics = simulate(doc, base_dir, plan)
+            metrics = simulate(doc, base_dir, plan, plan.search.requests * config.replicas, rate)
             cache.put(key, metrics)
             result["simulations"] += 1
         else:
             result["cached"] += 1
         point = {"rate": float(rate_text(rate)[:-2]), **metrics}
-        point["meets"] = "failure" not in metrics and not misses(metrics, plan)
+        point["meets"] = "failure" not in metrics and metrics.get("status") == "meets"
+        point["fails"] = "failure" in metrics or metrics.get("status") in FAILS or bool(misses(metrics, plan))
         curve.append(point)
         visited[point["rate"]] = point
         return point
@@ -191,40 +205,39 @@ def search(task: Task) -> dict[str, Any]:
     start = task.start or (plan.search.start.per_second if plan.search.start
                            else base_rate(scenario, model, base_dir) * config.replicas)
     start = min(max(start, MIN_RATE), MAX_RATE)  # a sibling's rate scaled up may pass the highest rate searched
-    passed, failed = _bracket(evaluate, start, task.step, plan.search.max_evaluations)
+    budget = plan.search.max_evaluations
+    passed, failed = _bracket(evaluate, start, task.step, budget)
     if curve and "failure" in curve[0]:
         return {**result, "status": "infeasible", "reason": curve[0]["failure"], "simulations": result["simulations"],
                 "cached": result["cached"]}
-    budget = plan.search.max_evaluations
     coarse = plan.search.precision >= CONFIRM - 1 - 1e-9
-    """Whether a failure at CONFIRM times the highest passing rate is close enough to stop."""
-    while passed and failed and len(curve) < budget:
+    while passed and failed and len(curve) < budget and failed["rate"] / passed["rate"] - 1 > plan.search.precision + 1e-9:
         ratio = failed["rate"] / passed["rate"]
-        confirm = visited.get(float(rate_text(passed["rate"] * CONFIRM)[:-2]))
-        if coarse and confirm is not None and not confirm["meets"]:
-            break  # converged and confirmed at once
-        if ratio - 1 > plan.search.precision:
-            if coarse and ratio <= CONFIRM * CONFIRM:
-                middle = evaluate(passed["rate"] * CONFIRM)  # when it fails, it is the confirmation too
-            else:
-                middle = evaluate(math.sqrt(passed["rate"] * failed["rate"]))
-        else:  # converged: the rate CONFIRM times higher must fail too (a noisy run may pass above a failure)
-            middle = visited.get(float(rate_text(passed["rate"] * CONFIRM)[:-2])) or evaluate(passed["rate"] * CONFIRM)
-            if not middle["meets"]:
-                break
-            failed = None
-            passed, failed = _bracket(evaluate, middle["rate"] * 2, 2.0, budget - len(curve), middle)
-            continue
+        if coarse and ratio <= CONFIRM * CONFIRM:
+            middle = evaluate(passed["rate"] * CONFIRM)
+        else:
+            middle = evaluate(math.sqrt(passed["rate"] * failed["rate"]))
         if middle["rate"] in (passed["rate"], failed["rate"]):
             break
         passed, failed = (middle, failed) if middle["meets"] else (passed, middle)
+    # the optimistic end must clearly fail: above an uncertain failure, rates 1.1 times higher until one does
+    while passed and failed and not failed["fails"] and len(curve) < budget and failed["rate"] < MAX_RATE:
+        step = failed["rate"] * CONFIRM
+        known = [p for p in curve if failed["rate"] < p["rate"] <= step * (1 + 1e-6) and p["fails"]]
+        failed = known[0] if known else evaluate(step)  # a rate visited within the step that fails will do
+        if failed["meets"]:
+            passed = failed
     curve.sort(key=lambda p: p["rate"])
     result["curve"] = curve
     if passed is None:
         lowest = curve[0]
         return {**result, "status": "misses", "closest": lowest, "misses": misses(lowest, plan)}
+    above = [p for p in curve if p["rate"] > passed["rate"] and p["fails"]]
+    high = above[0]["rate"] if above else (failed["rate"] if failed else None)
     return {**result, "status": "meets", "max_rate": passed["rate"], "at_max": passed,
-            "next_failing_rate": failed["rate"] if failed else None}
+            "next_failing_rate": failed["rate"] if failed else None,
+            "capacity": {"conservative": passed["rate"], "optimistic": high,
+                         "optimistic_status": above[0]["status"] if above else (failed["status"] if failed else None)}}
 
 
 def _bracket(evaluate: Callable[[float], dict[str, Any]], start: float, step: float, budget: int,
@@ -252,13 +265,15 @@ def _bracket(evaluate: Callable[[float], dict[str, Any]], start: float, step: fl
     return passed, failed
 
 
-def simulate(doc: dict[str, Any], base_dir: Path, plan: Plan) -> dict[str, Any]:
-    """Run one deployment scenario headless (no telemetry) and measure it; a model that cannot load
-    gives `failure` (its start-up error) instead."""
+def simulate(doc: dict[str, Any], base_dir: Path, plan: Plan, least: int, rate: float) -> dict[str, Any]:
+    """Run one deployment scenario headless (no telemetry) until its steady-state verdict is decided, and
+    measure it (`least`: measured requests at least); a model that cannot load gives `failure` (its
+    start-up error) instead."""
     scenario = Scenario.model_validate(doc)
     sim = Simulation(scenario, base_dir, telemetry=False)
     failure = next((s.failure or s.crash for s in sim.served_models if s.failure or s.crash), "")
     if failure:
         return {"failure": failure}
-    sim.run()
-    return measure(sim, plan)
+    # first judged once half the minimum count has arrived, then at growing intervals
+    verdict = run_steady(sim, objectives(plan), Rules(min_requests=least), first_check_s=least / rate / 2)
+    return measure(sim, plan, verdict)

@@ -10,9 +10,9 @@ from ruamel.yaml import YAML
 
 SHOWN = 15
 """Rows of the terminal table (the CSV and the JSON have them all)."""
-CSV_COLUMNS = ("rank", "key", "status", "gpu", "tensor_parallel", "replicas", "gpus", "max_num_seqs",
+CSV_COLUMNS = ("rank", "key", "status", "standing", "gpu", "tensor_parallel", "replicas", "gpus", "max_num_seqs",
                "max_num_batched_tokens", "chunked_prefill", "prefix_caching", "gpu_memory_utilization",
-               "max_rate", "ttft_s", "itl_s", "tpot_s", "e2e_s", "requests_per_s_per_gpu", "requests_per_dollar",
+               "max_rate", "optimistic_rate", "ttft_s", "itl_s", "tpot_s", "e2e_s", "requests_per_s_per_gpu", "requests_per_dollar",
                "output_tokens_per_s", "cost_per_hour", "reason")
 
 
@@ -20,26 +20,50 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1e3:,.1f}"
 
 
+MEANING = ("carries X-Y/s: at X (the conservative end, which the ranking uses) every SLO percentile's 95 % "
+           "interval is within its bound at steady state; at Y the run is overloaded or misses one")
+SHORT = {"carries the target": "carries", "below the target": "below", "meets the SLO": "meets",
+         "misses the SLO": "misses", "infeasible": "infeasible"}
+
+
+def slo_text(result: dict[str, Any]) -> str:
+    """`TTFT p99 <= 500 ms, ITL p99 <= 60 ms`."""
+    return ", ".join(f"{name.upper()} p{o['attainment'] * 100:g} <= {o['max_s'] * 1e3:g} ms" for name, o in result["slo"].items())
+
+
+def heading(result: dict[str, Any]) -> list[str]:
+    """What was asked, stated before any answer: the SLO, the target, the workload, what a capacity means."""
+    target = f"target {result['target_rate']:g} requests/s" if result.get("target_rate") else "no target rate"
+    survive = f", surviving {result['survive']} lost replica(s)" if result["survive"] else ""
+    lines = [f"plan {result['scenario']}: {result['model']}, goal {result['goal']}",
+             f"SLO {slo_text(result)}; {target}{survive}"]
+    lines += [f"workload {line}" for line in result.get("workload", [])]
+    return [*lines, MEANING]
+
+
 def table(result: dict[str, Any], shown: int = SHOWN) -> str:
     """The ranked configurations, the verdict and the winner's `vllm serve` line."""
-    slo = ", ".join(f"{name.upper()} p{o['attainment'] * 100:g} <= {o['max_s'] * 1e3:g} ms" for name, o in result["slo"].items())
     execution = result["execution"]
-    lines = [f"plan {result['scenario']}: {result['model']}, goal {result['goal']}, SLO {slo}"
-             + (f", surviving {result['survive']} lost replica(s)" if result["survive"] else ""),
+    lines = [*heading(result),
              (f"{execution['configurations']} configurations ({execution['infeasible']} infeasible), "
-             f"{execution['simulations']} simulations, {execution['cached']} from the cache"), ""]
-    head = f"{'#':>3}  {'configuration':<52} {'rate/s':>8} {'TTFT ms':>8} {'ITL ms':>7} {'/s/GPU':>7} {'req/$':>8} {'$/h':>7}"
+              f"{execution['simulations']} simulations, {execution['cached']} from the cache"), ""]
+    head = (f"{'#':>3}  {'configuration':<50} {'status':<8} {'carries/s':>11} {'TTFT ms':>8} {'ITL ms':>7} "
+            f"{'/s/GPU':>7} {'req/$':>7} {'$/h':>6}")
     lines += [head, "-" * len(head)]
     rows = result["configurations"]
     for row in rows[:shown]:
+        status = SHORT.get(row.get("standing", ""), row["status"])
         if row["status"] == "meets":
             at, goodput = row["at_max"], row["goodput"]
-            lines.append(f"{row['rank']:>3}  {row['key']:<52} {row['max_rate']:>8.3g} {_ms(at.get('ttft')):>8} "
+            capacity = row.get("capacity") or {}
+            high = capacity.get("optimistic")
+            carries = f"{row['max_rate']:.3g}-{high:.3g}" if high else f"{row['max_rate']:.3g}+"
+            lines.append(f"{row['rank']:>3}  {row['key']:<50} {status:<8} {carries:>11} {_ms(at.get('ttft')):>8} "
                          f"{_ms(at.get('itl')):>7} {goodput['requests_per_s_per_gpu']:>7.3g} "
-                         f"{goodput['requests_per_dollar']:>8,.0f} {row['cost_per_hour']:>7.2f}")
+                         f"{goodput['requests_per_dollar']:>7,.0f} {row['cost_per_hour']:>6.2f}")
         else:
             why = row.get("reason") or "misses the SLO at every rate tried"
-            lines.append(f"{row['rank']:>3}  {row['key']:<52} {row['status']}: {why[:90]}")
+            lines.append(f"{row['rank']:>3}  {row['key']:<50} {status:<8} {why[:90]}")
     if len(rows) > shown:
         lines.append(f"     ... {len(rows) - shown} more (--json, --out DIR for all)")
     lines += ["", result["answer"]["text"]]
@@ -55,7 +79,8 @@ def csv_text(result: dict[str, Any]) -> str:
     writer.writeheader()
     for row in result["configurations"]:
         at = row.get("at_max", {})
-        flat = {**row, **{f"{m}_s": at.get(m) for m in ("ttft", "itl", "tpot", "e2e")}, **row.get("goodput", {})}
+        flat = {**row, **{f"{m}_s": at.get(m) for m in ("ttft", "itl", "tpot", "e2e")}, **row.get("goodput", {}),
+                "optimistic_rate": (row.get("capacity") or {}).get("optimistic")}
         writer.writerow(flat)
     return out.getvalue()
 

@@ -11,6 +11,8 @@ from .space import Config, deployment, planned_model
 
 CLOSEST = 5
 """Configurations shown when none meets the SLO."""
+WINNER_RUN = "600s"
+"""How long the winner's scenario runs at its rate: long enough for `aisim run` to show its steady state."""
 
 
 def enrich(result: dict[str, Any], plan: Plan) -> dict[str, Any]:
@@ -28,7 +30,25 @@ def enrich(result: dict[str, Any], plan: Plan) -> dict[str, Any]:
             "requests_per_dollar": round(rate * 3600 / result["cost_per_hour"], 3),
         }
         result["carries_target"] = plan.target_rate is None or rate >= plan.target_rate.per_second
+    result["standing"] = standing(result, plan)
     return result
+
+
+def standing(result: dict[str, Any], plan: Plan) -> str:
+    """What a row says of itself: carries the target, below the target, meets the SLO (no target), misses
+    the SLO at every rate tried, or infeasible."""
+    if result["status"] == "meets":
+        if plan.target_rate is None:
+            return "meets the SLO"
+        return "carries the target" if result["carries_target"] else "below the target"
+    return "misses the SLO" if result["status"] == "misses" else "infeasible"
+
+
+def capacity_text(result: dict[str, Any]) -> str:
+    """`48.0-52.8/s`: the conservative and the optimistic end of a configuration's capacity."""
+    capacity = result.get("capacity") or {}
+    low, high = capacity.get("conservative", result["max_rate"]), capacity.get("optimistic")
+    return f"{low:.3g}-{high:.3g}/s" if high else f"{low:.3g}/s or more"
 
 
 def score(result: dict[str, Any], plan: Plan) -> tuple[float, ...]:
@@ -77,7 +97,7 @@ def answer(results: list[dict[str, Any]], plan: Plan) -> dict[str, Any]:
         target = plan.target_rate.per_second if plan.target_rate else 0.0
         return {"winner": None, "closest": [r["key"] for r in sorted(meeting, key=lambda r: -r["max_rate"])[:CLOSEST]],
                 "text": f"no configuration carries the target rate {target:g}/s within the SLO; the most any carries is "
-                        f"{best['max_rate']:g}/s ({best['key']})"}
+                        f"{capacity_text(best)} ({best['key']})"}
     missing = sorted((r for r in results if r["status"] == "misses"), key=_closeness)
     if not missing:
         return {"winner": None, "closest": [], "text": f"no configuration can run: all {infeasible} are infeasible"}
@@ -96,8 +116,9 @@ def _miss_text(miss: dict[str, Any]) -> str:
 def _winner_text(result: dict[str, Any], plan: Plan) -> str:
     goodput = result["goodput"]
     survive = f", surviving the loss of {plan.survive} replica(s)" if plan.survive else ""
-    return (f"{result['key']}: {result['gpus']} GPU(s), ${result['cost_per_hour']:.2f}/h, up to "
-            f"{result['max_rate']:g} requests/s within the SLO{survive} ({goodput['requests_per_s_per_gpu']:.3g}/s per GPU, "
+    return (f"{result['key']}: {result['gpus']} GPU(s), ${result['cost_per_hour']:.2f}/h, carries "
+            f"{capacity_text(result)} within the SLO at steady state{survive} (ranked at the conservative "
+            f"{result['max_rate']:.3g}/s: {goodput['requests_per_s_per_gpu']:.3g}/s per GPU, "
             f"{goodput['requests_per_dollar']:,.0f} requests per dollar)")
 
 
@@ -123,7 +144,7 @@ def winner_deployment(document: dict[str, Any], scenario: Scenario, result: dict
     config = config_of(result)
     plan = scenario.plan
     assert plan is not None
-    doc = deployment(document, scenario, config, result["max_rate"], base_dir, plan.survive)
+    doc = deployment(document, scenario, config, result["max_rate"], base_dir, plan.survive, duration=WINNER_RUN)
     doc["metadata"] = {**doc.get("metadata", {}), "name": f"{scenario.metadata.name}-plan-winner"[:128],
                        "description": f"aisim plan's winner: {result['key']} at {result['max_rate']:g} requests/s"}
     model = planned_model(scenario)

@@ -174,8 +174,10 @@ def config_seed(seed: int, config: Config) -> int:
 
 
 def deployment(document: dict[str, Any], scenario: Scenario, config: Config, rate: float, base_dir: Path,
-               survive: int = 0) -> dict[str, Any]:
-    """The scenario document that runs `config` at `rate` requests/s (`survive` replicas lost a quarter in)."""
+               survive: int = 0, requests: int | None = None, duration: str | None = None) -> dict[str, Any]:
+    """The scenario document that runs `config` at `rate` requests/s (`survive` replicas lost a quarter of the
+    minimum count in): `requests` at most (default: the plan's minimum, `search.requests` per replica) or
+    for `duration`."""
     assert scenario.plan is not None
     model = planned_model(scenario)
     doc = copy.deepcopy({k: v for k, v in document.items() if k not in ("plan", "faults", "telemetry", "simulation")})
@@ -205,10 +207,10 @@ def deployment(document: dict[str, Any], scenario: Scenario, config: Config, rat
             arrival["rate"] = rate_text(source.arrival.rate.per_second * factor)
         raw.pop("requests", None)
         sources.append(raw)
-    requests = scenario.plan.search.requests * config.replicas
-    doc["workload"] = {"sources": sources, "requests": requests}
+    least = scenario.plan.search.requests * config.replicas
+    doc["workload"] = {"sources": sources, **({"duration": duration} if duration else {"requests": requests or least})}
     if survive:
-        at_ns = int(requests / 4 / rate * 1e9)
+        at_ns = int(least / 4 / rate * 1e9)
         doc["faults"] = [{"name": f"lose-replica-{i}", "kind": "xid", "code": 79, "trigger": {"at": f"{at_ns}ns"},
                           "scope": {"gpus": [f"{GPU_ID}-{i * config.tensor_parallel}" if config.gpus > 1 else GPU_ID]}}
                          for i in range(survive)]
@@ -228,3 +230,23 @@ def document_hash(doc: dict[str, Any], base_dir: Path, code: str) -> str:
             hasher.update(hashlib.sha256((base_dir / trace).read_bytes()).digest())
     hasher.update(code.encode())
     return hasher.hexdigest()
+
+
+def _distribution(value: Any) -> str:
+    """A token-count distribution as the scenario wrote it, in words (`lognormal median 500 sigma 0.7 max 4000`)."""
+    if isinstance(value, dict):
+        return " ".join([str(value.get("kind", ""))] + [f"{k} {v}" for k, v in value.items() if k != "kind"]).strip()
+    return str(value)
+
+
+def workload_lines(document: dict[str, Any], names: Any) -> list[str]:
+    """One line per workload source of the planned model: its arrivals and its prompt and output lengths."""
+    lines = []
+    for source in (document.get("workload") or {}).get("sources", []):
+        if source.get("model") not in names:
+            continue
+        arrival = source.get("arrival", {})
+        lines.append(f"{source.get('name', 'source')}: {arrival.get('kind', '?')} arrivals, prompts "
+                     f"{_distribution(source.get('promptTokens', '?'))} tokens, outputs "
+                     f"{_distribution(source.get('outputTokens', '?'))} tokens")
+    return lines
