@@ -15,7 +15,6 @@ import contextlib
 import hashlib
 import os
 import re
-import select
 import shutil
 import subprocess
 import sys
@@ -28,6 +27,7 @@ import openai
 import pytest
 
 from .conftest import ROOT, SCENARIOS, TEST_SCENARIOS
+from .terminal import run_tui_until_drawn
 
 BUILD_TIMEOUT_S = 1200
 """A bound on the build (measured on a 2-core machine shared with other work: 185-280 s, of which
@@ -188,29 +188,6 @@ def test_the_executable_serves_the_openai_sdk(serving: tuple[str, subprocess.Pop
 
 def test_the_executable_runs_the_tui(executable: Path, bare: tuple[Path, dict[str, str]]) -> None:
     """`aisim tui` in a terminal (a pseudo-terminal here): it draws the scenario's GPU and quits on `q`."""
-    import fcntl
-    import struct
-    import termios
-
     folder, env = bare
-    leader, follower = os.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    process = subprocess.Popen([str(executable), "tui", "sc/default.yaml", "--speed", "50"], cwd=folder,
-                               env={**env, "TERM": "xterm-256color"}, stdin=follower, stdout=follower, stderr=follower)
-    os.close(follower)
-    screen, deadline, asked = b"", time.monotonic() + 60, 0.0
-    try:
-        while process.poll() is None and time.monotonic() < deadline:
-            if select.select([leader], [], [], 0.1)[0]:
-                try:
-                    screen += os.read(leader, 1 << 16)
-                except OSError:
-                    break
-            if b"gpu0" in screen and time.monotonic() - asked > 1:  # drawn: ask it to quit until it does
-                os.write(leader, b"q")
-                asked = time.monotonic()
-        assert process.wait(timeout=10) == 0
-    finally:
-        process.kill()
-        os.close(leader)
+    screen = run_tui_until_drawn([str(executable), "tui", "sc/default.yaml", "--speed", "50"], folder, env)
     assert b"gpu0" in screen

@@ -9,18 +9,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import select
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from .conftest import ROOT
+from .terminal import run_tui_until_drawn
 
 README_URL = "http://127.0.0.1:8080"
 
@@ -90,31 +89,8 @@ def test_the_openai_sdk_snippet(served: str) -> None:
 
 def test_the_tui_on_the_oom_scenario() -> None:
     """`aisim tui scenarios/oom.yaml` in a terminal: it draws the scenario's GPU and quits on `q`."""
-    import fcntl
-    import struct
-    import termios
-
     (command,) = commands(quickstart("tui"))
-    leader, follower = os.openpty()
-    fcntl.ioctl(follower, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))
-    process = subprocess.Popen(aisim_argv(command), cwd=ROOT, env={**os.environ, "TERM": "xterm-256color"},
-                               stdin=follower, stdout=follower, stderr=follower)
-    os.close(follower)
-    screen, deadline, asked = b"", time.monotonic() + 90, 0.0
-    try:
-        while process.poll() is None and time.monotonic() < deadline:
-            if select.select([leader], [], [], 0.1)[0]:
-                try:
-                    screen += os.read(leader, 1 << 16)
-                except OSError:
-                    break
-            if b"gpu0" in screen and time.monotonic() - asked > 1:  # drawn: ask it to quit until it does
-                os.write(leader, b"q")
-                asked = time.monotonic()
-        assert process.wait(timeout=10) == 0
-    finally:
-        process.kill()
-        os.close(leader)
+    screen = run_tui_until_drawn(aisim_argv(command), ROOT, dict(os.environ), timeout=90)
     assert b"gpu0" in screen and b"Traceback" not in screen
 
 

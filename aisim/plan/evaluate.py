@@ -35,8 +35,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from ..engine import ENGINE_DEAD, Simulation
 from ..engine.steady import Rules, run_steady
 from ..scenario import Scenario
@@ -63,18 +61,6 @@ EXTEND = 3
 FAILS = ("misses", "overloaded")
 """Statuses of a rate that fails beyond doubt; a rate whose estimate misses a bound fails too (`fails`): the
 optimistic end of the capacity is the lowest rate that fails."""
-
-
-def quantile(values: np.ndarray, weights: np.ndarray | None, q: float) -> float:
-    """The q-quantile of `values` (weighted), with `aisim run`'s percentile rule; inf when empty."""
-    if len(values) == 0:
-        return math.inf
-    if weights is None:
-        weights = np.ones(len(values), dtype=np.int64)
-    order = np.argsort(values, kind="stable")
-    cumulative = np.cumsum(weights[order])
-    index = int(np.searchsorted(cumulative, q * int(cumulative[-1]), side="left"))
-    return float(values[order][min(index, len(values) - 1)])
 
 
 def objectives(plan: Plan) -> dict[str, tuple[float | None, float]]:
