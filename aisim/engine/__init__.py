@@ -39,6 +39,8 @@ if TYPE_CHECKING:
     from .schedule_trace import replay as replay_schedule
     from .served import Engine
     from .simulation import EndlessWorkload, Simulation
+    from .steady import Rules as SteadyRules
+    from .steady import run_steady
     from .workload import Arrival, SourceFeed, timestamp_ns
 
 _EXPORTS: dict[str, tuple[str, str]] = {
@@ -46,6 +48,8 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "Simulation": ("simulation", "Simulation"),
     "EndlessWorkload": ("simulation", "EndlessWorkload"),
     "build_report": ("report", "build_report"),
+    "SteadyRules": ("steady", "Rules"),
+    "run_steady": ("steady", "run_steady"),
     "write_inference_perf": ("client_report", "write_inference_perf"),
     "unreachable_faults": ("client_faults", "unreachable"),
     "VirtualClock": ("kernel", "VirtualClock"),
@@ -126,6 +130,7 @@ __all__ = [
     "Simulation",
     "SourceFeed",
     "State",
+    "SteadyRules",
     "StepReport",
     "TritonEngine",
     "VirtualClock",
@@ -139,6 +144,7 @@ __all__ = [
     "read_schedule",
     "replay_all",
     "replay_schedule",
+    "run_steady",
     "sample",
     "timestamp_ns",
     "unreachable_faults",

@@ -35,8 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..engine import ENGINE_DEAD, Simulation
-from ..engine.steady import Rules, run_steady
+from ..engine import ENGINE_DEAD, Simulation, SteadyRules, run_steady
 from ..scenario import Scenario
 from ..scenario.plan import Objective, Plan
 from .space import (
@@ -261,5 +260,5 @@ def simulate(doc: dict[str, Any], base_dir: Path, plan: Plan, least: int, rate: 
     if failure:
         return {"failure": failure}
     # first judged once half the minimum count has arrived, then at growing intervals
-    verdict = run_steady(sim, objectives(plan), Rules(min_requests=least), first_check_s=least / rate / 2)
+    verdict = run_steady(sim, objectives(plan), SteadyRules(min_requests=least), first_check_s=least / rate / 2)
     return measure(sim, plan, verdict)
