@@ -32,7 +32,7 @@ import silicon
 from argonne import Row, rows, simulated_latency
 from scores import Scored, medians, table
 
-from aisim.engine import calibration
+from aisim.engine.costmodel import calibration
 
 # -- the sets (--set) ---------------------------------------------------------------------------------------------
 

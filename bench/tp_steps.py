@@ -4,8 +4,7 @@ tokens a request) and one 512-token prefill. Run: `python bench/tp_steps.py`."""
 
 from __future__ import annotations
 
-from aisim.engine import calibration
-from aisim.engine.costmodel import CostModel
+from aisim.engine.costmodel import CostModel, calibration
 from aisim.engine.memory import kv_bytes_per_token
 from aisim.scenario.presets import GPU_PROFILES, MODEL_FAMILIES
 

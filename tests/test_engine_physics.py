@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from aisim.engine import calibration
-from aisim.engine.costmodel import CostModel
+from aisim.engine.costmodel import CostModel, calibration
 from aisim.engine.memory import kv_bytes_per_token, plan
 from aisim.engine.report import build_report
 from aisim.scenario.presets import GPU_PROFILES, MODEL_FAMILIES

@@ -192,7 +192,7 @@ def test_the_api_servers_time_adds_to_ttft_and_e2e_but_not_to_the_time_per_token
 
 
 def test_the_offline_entrypoint_has_the_same_engine_and_the_llm_class_limits() -> None:
-    from aisim.engine import calibration
+    from aisim.engine.costmodel import calibration
 
     offline, _, _ = _ttfts({}, "offline")
     server, _, _ = _ttfts({})

@@ -20,8 +20,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from aisim.engine import calibration
-from aisim.engine.costmodel import CostModel
+from aisim.engine.costmodel import CostModel, calibration
 from aisim.engine.memory import kv_bytes_per_token
 from aisim.engine.report import build_report
 from aisim.engine.simulation import Simulation

@@ -15,10 +15,10 @@ if TYPE_CHECKING:
     from .api_faults import ApiFault, FaultBook
     from .api_faults import Context as FaultContext
     from .batcher import QUEUE_FULL, TritonEngine
-    from .calibration import efficiency as calibrated_efficiency
     from .client_faults import unreachable as unreachable_faults
     from .client_report import write_inference_perf
     from .costmodel import Efficiency
+    from .costmodel.calibration import efficiency as calibrated_efficiency
     from .deployment import ServedModel, load_failure
     from .feed import Feed
     from .kernel import URGENT, RealTimeClock, VirtualClock
@@ -98,7 +98,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {
     "replay_schedule": ("schedule_trace", "replay"),
     # the cost model's constants (`aisim calibrate`)
     "Efficiency": ("costmodel", "Efficiency"),
-    "calibrated_efficiency": ("calibration", "efficiency"),
+    "calibrated_efficiency": ("costmodel.calibration", "efficiency"),
 }
 
 __all__ = [
