@@ -17,8 +17,15 @@ import pytest
 from ruamel.yaml import YAML
 
 from aisim.plan import plan_file
+from aisim.plan.output import yaml_text
 from aisim.plan.ranking import vllm_command
-from aisim.plan.space import Config, configurations, deployment, infeasibility, planned_model
+from aisim.plan.space import (
+    Config,
+    configurations,
+    deployment,
+    infeasibility,
+    planned_model,
+)
 from aisim.scenario import check_text
 from aisim.scenario.plan import DEFAULT_PRICES
 from aisim.scenario.presets import GPU_PROFILES, MODEL_FAMILIES, family_config
@@ -137,7 +144,7 @@ def test_a_deployment_carries_each_dimension_into_the_scenario_and_the_vllm_line
     assert model["family"] == "qwen3-30b-a3b-fp8" and model["quantization"] == "fp8"
     assert model["placement"]["tensorParallel"] == 2 and model["placement"]["dataParallel"] == 2
     assert model["engine"]["kvCacheDtype"] == "fp8" and model["engine"]["enableExpertParallel"] is True
-    deployed = check_text(YAML_dump(doc), "d.yaml", tmp_path)
+    deployed = check_text(yaml_text(doc), "d.yaml", tmp_path)
     assert deployed.scenario is not None, deployed.problems
     placed = deployed.scenario.models[0]
     assert placed.expert_parallel_size() == 4 and placed.lockstep()
@@ -148,12 +155,6 @@ def test_a_deployment_carries_each_dimension_into_the_scenario_and_the_vllm_line
     # a dense model's DP ranks are independent engines: replicas x DP of them in one deployment
     dense = Config("H200", 1, 3, 64, None, True, True, 0.9, data_parallel=2, model="llama-3-8b")
     assert deployment(_spec(text), scenario, dense, 5.0, tmp_path)["models"][0]["placement"]["dataParallel"] == 6
-
-
-def YAML_dump(doc: dict[str, Any]) -> str:  # noqa: N802 - a local helper named for what it wraps
-    from aisim.plan.output import yaml_text
-
-    return yaml_text(doc)
 
 
 @pytest.mark.parametrize(("family", "profile", "tp", "model_keys", "space"), [
@@ -226,7 +227,7 @@ def test_an_moe_plan_over_data_and_expert_parallelism_and_fp8_runs_on_the_engine
     result = plan_file(_write(tmp_path, _text("qwen3-30b-a3b", space, "  goal: goodput_per_dollar\n")), jobs=2)
     rows = {(r["data_parallel"], r["expert_parallel"], r["quantization"]): r for r in result["configurations"]}
     assert len(rows) == 8
-    for (dp, ep, quantization), row in rows.items():
+    for (dp, ep, _), row in rows.items():
         assert row["gpus"] == dp
         if ep and dp == 1:  # one GPU: expert parallelism changes nothing
             assert row["status"] == "infeasible" and "changes nothing" in row["reason"] and row["simulations"] == 0

@@ -106,11 +106,12 @@ def configurations(plan: Plan, model: Model | None = None) -> list[Config]:
     quantization = space.quantization or [model.quantization if model is not None else None]
     kv_cache_dtype = space.kv_cache_dtype or [engine.kv_cache_dtype if engine else "auto"]
     models: list[str | None] = list(space.models) if space.models else [None]
+    deployed = itertools.product(models, space.gpus, space.tensor_parallel, data_parallel, expert_parallel, quantization)
+    limits = list(itertools.product(space.replicas, space.max_num_seqs, space.max_num_batched_tokens,
+                                    space.chunked_prefill, space.prefix_caching, space.gpu_memory_utilization))
     return [Config(gpu, tp, replicas, seqs, tokens, chunked, cached, gmu, dp, ep, quant, kv, checkpoint)
-            for checkpoint, gpu, tp, dp, ep, quant, kv, replicas, seqs, tokens, chunked, cached, gmu in itertools.product(
-                models, space.gpus, space.tensor_parallel, data_parallel, expert_parallel, quantization, kv_cache_dtype,
-                space.replicas, space.max_num_seqs, space.max_num_batched_tokens, space.chunked_prefill,
-                space.prefix_caching, space.gpu_memory_utilization)]
+            for checkpoint, gpu, tp, dp, ep, quant in deployed for kv in kv_cache_dtype
+            for replicas, seqs, tokens, chunked, cached, gmu in limits]
 
 
 def planned_model(scenario: Scenario) -> Model:
