@@ -13,7 +13,9 @@ SHOWN = 15
 CSV_COLUMNS = ("rank", "key", "status", "standing", "gpu", "tensor_parallel", "replicas", "gpus", "max_num_seqs",
                "max_num_batched_tokens", "chunked_prefill", "prefix_caching", "gpu_memory_utilization",
                "max_rate", "optimistic_rate", "ttft_s", "itl_s", "tpot_s", "e2e_s", "requests_per_s_per_gpu", "requests_per_dollar",
-               "output_tokens_per_s", "cost_per_hour", "reason")
+               "output_tokens_per_s", "cost_per_hour", "reason", "data_parallel", "expert_parallel", "quantization",
+               "kv_cache_dtype", "model", "price_per_gpu_hour")
+"""The columns (the space's newer dimensions and the price after the first ones, which keep their places)."""
 
 
 def _ms(value: float | None) -> str:
