@@ -255,3 +255,27 @@ def test_the_example_moe_plan_is_valid() -> None:
     checked = check_text((ROOT / "scenarios" / "plan-moe.yaml").read_text(), "plan-moe.yaml", ROOT / "scenarios")
     assert checked.scenario is not None and checked.scenario.plan is not None, checked.problems
     assert {"H100-SXM", "H200", "B200"} <= set(checked.scenario.plan.space.gpus)
+
+
+def test_a_model_given_by_a_relative_config_is_planned_from_any_folder(tmp_path: Path) -> None:
+    """The scenario's model and a `space.models` entry as config paths relative to the scenario; `aisim plan` runs
+    from another folder (each configuration's deployment is validated again in a worker)."""
+    import json
+    import subprocess
+    import sys
+
+    for name, family in (("base", "qwen3-8b"), ("other", "llama-3.1-8b")):
+        (tmp_path / name).mkdir()
+        config = family_config(family)
+        assert config is not None
+        shutil.copy(config, tmp_path / name / "config.json")
+    text = _text("qwen3-8b", "    models: [base, other/config.json]\n    gpus: [H100-SXM]\n    maxNumSeqs: [64]\n")
+    path = _write(tmp_path, text.replace("family: qwen3-8b", "config: base"))
+    run = subprocess.run([sys.executable, "-m", "aisim", "plan", str(path), "--json", "--no-cache", "--jobs", "1"],
+                         capture_output=True, text=True, cwd=ROOT, check=False)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    rows = {r["key"].split()[0]: r for r in result["configurations"]}  # a folder's name, or a config.json's folder's
+    assert set(rows) == {"base", "other"} and all(r["status"] == "meets" for r in rows.values()), rows
+    assert rows["base"]["model"] == str((tmp_path / "base").resolve())
+    assert rows["other"]["model"] == str((tmp_path / "other" / "config.json").resolve())
