@@ -279,3 +279,13 @@ def test_a_model_given_by_a_relative_config_is_planned_from_any_folder(tmp_path:
     assert set(rows) == {"base", "other"} and all(r["status"] == "meets" for r in rows.values()), rows
     assert rows["base"]["model"] == str((tmp_path / "base").resolve())
     assert rows["other"]["model"] == str((tmp_path / "other" / "config.json").resolve())
+
+
+def test_a_gpu_without_a_default_price_needs_one_in_the_plan(tmp_path: Path) -> None:
+    unpriced = sorted(name for name, price in PRICES.items() if price.usd_per_gpu_hour is None)[0]
+    refused = check_text(_text("qwen3-8b", f"    gpus: [{unpriced}]\n"), "p.yaml", tmp_path)
+    assert refused.scenario is None
+    assert any(f"no default price for {unpriced}" in p.message for p in refused.problems), refused.problems
+    priced = check_text(_text("qwen3-8b", f"    gpus: [{unpriced}]\n", f"  prices: {{{unpriced}: 0.9}}\n"), "p.yaml", tmp_path)
+    assert priced.scenario is not None and priced.scenario.plan is not None
+    assert priced.scenario.plan.price(unpriced) == 0.9
