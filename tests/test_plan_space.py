@@ -282,7 +282,7 @@ def test_a_model_given_by_a_relative_config_is_planned_from_any_folder(tmp_path:
 
 
 def test_a_gpu_without_a_default_price_needs_one_in_the_plan(tmp_path: Path) -> None:
-    unpriced = sorted(name for name, price in PRICES.items() if price.usd_per_gpu_hour is None)[0]
+    unpriced = min(name for name, price in PRICES.items() if price.usd_per_gpu_hour is None)
     refused = check_text(_text("qwen3-8b", f"    gpus: [{unpriced}]\n"), "p.yaml", tmp_path)
     assert refused.scenario is None
     assert any(f"no default price for {unpriced}" in p.message for p in refused.problems), refused.problems
