@@ -200,7 +200,7 @@ def infeasibility(model: Model, config: Config, survive: int) -> str:
         said = [p.message for p in checked.problems if p.path.endswith(".enableExpertParallel")]
         return said[0] if said else "the model has no experts: expert parallelism changes nothing"
     if config.expert_parallel and config.tensor_parallel * config.data_parallel == 1:
-        return "expert parallelism over 1 GPU (TP x DP) changes nothing: the same deployment without it is planned"
+        return "expert parallelism over 1 GPU (TP x DP) changes nothing"
     if config.data_parallel > 1 and config.replicas > 1 and placed.resolved().moe:
         return (f"{config.replicas} replicas of dataParallel {config.data_parallel} are not simulated: an MoE model's "
                 "data-parallel ranks step together as one engine group and a deployment holds one; plan "
