@@ -60,6 +60,21 @@ def raw_document(path: str | Path) -> dict[str, Any]:
     return json.loads(json.dumps(parse(text, str(path)).data))
 
 
+def absolute_paths(document: dict[str, Any], scenario: Scenario) -> dict[str, Any]:
+    """The document with its models' `config` and the plan's `space.models` as the validated scenario resolved
+    them (absolute): each configuration's deployment is validated again where the scenario's folder is unknown
+    (a pool worker, a Ray node)."""
+    document = {**document, "models": [dict(m) if isinstance(m, dict) else m for m in document.get("models", [])]}
+    for raw, model in zip(document["models"], scenario.models):
+        if isinstance(raw, dict) and model.config is not None and raw.get("config") is not None:
+            raw["config"] = model.config
+    plan = scenario.plan
+    if plan is not None and plan.space.models and isinstance(document.get("plan"), dict):
+        space = {**document["plan"]["space"], "models": list(plan.space.models)}
+        document["plan"] = {**document["plan"], "space": space}
+    return document
+
+
 def plan_file(path: str | Path, jobs: int | None = None, ray_address: str | None = None,
               cache_dir: str | None = None, progress: Progress | None = None) -> dict[str, Any]:
     """Validate the scenario at `path` and plan it (raises ScenarioError or PlanError)."""
@@ -79,7 +94,8 @@ def plan_scenario(document: dict[str, Any], scenario: Scenario, base_dir: Path, 
         raise PlanError("the scenario has no plan section")
     model = planned_model(scenario)
     rate = base_rate(scenario, model, base_dir)
-    configs = configurations(plan)
+    configs = configurations(plan, model)
+    document = absolute_paths(document, scenario)
     code = code_version()
 
     def run(chosen: list[Task], done: int) -> list[dict[str, Any]]:
@@ -113,6 +129,7 @@ def plan_scenario(document: dict[str, Any], scenario: Scenario, base_dir: Path, 
         "workload_rate": round(rate, 6),
         "workload": workload_lines(document, model.names),
         "requests_per_evaluation": plan.search.requests,
+        "prices": {gpu: plan.price_source(gpu) for gpu in plan.space.gpus},
         "answer": verdict,
         "pareto": pareto(ranked),
         "configurations": ranked,

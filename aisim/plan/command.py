@@ -44,7 +44,7 @@ def plan_command(args: argparse.Namespace) -> int:
         return 1
     document = _overridden(raw_document(args.scenario), args)
     try:
-        scenario = Scenario.model_validate(document)
+        scenario = Scenario.model_validate(document, context={"base_dir": checked.base_dir})
     except ValidationError as error:
         sys.stderr.write(f"aisim plan: {error}\n")
         return 2

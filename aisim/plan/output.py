@@ -13,7 +13,9 @@ SHOWN = 15
 CSV_COLUMNS = ("rank", "key", "status", "standing", "gpu", "tensor_parallel", "replicas", "gpus", "max_num_seqs",
                "max_num_batched_tokens", "chunked_prefill", "prefix_caching", "gpu_memory_utilization",
                "max_rate", "optimistic_rate", "ttft_s", "itl_s", "tpot_s", "e2e_s", "requests_per_s_per_gpu", "requests_per_dollar",
-               "output_tokens_per_s", "cost_per_hour", "reason")
+               "output_tokens_per_s", "cost_per_hour", "reason", "data_parallel", "expert_parallel", "quantization",
+               "kv_cache_dtype", "model", "price_per_gpu_hour")
+"""The columns (the space's newer dimensions and the price after the first ones, which keep their places)."""
 
 
 def _ms(value: float | None) -> str:
@@ -47,10 +49,11 @@ def table(result: dict[str, Any], shown: int = SHOWN) -> str:
     lines = [*heading(result),
              (f"{execution['configurations']} configurations ({execution['infeasible']} infeasible), "
               f"{execution['simulations']} simulations, {execution['cached']} from the cache"), ""]
-    head = (f"{'#':>3}  {'configuration':<50} {'status':<8} {'carries/s':>11} {'TTFT ms':>8} {'ITL ms':>7} "
+    rows = result["configurations"]
+    width = max([50, *(len(row["key"]) for row in rows[:shown])])  # the new dimensions lengthen the names
+    head = (f"{'#':>3}  {'configuration':<{width}} {'status':<8} {'carries/s':>11} {'TTFT ms':>8} {'ITL ms':>7} "
             f"{'/s/GPU':>7} {'req/$':>7} {'$/h':>6}")
     lines += [head, "-" * len(head)]
-    rows = result["configurations"]
     for row in rows[:shown]:
         status = SHORT.get(row.get("standing", ""), row["status"])
         if row["status"] == "meets":
@@ -58,12 +61,12 @@ def table(result: dict[str, Any], shown: int = SHOWN) -> str:
             capacity = row.get("capacity") or {}
             high = capacity.get("optimistic")
             carries = f"{row['max_rate']:.3g}-{high:.3g}" if high else f"{row['max_rate']:.3g}+"
-            lines.append(f"{row['rank']:>3}  {row['key']:<50} {status:<8} {carries:>11} {_ms(at.get('ttft')):>8} "
+            lines.append(f"{row['rank']:>3}  {row['key']:<{width}} {status:<8} {carries:>11} {_ms(at.get('ttft')):>8} "
                          f"{_ms(at.get('itl')):>7} {goodput['requests_per_s_per_gpu']:>7.3g} "
                          f"{goodput['requests_per_dollar']:>7,.0f} {row['cost_per_hour']:>6.2f}")
         else:
             why = row.get("reason") or "misses the SLO at every rate tried"
-            lines.append(f"{row['rank']:>3}  {row['key']:<50} {status:<8} {why[:90]}")
+            lines.append(f"{row['rank']:>3}  {row['key']:<{width}} {status:<8} {why[:90]}")
     if len(rows) > shown:
         lines.append(f"     ... {len(rows) - shown} more (--json, --out DIR for all)")
     lines += ["", result["answer"]["text"]]

@@ -124,8 +124,16 @@ def _winner_text(result: dict[str, Any], plan: Plan) -> str:
 
 def vllm_command(model_name: str, config: Config, max_model_len: int | None) -> str:
     """The `vllm serve` line of one replica of `config` (started once per replica, each on its own GPUs)."""
-    words = ["vllm", "serve", model_name, "--tensor-parallel-size", str(config.tensor_parallel),
-             "--gpu-memory-utilization", f"{config.gpu_memory_utilization:g}"]
+    words = ["vllm", "serve", model_name, "--tensor-parallel-size", str(config.tensor_parallel)]
+    if config.data_parallel > 1:
+        words += ["--data-parallel-size", str(config.data_parallel)]
+    if config.expert_parallel:
+        words.append("--enable-expert-parallel")
+    if config.quantization:
+        words += ["--quantization", config.quantization]
+    if config.kv_cache_dtype != "auto":
+        words += ["--kv-cache-dtype", config.kv_cache_dtype]
+    words += ["--gpu-memory-utilization", f"{config.gpu_memory_utilization:g}"]
     if config.max_num_seqs:
         words += ["--max-num-seqs", str(config.max_num_seqs)]
     if config.max_num_batched_tokens:
@@ -148,10 +156,12 @@ def winner_deployment(document: dict[str, Any], scenario: Scenario, result: dict
     doc["metadata"] = {**doc.get("metadata", {}), "name": f"{scenario.metadata.name}-plan-winner"[:128],
                        "description": f"aisim plan's winner: {result['key']} at {result['max_rate']:g} requests/s"}
     model = planned_model(scenario)
-    name = model.resolved().huggingface_id or model.id
+    placed = Scenario.model_validate(doc).models[0]  # the checkpoint the configuration deploys
+    name = placed.resolved().huggingface_id or model.id
     command = vllm_command(name, config, model.engine.max_model_len)
     if config.replicas > 1:
-        command += f"   # x{config.replicas} replicas, each on {config.tensor_parallel} GPU(s), behind a load balancer"
+        command += (f"   # x{config.replicas} replicas, each on {config.tensor_parallel * config.data_parallel} GPU(s), "
+                    "behind a load balancer")
     return doc, command
 
 

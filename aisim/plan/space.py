@@ -21,10 +21,11 @@ from typing import Any
 
 from ..engine import SourceFeed, load_failure, memory_plan
 from ..errors import RunError
-from ..scenario import Scenario
-from ..scenario.models import Model
+from ..scenario import Scenario, check_text
+from ..scenario.document import API_VERSION
+from ..scenario.models import Model, read_model_config
 from ..scenario.plan import Plan
-from ..scenario.presets import GIB, GPU_PROFILES
+from ..scenario.presets import GIB, GPU_PROFILES, MODEL_FAMILIES
 from ..scenario.workload import Source, Trace
 
 GPU_ID = "gpu"
@@ -38,7 +39,8 @@ class PlanError(RunError, ValueError):
 
 @dataclass(frozen=True)
 class Config:
-    """One deployment: a GPU profile, its split, the replica count and vLLM's limits."""
+    """One deployment: a GPU profile, its split, the replica count and vLLM's limits; the checkpoint, its
+    quantization, the KV-cache dtype and data and expert parallelism (defaults: as the scenario's model has them)."""
 
     gpu: str
     tensor_parallel: int
@@ -48,30 +50,68 @@ class Config:
     chunked_prefill: bool
     prefix_caching: bool
     gpu_memory_utilization: float
+    data_parallel: int = 1
+    """vLLM's `--data-parallel-size`: each replica is `tensor_parallel x data_parallel` GPUs."""
+    expert_parallel: bool = False
+    """vLLM's `--enable-expert-parallel`."""
+    quantization: str | None = None
+    """vLLM's `--quantization` (None: the checkpoint's own)."""
+    kv_cache_dtype: str = "auto"
+    """vLLM's `--kv-cache-dtype`."""
+    model: str | None = None
+    """The checkpoint deployed: a built-in family or a config's absolute path (None: the model as the scenario
+    gives it)."""
 
     @property
     def gpus(self) -> int:
-        return self.tensor_parallel * self.replicas
+        return self.tensor_parallel * self.data_parallel * self.replicas
 
     @property
     def key(self) -> str:
-        """A short unique name, as the table and the plots show it."""
+        """A short unique name, as the table and the plots show it (the new dimensions appear only when they
+        differ from vLLM's defaults, so a plan that does not vary them keeps its names)."""
         seqs = self.max_num_seqs or "default"
         tokens = self.max_num_batched_tokens or "default"
         flags = ("" if self.chunked_prefill else " nochunk") + ("" if self.prefix_caching else " nocache")
-        return (f"{self.gpu} tp{self.tensor_parallel} x{self.replicas} seqs={seqs} tokens={tokens} "
+        model = f"{model_label(self.model)} " if self.model else ""
+        split = (f"tp{self.tensor_parallel}" + (f" dp{self.data_parallel}" if self.data_parallel > 1 else "")
+                 + (" ep" if self.expert_parallel else ""))
+        formats = ((f" q={self.quantization}" if self.quantization else "")
+                   + (f" kv={self.kv_cache_dtype}" if self.kv_cache_dtype != "auto" else ""))
+        return (f"{model}{self.gpu} {split} x{self.replicas}{formats} seqs={seqs} tokens={tokens} "
                 f"gmu={self.gpu_memory_utilization:g}{flags}")
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "gpus": self.gpus, **asdict(self)}
 
 
-def configurations(plan: Plan) -> list[Config]:
-    """Every combination of the search space, in the order the space lists them."""
+def model_label(model: str) -> str:
+    """A checkpoint as the key shows it: a family's name, a config's file or folder name without `_config.json`."""
+    if model in MODEL_FAMILIES:
+        return model
+    path = Path(model)
+    if path.name == "config.json" or path.is_dir():
+        return path.parent.name if path.name == "config.json" else path.name
+    return path.name.removesuffix(".json").removesuffix("_config")
+
+
+def configurations(plan: Plan, model: Model | None = None) -> list[Config]:
+    """Every combination of the search space, in the order the space lists them; a dimension the space leaves
+    out takes the value `model` (the planned model) has."""
     space = plan.space
-    return [Config(*values) for values in itertools.product(
-        space.gpus, space.tensor_parallel, space.replicas, space.max_num_seqs, space.max_num_batched_tokens,
-        space.chunked_prefill, space.prefix_caching, space.gpu_memory_utilization)]
+    engine = model.engine if model is not None else None
+    placement = model.placement if model is not None else None
+    data_parallel = space.data_parallel or [(placement.data_parallel if placement else None) or 1]
+    expert_parallel = space.expert_parallel or [engine.enable_expert_parallel if engine else False]
+    quantization = space.quantization or [model.quantization if model is not None else None]
+    kv_cache_dtype = space.kv_cache_dtype or [engine.kv_cache_dtype if engine else "auto"]
+    models: list[str | None] = list(space.models) if space.models else [None]
+    deployed = itertools.product(models, space.gpus, space.tensor_parallel, data_parallel, expert_parallel, quantization)
+    limits = list(itertools.product(space.replicas, space.max_num_seqs, space.max_num_batched_tokens,
+                                    space.chunked_prefill, space.prefix_caching, space.gpu_memory_utilization))
+    return [Config(gpu, tp, replicas, seqs, tokens, chunked, cached, gmu, dp, ep, quant, kv, checkpoint)
+            for checkpoint, gpu, tp, dp, ep, quant in deployed for kv in kv_cache_dtype
+            for replicas, seqs, tokens, chunked, cached, gmu in limits]
 
 
 def planned_model(scenario: Scenario) -> Model:
@@ -87,11 +127,14 @@ def planned_model(scenario: Scenario) -> Model:
 
 
 def engine_limits(model: Model, config: Config) -> dict[str, Any]:
-    """The model's `engine` section (camelCase) with the configuration's limits."""
+    """The model's `engine` section (camelCase) with the configuration's limits, KV-cache dtype and expert
+    parallelism (a value at vLLM's default is left out, as the scenario would leave it)."""
     engine = model.engine.model_dump(by_alias=True, exclude_unset=True, mode="json")
     engine.pop("kvCacheMemory", None)
     engine.update(gpuMemoryUtilization=config.gpu_memory_utilization, enablePrefixCaching=config.prefix_caching)
-    for key, value in (("maxNumSeqs", config.max_num_seqs), ("maxNumBatchedTokens", config.max_num_batched_tokens)):
+    for key, value in (("maxNumSeqs", config.max_num_seqs), ("maxNumBatchedTokens", config.max_num_batched_tokens),
+                       ("kvCacheDtype", None if config.kv_cache_dtype == "auto" else config.kv_cache_dtype),
+                       ("enableExpertParallel", config.expert_parallel or None)):
         if value is None:
             engine.pop(key, None)
         else:
@@ -99,20 +142,71 @@ def engine_limits(model: Model, config: Config) -> dict[str, Any]:
     return engine
 
 
+def _moe(model: Model, config: Config) -> bool:
+    """Whether the configuration's checkpoint has routed experts."""
+    if config.model is None:
+        return model.resolved().moe
+    if config.model in MODEL_FAMILIES:
+        return MODEL_FAMILIES[config.model].moe
+    return read_model_config(config.model).moe
+
+
+def placed_model(raw: dict[str, Any], model: Model, config: Config) -> dict[str, Any]:
+    """A model entry (`raw`, as the scenario writes it) deployed as `config`: its checkpoint and quantization, on
+    the deployment's GPUs with the configuration's split and engine arguments. A dense model's data-parallel
+    ranks are independent engines, so its replicas x DP ranks are one `dataParallel`; an MoE model has one
+    replica of DP ranks stepping together (`infeasibility` refuses more)."""
+    placed = copy.deepcopy(raw)
+    if config.model is not None:
+        placed.pop("family", None)
+        placed.pop("config", None)
+        placed["family" if config.model in MODEL_FAMILIES else "config"] = config.model
+    if config.quantization is not None:
+        placed["quantization"] = config.quantization
+    else:
+        placed.pop("quantization", None)
+    placement = dict(placed.get("placement") or {})
+    placement.update(gpus=[GPU_ID], tensorParallel=config.tensor_parallel)
+    placement.pop("dataParallel", None)
+    if config.data_parallel > 1:
+        placement["dataParallel"] = config.data_parallel * (1 if _moe(model, config) else config.replicas)
+    placed.update(placement=placement, engine=engine_limits(model, config))
+    return placed
+
+
+def check_document(model: Model, config: Config) -> dict[str, Any]:
+    """The smallest scenario that deploys `config`: its GPUs and the planned model, for the scenario validator."""
+    raw = model.model_dump(by_alias=True, exclude_unset=True, mode="json")
+    return {"apiVersion": API_VERSION, "kind": "Scenario", "metadata": {"name": "plan-configuration"},
+            "gpus": [{"id": GPU_ID, "profile": config.gpu, "count": config.gpus}],
+            "models": [placed_model(raw, model, config)]}
+
+
 def infeasibility(model: Model, config: Config, survive: int) -> str:
-    """Why a configuration cannot serve (memory, tensor split, chunking, headroom), or ''."""
+    """Why a configuration cannot serve, or '': chunking off, too few replicas to survive, what the scenario
+    validator refuses for its deployment (in the validator's words: a quantization the checkpoint or the GPU
+    cannot take, a split vLLM refuses, weights larger than the GPU), expert parallelism on a model without
+    experts, replicas of a data-parallel MoE deployment, then memory (weights, activations and the KV cache)."""
     if not config.chunked_prefill:
         return "chunked prefill off is not simulated: the engine always chunks prefills (vLLM V1's default)"
     if config.replicas <= survive:
         return f"{config.replicas} replica(s) cannot survive losing {survive}"
+    checked = check_text(json.dumps(check_document(model, config)), "<configuration>", Path("/"))
+    errors = [p.message for p in checked.problems if p.severity == "error"]
+    if errors or checked.scenario is None:
+        return "; ".join(dict.fromkeys(errors)) or "the scenario validator refuses it"
+    placed = checked.scenario.models[0]
+    if config.expert_parallel and not placed.resolved().moe:
+        said = [p.message for p in checked.problems if p.path.endswith(".enableExpertParallel")]
+        return said[0] if said else "the model has no experts: expert parallelism changes nothing"
+    if config.expert_parallel and config.tensor_parallel * config.data_parallel == 1:
+        return "expert parallelism over 1 GPU (TP x DP) changes nothing"
+    if config.data_parallel > 1 and config.replicas > 1 and placed.resolved().moe:
+        return (f"{config.replicas} replicas of dataParallel {config.data_parallel} are not simulated: an MoE model's "
+                "data-parallel ranks step together as one engine group and a deployment holds one; plan "
+                "dataParallel with replicas 1")
     profile = GPU_PROFILES[config.gpu]
-    split = model.model_copy(update={"placement": model.placement.model_copy(update={"tensor_parallel": config.tensor_parallel})
-                                     if model.placement else None})
-    problem = split.tensor_parallel_problem()
-    if problem:
-        return problem
-    limits = model.engine.model_validate(engine_limits(model, config))
-    result = memory_plan(model, profile, limits, config.tensor_parallel)
+    result = memory_plan(placed, profile, placed.engine, config.tensor_parallel)
     if result.requested < result.non_kv:
         return (f"weights, activations and buffers take {result.non_kv / GIB:.2f} GiB per GPU, more than the "
                 f"{result.requested / GIB:.2f} GiB that gpuMemoryUtilization {config.gpu_memory_utilization:g} "
@@ -189,11 +283,7 @@ def deployment(document: dict[str, Any], scenario: Scenario, config: Config, rat
         gpu.update({k: v for k, v in _raw_gpu(document, original.id).items() if k in extra})
     doc["gpus"] = [gpu]
     raw_model = next(m for m in document["models"] if m.get("id") == model.id)
-    placed = copy.deepcopy(raw_model)
-    placement = dict(placed.get("placement") or {})
-    placement.update(gpus=[GPU_ID], tensorParallel=config.tensor_parallel)
-    placed.update(placement=placement, engine=engine_limits(model, config))
-    doc["models"] = [placed]
+    doc["models"] = [placed_model(raw_model, model, config)]
     factor = rate / base_rate(scenario, model, base_dir)
     sources = []
     for raw, source in zip(document["workload"]["sources"], scenario.workload.sources):  # type: ignore[union-attr]
@@ -212,7 +302,8 @@ def deployment(document: dict[str, Any], scenario: Scenario, config: Config, rat
     if survive:
         at_ns = int(least / 4 / rate * 1e9)
         doc["faults"] = [{"name": f"lose-replica-{i}", "kind": "xid", "code": 79, "trigger": {"at": f"{at_ns}ns"},
-                          "scope": {"gpus": [f"{GPU_ID}-{i * config.tensor_parallel}" if config.gpus > 1 else GPU_ID]}}
+                          "scope": {"gpus": [f"{GPU_ID}-{i * config.tensor_parallel * config.data_parallel}"
+                                             if config.gpus > 1 else GPU_ID]}}
                          for i in range(survive)]
     return doc
 

@@ -531,7 +531,8 @@ class Model(Spec):
         elif self.family is not None and self.quantization is not None:
             path = family_config(self.family)
             assert path is not None
-            base = dataclasses.replace(read_model_config(path, self.quantization), name=self.family)
+            base = dataclasses.replace(read_model_config(path, self.quantization), name=self.family,
+                                       huggingface_id=MODEL_FAMILIES[self.family].huggingface_id)
         elif self.family is not None:
             base = MODEL_FAMILIES[self.family]
         else:
