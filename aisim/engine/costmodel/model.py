@@ -63,6 +63,8 @@ CACHE_LIMIT = 1 << 17
 """Token and request counts remembered per cost model."""
 SHORT_SERIES = 32
 """Decode series in CUDA graphs up to this many steps are summed in Python floats, longer ones in numpy."""
+SERIES_LIMIT = 1 << 18
+"""Steps of short decode series remembered per cost model (about 100 bytes each)."""
 KV_GRID = np.unique(np.round(np.geomspace(1, 1 << 21, 96)))
 """KV lengths at which a batch size's decode-attention curve is read from the tables (linear between them)."""
 KV_LIST: list[float] = KV_GRID.tolist()
@@ -156,6 +158,10 @@ class CostModel:
         self._requests_cache: dict[int, float] = {}
         self._decode_curves: dict[int, tuple[np.ndarray, np.ndarray, list[float], list[float]]] = {}
         self._prefill_cache: dict[tuple[int, float, float], float] = {}
+        self._series_memo: dict[int, dict[int, int]] = {}
+        """A short decode series' step durations (ns) per batch size, by the KV tokens the step reads: exactly
+        what the step's float operations give, since nothing else of the step varies (`decode_series`)."""
+        self._series_size = 0
 
     def _work(self) -> None:
         """The step's work for telemetry: weight bytes per GPU and FLOPs per token."""
@@ -323,11 +329,20 @@ class CostModel:
         Equal, element by element, to calling `step_ns` for each step.
         """
         if steps <= SHORT_SERIES:  # most runs: the same float operations as `step_ns`, in Python floats
+            known = self._series_memo.get(requests)
+            if known is None:
+                known = self._series_memo[requests] = {}
             fixed = self._tokens_s(requests) + self._requests_s(requests)
             factor, read, out = self.factor, context_tokens + requests, []
             for _ in range(steps):
-                step_gpu = fixed + float(self._decode_attention_s(requests, read))
-                out.append(round((float(self._host_s(requests, requests, step_gpu)) + step_gpu) * factor * 1e9))
+                ns = known.get(read)
+                if ns is None:
+                    step_gpu = fixed + float(self._decode_attention_s(requests, read))
+                    ns = round((float(self._host_s(requests, requests, step_gpu)) + step_gpu) * factor * 1e9)
+                    if self._series_size < SERIES_LIMIT:
+                        known[read] = ns
+                        self._series_size += 1
+                out.append(ns)
                 read += requests
             return out
         host, gpu = self._decode_parts(requests, context_tokens, steps)
