@@ -37,6 +37,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -63,6 +64,10 @@ CACHE_LIMIT = 1 << 17
 """Token and request counts remembered per cost model."""
 SHORT_SERIES = 32
 """Decode series in CUDA graphs up to this many steps are summed in Python floats, longer ones in numpy."""
+SERIES_LIMIT = 1 << 18
+"""Steps of short decode series remembered per kind of cost model (about 100 bytes each)."""
+SHARED_MODELS = 16
+"""Kinds of cost model (distinct constructor arguments) whose caches are kept for the next one built alike."""
 KV_GRID = np.unique(np.round(np.geomspace(1, 1 << 21, 96)))
 """KV lengths at which a batch size's decode-attention curve is read from the tables (linear between them)."""
 KV_LIST: list[float] = KV_GRID.tolist()
@@ -110,6 +115,43 @@ def _bucket(x: float) -> float:
     return round(x / step) * step
 
 
+class _Caches:
+    """What a cost model remembers: exact results of its pure functions of (its constructor's arguments, its GPU's
+    constants), so that cost models built alike share them (`_shared`)."""
+
+    __slots__ = ("decode_curves", "kernels", "prefill", "requests", "series", "series_size", "tokens")
+
+    def __init__(self) -> None:
+        self.kernels: StepKernels | None = None
+        self.tokens: dict[int, float] = {}
+        self.requests: dict[int, float] = {}
+        self.decode_curves: dict[int, tuple[np.ndarray, np.ndarray, list[float], list[float]]] = {}
+        self.prefill: dict[tuple[int, float, float], float] = {}
+        self.series: dict[int, dict[int, int]] = {}
+        self.series_size = [0]
+
+
+_SHARED: dict[tuple[Any, ...], _Caches] = {}
+
+
+def _shared(arguments: dict[str, Any], constants: GpuConstants) -> _Caches:
+    """The caches of the cost models built with these arguments and constants (the replicas of a deployment, the
+    simulations of a plan's search): every price is a function of them alone, so one computed for one model is
+    the same for the others. The `SHARED_MODELS` most recently built kinds are kept; arguments that cannot be
+    hashed get caches of their own."""
+    key = (tuple(arguments.items()), constants.name, constants.default)
+    try:
+        found = _SHARED.pop(key, None)
+    except TypeError:
+        return _Caches()
+    if found is None:
+        found = _Caches()
+        while len(_SHARED) >= SHARED_MODELS:
+            del _SHARED[next(iter(_SHARED))]
+    _SHARED[key] = found  # most recently used last
+    return found
+
+
 class CostModel:
     """Step times of one model replica (TP shards) on one GPU type."""
 
@@ -123,6 +165,8 @@ class CostModel:
         class's entrypoint (its in-process output processing, `Efficiency.output_ns`); `async_scheduling`: the engine
         core prepares the next step while the GPU runs this one (vLLM's `--async-scheduling`), so its CPU work costs
         only what the kernels do not hide."""
+        arguments = dict(locals())
+        del arguments["self"]
         if constants is None:
             from .calibration import constants as lookup
             constants = lookup(gpu)
@@ -134,7 +178,10 @@ class CostModel:
         self._memory = constants.default.bandwidth / efficiency.bandwidth
         self._compute = constants.default.mfu / efficiency.mfu
         self._token_model = arch.flops_per_sample is not None or arch.heads == 0
-        self.kernels = StepKernels(arch, gpu, tensor_parallel, expert_parallel, data_parallel, kv_dtype)
+        shared = _shared(arguments, constants)
+        self.kernels = shared.kernels if shared.kernels is not None else StepKernels(
+            arch, gpu, tensor_parallel, expert_parallel, data_parallel, kv_dtype)
+        shared.kernels = self.kernels
         self.layers = max(arch.layers, 1)
         self._kv_bytes = kv_bytes_per_token
         self._peak_flops = (gpu.fp8_flops if arch.low_precision_compute() and gpu.fp8_flops else gpu.fp16_flops) / (
@@ -152,10 +199,14 @@ class CostModel:
         self._token_s = efficiency.per_token_ns / 1e9
         self._overlap = async_scheduling
         self._work()
-        self._tokens_cache: dict[int, float] = {}
-        self._requests_cache: dict[int, float] = {}
-        self._decode_curves: dict[int, tuple[np.ndarray, np.ndarray, list[float], list[float]]] = {}
-        self._prefill_cache: dict[tuple[int, float, float], float] = {}
+        self._tokens_cache = shared.tokens
+        self._requests_cache = shared.requests
+        self._decode_curves = shared.decode_curves
+        self._prefill_cache = shared.prefill
+        self._series_memo = shared.series
+        """A short decode series' step durations (ns) per batch size, by the KV tokens the step reads: exactly
+        what the step's float operations give, since nothing else of the step varies (`decode_series`)."""
+        self._series_size = shared.series_size
 
     def _work(self) -> None:
         """The step's work for telemetry: weight bytes per GPU and FLOPs per token."""
@@ -323,11 +374,20 @@ class CostModel:
         Equal, element by element, to calling `step_ns` for each step.
         """
         if steps <= SHORT_SERIES:  # most runs: the same float operations as `step_ns`, in Python floats
+            known = self._series_memo.get(requests)
+            if known is None:
+                known = self._series_memo[requests] = {}
             fixed = self._tokens_s(requests) + self._requests_s(requests)
             factor, read, out = self.factor, context_tokens + requests, []
             for _ in range(steps):
-                step_gpu = fixed + float(self._decode_attention_s(requests, read))
-                out.append(round((float(self._host_s(requests, requests, step_gpu)) + step_gpu) * factor * 1e9))
+                ns = known.get(read)
+                if ns is None:
+                    step_gpu = fixed + float(self._decode_attention_s(requests, read))
+                    ns = round((float(self._host_s(requests, requests, step_gpu)) + step_gpu) * factor * 1e9)
+                    if self._series_size[0] < SERIES_LIMIT:
+                        known[read] = ns
+                        self._series_size[0] += 1
+                out.append(ns)
                 read += requests
             return out
         host, gpu = self._decode_parts(requests, context_tokens, steps)
