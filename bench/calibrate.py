@@ -119,16 +119,44 @@ def _online_metrics(args: tuple[Any, dict[str, float]]) -> tuple[str, dict[int, 
     return run.experiment, simulate(run, None)
 
 
+def _stage_cache(run: Any, terms: dict[str, float]) -> Path:
+    """Where one run's simulated stages under `terms` are kept: keyed by the run, the terms, the package's hash and
+    the online bench's code (the folds' fits share the replays without a critical term)."""
+    import hashlib
+
+    from silicon import BENCH, code_hash
+
+    key = json.dumps([run.experiment, sorted(terms.items()), code_hash()]).encode() + (BENCH / "online.py").read_bytes()
+    return BENCH / ".cache" / "online-stages" / f"{hashlib.sha256(key).hexdigest()[:24]}.json"
+
+
 def online_stages(runs: list[Any], terms: dict[str, float], jobs: int = 2) -> list[tuple[Any, Any]]:
-    """(simulated, measured) metrics of every stage of the runs the client kept up with, under `terms`."""
+    """(simulated, measured) metrics of every stage of the runs the client kept up with, under `terms`; the
+    simulated ones as {"ttft_mean", "decode_per_token"} (cached per run and terms)."""
     from online import measured
 
     kept = [r for r in runs if not r.overloaded]
-    if jobs <= 1:
-        found = dict(_online_metrics((r, terms)) for r in kept)
-    else:
-        with ProcessPoolExecutor(min(jobs, max(len(kept), 1))) as pool:
-            found = dict(pool.map(_online_metrics, [(r, terms) for r in kept], chunksize=1))
+    found: dict[str, dict[int, dict[str, float]]] = {}
+    todo = []
+    for r in kept:
+        path = _stage_cache(r, terms)
+        if path.is_file():
+            found[r.experiment] = {int(k): v for k, v in json.loads(path.read_text()).items()}
+        else:
+            todo.append(r)
+    if todo:
+        if jobs <= 1:
+            got = dict(_online_metrics((r, terms)) for r in todo)
+        else:
+            with ProcessPoolExecutor(min(jobs, len(todo))) as pool:
+                got = dict(pool.map(_online_metrics, [(r, terms) for r in todo], chunksize=1))
+        for r in todo:
+            stages = {stage: {"ttft_mean": m.ttft_mean, "decode_per_token": m.decode_per_token}
+                      for stage, m in got[r.experiment].items()}
+            path = _stage_cache(r, terms)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(stages))
+            found[r.experiment] = stages
     return [(found[r.experiment][stage], measured(row)) for r in kept for stage, row in sorted(r.stages.items())]
 
 
@@ -136,7 +164,7 @@ def fit_critical(runs: list[Any], jobs: int = 2) -> int:
     """The per-step critical-path time: the median over the online stages of measured minus simulated decode time
     per token, simulated with the engine's host terms as installed and no critical term, no front end."""
     pairs = online_stages(runs, {**calibration.host(), "critical_ns": 0.0, "frontend_ns": 0.0}, jobs)
-    return max(round(statistics.median(m["decode_per_token"] - s.decode_per_token for s, m in pairs) * 1e9), 0)
+    return max(round(statistics.median(m["decode_per_token"] - s["decode_per_token"] for s, m in pairs) * 1e9), 0)
 
 
 def fit_frontend(runs: list[Any], critical: float | None = None, jobs: int = 2) -> int:
@@ -144,7 +172,7 @@ def fit_frontend(runs: list[Any], critical: float | None = None, jobs: int = 2) 
     (simulated with the installed host terms and `critical` ns per step, without a front end), makes the median
     relative TTFT error zero."""
     critical = calibration.host()["critical_ns"] if critical is None else critical
-    pairs = [(s.ttft_mean, m["ttft_mean"]) for s, m in
+    pairs = [(s["ttft_mean"], m["ttft_mean"]) for s, m in
              online_stages(runs, {**calibration.host(), "critical_ns": critical, "frontend_ns": 0.0}, jobs)]
     # the time that makes the median relative TTFT error zero (monotone in it: bisection)
     low, high = 0.0, max(m - s for s, m in pairs) + 0.1
