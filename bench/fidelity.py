@@ -14,7 +14,7 @@ nothing is fitted on a set the output says so, and out of sample is then the sam
   ratio. The engine constants fitted on these rows (`bench/calibrate.py`) are refitted per held-out model.
 - `online`: the real vLLM servers on H100 under inference-perf (`bench/online.py`): mean and p99 TTFT and E2E and
   the decode time per token (the mean ITL), each run with the online constants fitted without its model
-  (the frontend time fitted without its model, `bench/calibrate.py`).
+  (the per-step critical-path time and the frontend time, `bench/calibrate.py` `fit_critical`, `fit_frontend`).
 - `kernels`: the kernel tables against their held-back measured rows (`bench/kernel_fidelity.py`'s parts).
 """
 
