@@ -14,14 +14,20 @@ Which data fix which constant:
    rows are scored out of sample.
    The offline rows cannot tell the engine's per-request work from the `LLM` class's output processing (both are
    per request per step there), so the per-request total is split by `SERVER_REQUEST_SHARE`.
-2. `frontend_ns` (the API server's time on a request before the engine sees it): the online H100 runs
-   (`bench/online.py`) at their lowest-rate stage, where nothing queues: the time that, added to the simulated mean
-   TTFT without a front end, makes the median relative error over the runs zero.
+2. `critical_ns` (per step, on the critical path whatever the scheduling): the online H100 runs (`bench/online.py`,
+   real `vllm serve` servers of 2026, async scheduling), every stage the client kept up with, replayed whole: there
+   the engine core's CPU terms hide under the kernels, so what a decode token takes over the tables' kernels is
+   this term (the median over stages of measured minus simulated decode time per token, simulated without it). It
+   is fitted first; the Argonne fit (1) then takes it as given (`critical x steps` is part of `L0`).
+3. `frontend_ns` (the API server's time on a request before the engine sees it): the same stages, simulated with
+   the fitted `critical_ns`: the time that, added to the simulated mean TTFT without a front end, makes the median
+   relative TTFT error over the stages zero.
 Nothing is fitted on the Blackwell end-to-end runs: the fidelity bench scores them out of sample.
 
-`fit_offline(rows)` and `fit_frontend(runs)` are what the fidelity bench refits without a held-out group.
+`fit_offline(rows)`, `fit_critical(runs)` and `fit_frontend(runs)` are what the fidelity bench refits without a
+held-out group.
 
-    python bench/calibrate.py [--write] [--holdout FAMILY] [--skip-frontend] [--jobs 2]
+    python bench/calibrate.py [--write] [--holdout FAMILY] [--skip-online] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -51,7 +57,7 @@ PER_TOKEN_NS = 0.0
 """Not fitted: the Argonne batches' prefill tokens drive it (it took 24 us a token, 200 ms for a 8,192-token step,
 which is the 2024 vLLM's slower prefill kernels showing through, not CPU work); vLLM's input preparation per
 token is well under a microsecond. Kept as a term a scenario's data can fix later."""
-ZERO = {"step_overhead_ns": 0.0, "per_request_ns": 0.0, "per_token_ns": 0.0, "output_ns": 0.0}
+ZERO = {"step_overhead_ns": 0.0, "per_request_ns": 0.0, "per_token_ns": 0.0, "output_ns": 0.0, "critical_ns": 0.0}
 
 
 def _latency_ns(args: tuple[Row, dict[str, float]]) -> int:
@@ -77,15 +83,18 @@ def counts(data: list[Row], jobs: int = 2) -> np.ndarray:
     return np.stack([base, *per], axis=1)
 
 
-def fit_offline(data: list[Row], table: np.ndarray | None = None, jobs: int = 2) -> dict[str, float]:
-    """The engine's host terms from offline rows (non-negative least squares of the relative error)."""
+def fit_offline(data: list[Row], table: np.ndarray | None = None, jobs: int = 2,
+                critical: float | None = None) -> dict[str, float]:
+    """The engine's host terms from offline rows (non-negative least squares of the relative error), with the
+    critical-path term `critical` ns per step given (default: the installed one)."""
     from scipy.optimize import nnls
 
+    critical = calibration.host()["critical_ns"] if critical is None else critical
     table = counts(data, jobs) if table is None else table
     measured = np.array([r.latency * 1e9 for r in data])
-    # (L0 + a N + b R + c T) / y - 1 -> [N/y, R/y, T/y] x - (1 - L0/y)
+    # (L0 + k N + a N + b R + c T) / y - 1 -> [N/y, R/y, T/y] x - (1 - (L0 + k N)/y)
     a = table[:, 1:3] / measured[:, None]
-    b = 1 - (table[:, 0] + PER_TOKEN_NS * table[:, 3]) / measured
+    b = 1 - (table[:, 0] + critical * table[:, 1] + PER_TOKEN_NS * table[:, 3]) / measured
     x, _ = nnls(a, b)
     step, request = (float(v) for v in x)
     token = PER_TOKEN_NS
@@ -96,22 +105,75 @@ def fit_offline(data: list[Row], table: np.ndarray | None = None, jobs: int = 2)
 def predicted(table: np.ndarray, terms: dict[str, float]) -> np.ndarray:
     """Seconds per row under `terms`, from `counts`."""
     request = terms["per_request_ns"] + terms["output_ns"]
-    return (table[:, 0] + terms["step_overhead_ns"] * table[:, 1] + request * table[:, 2]
+    step = terms["step_overhead_ns"] + terms.get("critical_ns", 0.0)
+    return (table[:, 0] + step * table[:, 1] + request * table[:, 2]
             + terms["per_token_ns"] * table[:, 3]) / 1e9
 
 
-def fit_frontend(runs: list[Any]) -> int:
-    """The API server's per-request time: measured minus simulated mean TTFT at each run's first (lowest-rate)
-    stage, without a front end; the median over runs."""
-    from online import measured, simulate
+def _online_metrics(args: tuple[Any, dict[str, float]]) -> tuple[str, dict[int, Any]]:
+    """One online run replayed whole with `terms` installed as host terms in this process."""
+    from online import simulate
 
-    pairs = []
-    for run in runs:
-        if run.overloaded:
-            continue
-        first = min(run.stages)
-        got = simulate(run, {"frontend": 0}, stage_s=30)[first]
-        pairs.append((got.ttft_mean, measured(run.stages[first])["ttft_mean"]))
+    run, terms = args
+    calibration.with_host(**terms)
+    return run.experiment, simulate(run, None)
+
+
+def _stage_cache(run: Any, terms: dict[str, float]) -> Path:
+    """Where one run's simulated stages under `terms` are kept: keyed by the run, the terms, the package's hash and
+    the online bench's code (the folds' fits share the replays without a critical term)."""
+    import hashlib
+
+    from silicon import BENCH, code_hash
+
+    key = json.dumps([run.experiment, sorted(terms.items()), code_hash()]).encode() + (BENCH / "online.py").read_bytes()
+    return BENCH / ".cache" / "online-stages" / f"{hashlib.sha256(key).hexdigest()[:24]}.json"
+
+
+def online_stages(runs: list[Any], terms: dict[str, float], jobs: int = 2) -> list[tuple[Any, Any]]:
+    """(simulated, measured) metrics of every stage of the runs the client kept up with, under `terms`; the
+    simulated ones as {"ttft_mean", "decode_per_token"} (cached per run and terms)."""
+    from online import measured
+
+    kept = [r for r in runs if not r.overloaded]
+    found: dict[str, dict[int, dict[str, float]]] = {}
+    todo = []
+    for r in kept:
+        path = _stage_cache(r, terms)
+        if path.is_file():
+            found[r.experiment] = {int(k): v for k, v in json.loads(path.read_text()).items()}
+        else:
+            todo.append(r)
+    if todo:
+        if jobs <= 1:
+            got = dict(_online_metrics((r, terms)) for r in todo)
+        else:
+            with ProcessPoolExecutor(min(jobs, len(todo))) as pool:
+                got = dict(pool.map(_online_metrics, [(r, terms) for r in todo], chunksize=1))
+        for r in todo:
+            stages = {stage: {"ttft_mean": m.ttft_mean, "decode_per_token": m.decode_per_token}
+                      for stage, m in got[r.experiment].items()}
+            path = _stage_cache(r, terms)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(stages))
+            found[r.experiment] = stages
+    return [(found[r.experiment][stage], measured(row)) for r in kept for stage, row in sorted(r.stages.items())]
+
+
+def fit_critical(runs: list[Any], jobs: int = 2) -> int:
+    """The per-step critical-path time: the median over the online stages of measured minus simulated decode time
+    per token, simulated with the engine's host terms as installed and no critical term, no front end."""
+    pairs = online_stages(runs, {**calibration.host(), "critical_ns": 0.0, "frontend_ns": 0.0}, jobs)
+    return max(round(statistics.median(m["decode_per_token"] - s["decode_per_token"] for s, m in pairs) * 1e9), 0)
+
+
+def fit_frontend(runs: list[Any], critical: float | None = None, jobs: int = 2) -> int:
+    """The API server's per-request time: the time that, added to the simulated mean TTFT of every online stage
+    (simulated with the installed host terms and `critical` ns per step, without a front end), makes the median
+    relative TTFT error zero."""
+    critical = calibration.host()["critical_ns"] if critical is None else critical
+    pairs = [(s["ttft_mean"], m["ttft_mean"]) for s, m in
+             online_stages(runs, {**calibration.host(), "critical_ns": critical, "frontend_ns": 0.0}, jobs)]
     # the time that makes the median relative TTFT error zero (monotone in it: bisection)
     low, high = 0.0, max(m - s for s, m in pairs) + 0.1
     for _ in range(60):
@@ -127,14 +189,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="store the fitted terms in costmodel/host.json")
     parser.add_argument("--holdout", metavar="FAMILY", help="fit without this model's rows and report them")
-    parser.add_argument("--skip-frontend", action="store_true", help="keep the stored frontend_ns (the online runs "
-                        "take minutes)")
+    parser.add_argument("--skip-online", "--skip-frontend", dest="skip_online", action="store_true",
+                        help="keep the stored critical_ns and frontend_ns (the online runs take minutes)")
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
+    terms: dict[str, float] = {}
+    online_runs: list[Any] = []
+    if not args.skip_online:
+        from online import runs
+
+        online_runs = [r for r in runs() if r.family != args.holdout]
+        terms["critical_ns"] = fit_critical(online_runs, args.jobs)
+        calibration.with_host(critical_ns=terms["critical_ns"])
+        print(f"critical path per step from the online H100 runs' decode time per token: "
+              f"{terms['critical_ns'] / 1e6:.3f} ms")
     data = rows()
     table = counts(data, args.jobs)
     train = [i for i, r in enumerate(data) if r.family != args.holdout and calibration.constants(r.gpu).measured]
-    terms = fit_offline([data[i] for i in train], table[train])
+    terms.update(fit_offline([data[i] for i in train], table[train]))
     seconds = predicted(table, {**calibration.host(), **terms})
     errors = np.array([s / r.latency - 1 for s, r in zip(seconds, data)]) * 100
     print("host terms from the Argonne offline rows:", terms)
@@ -144,16 +216,15 @@ def main() -> None:
             if len(e):
                 print(f"  {gpu} {group}: median |error| {np.median(abs(e)):.2f} %, signed {np.median(e):+.2f} %, "
                       f"max {abs(e).max():.2f} % ({len(e)} rows)")
-    if not args.skip_frontend:
-        from online import runs
-
+    if not args.skip_online:
         calibration.with_host(**terms)
-        terms["frontend_ns"] = fit_frontend([r for r in runs() if r.family != args.holdout])
-        print(f"frontend from the online H100 runs' first stage: {terms['frontend_ns'] / 1e6:.2f} ms")
+        terms["frontend_ns"] = fit_frontend(online_runs, jobs=args.jobs)
+        print(f"frontend from the online H100 runs' TTFT: {terms['frontend_ns'] / 1e6:.2f} ms")
     if args.write and not args.holdout:
-        document = {"source": "step, request, token and output terms: bench/data/argonne-vllm-calibration.csv "
-                              "(offline batches on H100-SXM; the A100 rows out of sample); frontend: bench/data/vllm-online-h100.csv (first stage); "
-                              "see bench/calibrate.py",
+        document = {"source": "critical and frontend terms: bench/data/vllm-online-h100.csv (every stage the client "
+                              "kept up with, replayed whole); step, request, token and output terms: "
+                              "bench/data/argonne-vllm-calibration.csv (offline batches on H100-SXM, the critical "
+                              "term given; the A100 rows out of sample); see bench/calibrate.py",
                     "command": "python bench/calibrate.py --write",
                     "host": {**calibration.host(), **terms},
                     "fit": {"rows": len(data), "median_abs_error_pct": round(float(np.median(abs(errors))), 2),

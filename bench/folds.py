@@ -84,30 +84,32 @@ def _cached(name: str, compute: Callable[[], Any]) -> Any:
 # -- Argonne: the engine constants that bench/calibrate.py fits on the Argonne rows, per GPU ------------------------
 
 ARGONNE_FITTED = ("the engine's host terms (CPU per step, per request, offline output processing: costmodel/host.json, "
-                  "bench/calibrate.py `fit_offline`) on the Argonne rows of GPUs priced by their own tables (H100-SXM)")
+                  "bench/calibrate.py `fit_offline`) on the Argonne rows of GPUs priced by their own tables (H100-SXM), "
+                  "given the critical-path term fitted on the online runs")
 NOT_REFITTED = "not refitted per fold: nothing else (every GPU term is a kernel-table lookup, nothing fitted)"
 
 
-def _fit_engine(args: tuple[str, list[Any]]) -> dict[str, float]:
+def _fit_engine(args: tuple[str, list[Any], float]) -> dict[str, float]:
     from calibrate import fit_offline
 
-    _, train = args
-    return fit_offline(train, jobs=1)
+    _, train, critical = args
+    return fit_offline(train, jobs=1, critical=critical)
 
 
-def argonne_engines(folds: dict[str, tuple[str, list[Any]]], jobs: int) -> dict[str, dict[str, float]]:
-    """{fold name: host terms} for each (gpu, training rows), fitted in a pool, cached."""
+def argonne_engines(folds: dict[str, tuple[str, list[Any], float]], jobs: int) -> dict[str, dict[str, float]]:
+    """{fold name: host terms} for each (gpu, training rows, critical-path ns per step given), fitted in a pool,
+    cached."""
     out: dict[str, dict[str, float]] = {}
     todo = []
-    for name, (gpu, train) in folds.items():
-        label = f"argonne-engine|{gpu}|{sorted(repr(r) for r in train)}"
+    for name, (gpu, train, critical) in folds.items():
+        label = f"argonne-engine|{gpu}|{critical:g}|{sorted(repr(r) for r in train)}"
         found = _peek(label)
         if found is None:
-            todo.append((name, label, gpu, train))
+            todo.append((name, label, (gpu, train, critical)))
         else:
             out[name] = found
-    fitted = pool_map(_fit_engine, [(gpu, train) for _, _, gpu, train in todo], jobs)
-    for (name, label, _, _), value in zip(todo, fitted):
+    fitted = pool_map(_fit_engine, [work for _, _, work in todo], jobs)
+    for (name, label, _), value in zip(todo, fitted):
         out[name] = _cached(label, lambda value=value: value)
     return out
 
@@ -129,22 +131,31 @@ def install(gpu: str, engine: dict[str, float] | None, online_constants: dict[st
         calibration.with_host(**online_constants)
 
 
-def online_folds() -> dict[str, dict[str, float]]:
-    """{family left out: {"frontend_ns": the frontend fitted on the other models' online runs}} (cached)."""
-    from calibrate import fit_frontend
+ONLINE_FITTED = ("the critical-path time per step (bench/calibrate.py `fit_critical`: decode time per token) and the "
+                 "API server's frontend time (`fit_frontend`: TTFT) on the online runs' stages")
+
+
+def _fit_online(train: list[Any], jobs: int) -> dict[str, float]:
+    from calibrate import fit_critical, fit_frontend
+
+    critical = fit_critical(train, jobs)
+    return {"critical_ns": critical, "frontend_ns": fit_frontend(train, critical, jobs)}
+
+
+def online_folds(jobs: int = 2) -> dict[str, dict[str, float]]:
+    """{family left out: {"critical_ns", "frontend_ns"}: fitted on the other models' online runs} (cached)."""
     from online import runs
 
     everything = runs()
-    return {family: {"frontend_ns": _cached(f"online-frontend-without|{family}",
-                                            lambda family=family: fit_frontend([r for r in everything
-                                                                                if r.family != family]))}
+    return {family: _cached(f"online-without|{family}",
+                            lambda family=family: _fit_online([r for r in everything if r.family != family], jobs))
             for family in sorted({r.family for r in everything})}
 
 
 def online_shipped() -> dict[str, float]:
     from aisim.engine.costmodel import calibration
 
-    return {"frontend_ns": calibration.host()["frontend_ns"]}
+    return {k: calibration.host()[k] for k in ("critical_ns", "frontend_ns")}
 
 
 def fold(name: str, gpu: str, engine: dict[str, float] | None, online_constants: dict[str, float] | None) -> Fold:

@@ -1,8 +1,9 @@
 """How close aisim is to real vLLM servers under inference-perf, out of sample: every run of the online data.
 
-Each run is predicted with the only constant fitted on these runs, the API server's `frontend_ns`
-(`bench/calibrate.py`), fitted again without its model's runs (leave-one-model-out; the engine's host terms
-come from the Argonne offline rows, every GPU term from the kernel tables), replayed in
+Each run is predicted with the constants fitted on these runs, the per-step critical-path time `critical_ns` and the
+API server's `frontend_ns` (`bench/calibrate.py`), fitted again without its model's runs (leave-one-model-out,
+`folds.online_folds`; the engine's other host terms come from the Argonne offline rows, every GPU term from the
+kernel tables), replayed in
 full (every stage at its measured rate and duration, 300 s client timeout). Prints, per run and stage,
 the error of mean and p99 TTFT, mean and p99 E2E and decode time per token; then the median and worst
 |error| per metric for each model and stage index and overall, over the runs the server kept up with;
@@ -21,20 +22,23 @@ import statistics
 import time
 from concurrent.futures import ProcessPoolExecutor
 
-from calibrate import fit_frontend
+from folds import online_folds
 from online import Run, measured, runs, simulate
 
 from aisim.engine.client_report import StageMetrics
+from aisim.engine.costmodel import calibration
 
 METRICS = ("ttft_mean", "ttft_p99", "e2e_mean", "e2e_p99", "decode_per_token")
 TARGETS = {"e2e_mean": 10.0, "decode_per_token": 10.0, "ttft_mean": 15.0, "ttft_p99": 25.0}
 
 
-def predict(args: tuple[Run, int | None]) -> tuple[str, dict[int, StageMetrics], float]:
-    """One run, with `frontend` ns as its scenario's `costModel.frontend` (None: the shipped one)."""
-    run, frontend = args
+def predict(args: tuple[Run, dict[str, float] | None]) -> tuple[str, dict[int, StageMetrics], float]:
+    """One run, with `constants` (critical_ns, frontend_ns) installed as host terms (None: the shipped ones)."""
+    run, constants = args
     started = time.perf_counter()
-    got = simulate(run, None if frontend is None else {"frontend": frontend})
+    if constants is not None:
+        calibration.with_host(**constants)
+    got = simulate(run, None)
     return run.experiment, got, time.perf_counter() - started
 
 
@@ -45,10 +49,11 @@ def main() -> None:
                         help="lomo: each model with the fit that never saw it (default); all: the shipped fit (in sample)")
     args = parser.parse_args()
     everything = runs()
-    folds: dict[str, int | None] = {}
+    fitted = online_folds(args.jobs) if args.fit == "lomo" else {}
+    folds: dict[str, dict[str, float] | None] = {}
     for family in {run.family for run in everything}:
-        folds[family] = fit_frontend([r for r in everything if r.family != family]) if args.fit == "lomo" else None
-        print(f"frontend without {family}: {folds[family]} ns")
+        folds[family] = fitted.get(family)
+        print(f"online constants without {family}: {folds[family]}")
     work = [(run, folds[run.family]) for run in everything]
     started = time.perf_counter()
     with ProcessPoolExecutor(args.jobs) as pool:

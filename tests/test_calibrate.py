@@ -10,7 +10,7 @@ import pytest
 
 from aisim.cli import main
 from aisim.engine.costmodel import Efficiency
-from aisim.replay.calibrate import calibrate, current_constants
+from aisim.replay.calibrate import calibrate, current_constants, hidden_overheads
 from aisim.replay.formats import write_log
 from aisim.replay.records import LoggedRequest, RequestLog
 from aisim.replay.simulate import SimulationReplay
@@ -116,3 +116,14 @@ def test_calibrate_refuses_a_log_of_mock_models_only(tmp_path: Path, capsys: pyt
         write_log(out, RequestLog([LoggedRequest(0, "gpt-4-turbo-mock", 100, 10, ttft=0.4, e2e=0.9)]))
     assert main(["calibrate", str(log), "--scenario", str(default), "--output", str(tmp_path / "x.yaml")]) == 1
     assert "no model with a cost model" in capsys.readouterr().err
+
+
+def test_calibrate_warns_when_async_scheduling_hides_the_overheads_it_fits() -> None:
+    """The server's default schedules asynchronously: the step overheads hide under the kernels, and the warning says
+    so and how to turn it off; a synchronous engine (the scenario above) gets none."""
+    synchronous = check_text(BASE)
+    default = check_text(BASE.replace("    engine: {asyncScheduling: false}", "    engine: {entrypoint: server}"))
+    assert synchronous.scenario is not None and default.scenario is not None
+    assert hidden_overheads(synchronous.scenario.models[0]) is None
+    warning = hidden_overheads(default.scenario.models[0])
+    assert warning is not None and "asyncScheduling: false" in warning and "'llama'" in warning

@@ -124,7 +124,7 @@ def test_one_batch_through_both_entrypoints_differs_only_by_the_named_host_terms
     """The same batch, the same engine limits, synchronous scheduling on both: the served run's engine starts
     `frontend_ns` later (the API server's work on each request) and the offline run pays the `LLM` class's output
     processing, `output_ns` per scheduled request per step (64 requests in each of their 32 steps). Nothing else
-    differs: the GPU work of each step is the same."""
+    differs: the GPU work of each step is the same, and so is the critical-path term `critical_ns` (paid by both)."""
     terms = calibration.host()
     ends = {}
     for entrypoint in ("offline", "server"):
@@ -136,3 +136,26 @@ def test_one_batch_through_both_entrypoints_differs_only_by_the_named_host_terms
     expected = terms["frontend_ns"] - terms["output_ns"] * 64 * 32
     assert terms["frontend_ns"] > 0 and terms["output_ns"] > 0
     assert ends["server"] - ends["offline"] == pytest.approx(expected, abs=64)
+
+
+def test_with_each_entrypoints_default_scheduling_the_difference_is_still_the_named_host_terms() -> None:
+    """Each entrypoint with its default: the server schedules asynchronously, the offline class synchronously. The
+    batch's 32 steps (one prefill of 64 x 200 tokens, then 31 decodes of 64) each take longer on the GPU than the
+    engine core's CPU work, so async scheduling hides all of that CPU work: the difference is `frontend_ns`, less
+    the offline class's output processing, less the engine core's CPU of each step (its step, per-request and
+    per-token terms). The critical-path term is paid by both, the kernels are the same."""
+    terms = calibration.host()
+    ends = {}
+    for entrypoint in ("offline", "server"):
+        model = {"id": "m", "family": "llama-3-8b", "placement": {"gpus": ["g"]},
+                 "engine": {"entrypoint": entrypoint, "maxNumBatchedTokens": 16384, "maxNumSeqs": 256}}
+        sim = run(scenario([model], [batch(64, 200, 32)]))
+        ends[entrypoint] = max(r.finished_at for r in sim.requests)
+    cost = _cost("llama-3-8b", "H100-SXM")
+    cpu_ns = terms["step_overhead_ns"] + 64 * terms["per_request_ns"]
+    tokens = 64 * 200 + 31 * 64
+    assert cpu_ns < cost.step_parts(64, 64, 64 * 200, 0.0, 64, 64 * 200)[1]  # hidden: shorter than a decode's kernels
+    steps = 32
+    expected = (terms["frontend_ns"] - terms["output_ns"] * 64 * steps
+                - (cpu_ns * steps + terms["per_token_ns"] * tokens))
+    assert ends["server"] - ends["offline"] == pytest.approx(expected, abs=64 * steps)

@@ -166,9 +166,10 @@ def test_decoding_one_request_keeps_the_gpu_busy_for_the_kernel_share_of_each_st
     cost = CostModel(arch, GPU_PROFILES["H100-SXM"], served, 1, kv_bytes_per_token(arch, 1))
     gpu_ns = cost.step_parts(1, 1, 1100, 1101, 1, 1100)[1]  # mid-run context; its KV is < 1 % of the bytes
     # async scheduling (the server's default): the engine core's CPU work runs under the kernels, so only the
-    # graph launch and the kernels' gaps are host time (the CPU work is shorter than the kernels)
+    # critical-path term, the graph launch and the kernels' gaps are host time (the CPU work is shorter than the
+    # kernels)
     cpu_ns = served.step_overhead_ns + served.per_request_ns + served.per_token_ns
-    host_ns = max(cpu_ns - gpu_ns, 0) + 15_000 + 500 * 32 * 12
+    host_ns = max(cpu_ns - gpu_ns, 0) + served.critical_ns + 15_000 + 500 * 32 * 12
     share = gpu_ns / (gpu_ns + host_ns)
     # the weights it reads (every linear layer and the LM head) and the KV of its ~1,100-token context
     weights_ns = ((arch.params - arch.vocab * arch.hidden) * 2 + 1101 * kv_bytes_per_token(arch, 1)) / 3.35e12 * 1e9

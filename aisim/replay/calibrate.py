@@ -48,6 +48,18 @@ class Calibration:
     drift_after: DriftReport | None = None
     scenario: Scenario | None = None
     """The scenario with the fitted constants."""
+    warnings: list[str] = field(default_factory=list)
+    """What the fit could not see, one line each (a model whose step overheads async scheduling hides)."""
+
+
+def hidden_overheads(model: Model) -> str | None:
+    """The warning for a model that schedules asynchronously: its engine core's CPU work runs under the kernels,
+    so the step and per-request overheads show in the log only where they exceed a step's kernels."""
+    if not model.engine.overlapped():
+        return None
+    return (f"model {model.id!r} schedules asynchronously (engine.asyncScheduling, the server's default): its step "
+            "and per-request overheads hide under each step's kernels, so the log fixes them only where they exceed "
+            "the kernels; if the measured server ran without async scheduling, set engine.asyncScheduling: false")
 
 
 def with_constants(scenario: Scenario, model_id: str, efficiency: Efficiency) -> Scenario:
@@ -100,6 +112,7 @@ def calibrate(log: RequestLog, scenario: Scenario, base_dir: Path = Path("."), *
         return SimulationReplay(candidate, base_dir, seed, speed, model, itl=False).run(log)
 
     result = Calibration(drift_before=compare(log, SimulationReplay(scenario, base_dir, seed, speed, model).run(log)))
+    result.warnings = [w for w in (hidden_overheads(t) for t in targets) if w is not None]
     current = scenario
     for target in targets:
         chosen = [i for i, routed in enumerate(routes) if routed == target.id]

@@ -116,12 +116,14 @@ def calibrate(args: argparse.Namespace) -> int:
     source = Path(args.scenario)
     out = Path(args.output) if args.output else source.with_name(source.stem + ".calibrated.yaml")
     write_scenario(source, out, result.fits)
+    for warning in result.warnings:
+        sys.stderr.write(f"aisim calibrate: warning: {warning}\n")
     assert result.drift_before is not None and result.drift_after is not None
     models: dict[str, dict[str, Any]] = {name: {"before": vars(result.before[name]), "after": vars(found.efficiency), "loss": found.loss,
                      "evaluations": found.evaluations} for name, found in result.fits.items()}
     if args.json:
         data = {"scenario": str(out), "models": models, "drift_before": result.drift_before.to_dict(),
-                "drift_after": result.drift_after.to_dict()}
+                "drift_after": result.drift_after.to_dict(), "warnings": result.warnings}
         sys.stdout.write(json.dumps(data, indent=2) + "\n")
         return 0
     for name, entry in models.items():

@@ -138,14 +138,16 @@ class EngineLimits(Spec):
     cuda_graphs: bool = True
     """Replay steps of up to 512 tokens as CUDA graphs (one launch instead of one per kernel)."""
     entrypoint: Literal["server", "offline"] = "server"
-    """How vLLM runs: `server` (`vllm serve`: an API-server process in front of the V1 engine core, with the
-    online calibration's engine-core and API-server costs) or `offline` (the `LLM` class in one process:
-    the offline calibration's per-step costs and its larger default limits)."""
+    """How vLLM runs: `server` (`vllm serve`: the API server's time on each request before the engine core sees it,
+    async scheduling by default) or `offline` (the `LLM` class: its larger default limits, its output processing
+    per request per step, synchronous scheduling by default). The GPU work of a step is the same for both."""
     async_scheduling: bool | None = None
-    """vLLM's `--async-scheduling`: two batches in flight, the next step scheduled while the current one
-    runs, so a request arriving during a step first runs in the step after next. Default: on for `server`
-    (vLLM's default since v0.14.0, PR #27614, on GPU without pipeline parallelism), off for `offline` (the
-    offline calibration's 2024 engine was synchronous)."""
+    """vLLM's `--async-scheduling`: two batches in flight, the engine core schedules and prepares the next step
+    while the current one runs, so its CPU work costs only what the step's kernels do not hide, and a request
+    arriving during a step first runs in the step after next. vLLM turns it on by default since v0.14.0 (PR
+    #27614, in `VllmConfig`, on GPU without pipeline parallelism) for `vllm serve` and the `LLM` class alike.
+    Default here: on for `server`; off for `offline`, whose engine costs are those of the synchronous engine the
+    offline calibration measured (2024, `docs/cost-model.md`): set it true to model a current `LLM` class."""
 
     def overlapped(self) -> bool:
         """Whether the engine schedules a step ahead (async scheduling), after the entrypoint's default."""

@@ -10,6 +10,8 @@ end-to-end runs, and says which data fixed which constant:
   (host work does not depend on the GPU) and both entrypoints;
 - `output_ns`: the offline `LLM` class's output processing (detokenisation) per request per step, in the
   engine's process; the server does it in its API-server process, overlapped with the engine;
+- `critical_ns`: per step, the part outside the tables' kernels that no scheduling hides (input copies and
+  scatter, metadata and sampler kernels, the gap before the next replay), on every step of both entrypoints;
 - `frontend_ns`: the server's API-server time on a request before the engine sees it (HTTP, tokenisation, the
   first chunk's framing), added to TTFT and E2E of `vllm serve` only.
 
@@ -33,7 +35,7 @@ from .model import Efficiency, GpuConstants
 
 HOST_UNCERTAINTY = 0.05
 """What the host terms add to a GPU's kernel uncertainty: their leave-one-out error on the end-to-end data."""
-HOST_TERMS = ("step_overhead_ns", "per_request_ns", "per_token_ns", "output_ns", "frontend_ns")
+HOST_TERMS = ("step_overhead_ns", "per_request_ns", "per_token_ns", "output_ns", "frontend_ns", "critical_ns")
 
 
 def _document() -> dict[str, Any]:
@@ -68,7 +70,7 @@ def constants(gpu: GpuProfile | str) -> GpuConstants:
         terms = host()
         default = Efficiency(bandwidth=bandwidth, mfu=mfu, step_overhead_ns=int(terms["step_overhead_ns"]),
                              per_request_ns=int(terms["per_request_ns"]), per_token_ns=terms["per_token_ns"],
-                             output_ns=int(terms["output_ns"]))
+                             output_ns=int(terms["output_ns"]), critical_ns=int(terms["critical_ns"]))
         found = GpuConstants(profile.name, default, tables.measured,
                              kernel_uncertainty(profile) + HOST_UNCERTAINTY,
                              f"kernels: {tables.source}; host terms: {DOCUMENT.get('source', '')}")

@@ -5,6 +5,7 @@ plus the host's time between them.
     step = CPU + max(launches, GPU)            (eager: the host enqueues kernels while the GPU runs)
     CPU  = engine step + engine request x requests + engine token x tokens  (+ output x requests offline)
            (with async scheduling only what the GPU does not hide: max(CPU - GPU, 0))
+           + critical: the step's time outside the tables' kernels that no scheduling hides
     GPU  = the step's kernels (`step_kernels.py`): per token count (GEMMs by weight format, norms, RoPE,
            activation, fused MoE, TP all-reduces, EP collectives), per request count (LM head, logits
            gather, sampling), and attention over the step's decode and prefill requests
@@ -21,8 +22,15 @@ plus the host's time between them.
   `min(2 x max_num_seqs, 512, max_num_batched_tokens)`, `vllm/config/vllm.py` `_set_cudagraph_sizes`); a larger
   step runs eagerly, one host launch per kernel, overlapped with the kernels before it;
 - the CPU terms are the engine core's per-step work (scheduling, input preparation, sampling bookkeeping,
-  output processing), fitted on end-to-end runs (`calibration.py`, `bench/calibrate.py`): the only fitted
-  constants of a step.
+  output processing), fitted on end-to-end runs (`calibration.py`, `bench/calibrate.py`): with async scheduling the
+  engine does all of it for step N+1 while step N's kernels run (vLLM's `step_with_batch_queue`: the sampled tokens
+  stay on the GPU for the next step's inputs and come back on a side stream), so only what exceeds the kernels
+  shows;
+- `critical_ns` is the part of a step that sits on the GPU's critical path whatever the scheduling: the step's
+  input copies, the input-id scatter, attention-metadata and sampler kernels beyond the tables' element-wise pass,
+  and the gap before the next step's replay. It is fitted on the served runs (`bench/calibrate.py`
+  `fit_critical`), where async scheduling hides the CPU terms, so their decode time per token over the tables'
+  kernels fixes it.
 
 `costModel.bandwidthEfficiency` and `mfu` still work: they scale the memory-bound terms (decode attention,
 small-token kernels) and the compute-bound ones (prefill attention, large-token kernels) by the ratio of the
@@ -90,6 +98,9 @@ class Efficiency:
     output_ns: int = 0
     """Offline entrypoint only: the `LLM` class's in-process output processing (detokenisation) per request per
     step; the server does it in its API-server process, overlapped with the engine's steps."""
+    critical_ns: int = 0
+    """Per step, on the critical path with or without async scheduling: the step's work outside the tables' kernels
+    that the engine cannot prepare ahead (input copies and scatter, metadata and sampler kernels, the replay gap)."""
 
 
 @dataclass(frozen=True)
@@ -197,6 +208,7 @@ class CostModel:
         self._fixed_s = efficiency.step_overhead_ns / 1e9
         self._request_s = (efficiency.per_request_ns + (efficiency.output_ns if offline else 0)) / 1e9
         self._token_s = efficiency.per_token_ns / 1e9
+        self._critical_s = efficiency.critical_ns / 1e9
         self._overlap = async_scheduling
         self._work()
         self._tokens_cache = shared.tokens
@@ -314,12 +326,14 @@ class CostModel:
         return seconds + self._prefill_attention_s(prefills, new_tokens - decodes, context_tokens - decode_context)
 
     def _host_s(self, requests: int, tokens: int, gpu: float | np.ndarray) -> float | np.ndarray:
-        """The step's time outside its kernels: the engine's CPU work, then the graph replay's launch,
-        or in an eager step whatever of its launches the kernels do not hide."""
+        """The step's time outside its kernels: the engine's CPU work (with async scheduling what the kernels do not
+        hide of it), the critical-path term, then the graph replay's launch, or in an eager step whatever of its
+        launches the kernels do not hide."""
         cpu: float | np.ndarray = self._fixed_s + requests * self._request_s + tokens * self._token_s
         scalar = not isinstance(gpu, np.ndarray)
         if self._overlap:  # the next step's CPU work runs under this step's kernels
             cpu = max(cpu - gpu, 0.0) if scalar else np.maximum(cpu - gpu, 0.0)
+        cpu = cpu + self._critical_s
         if self._in_graph(tokens):
             return cpu + self._graph_launch_s
         if scalar:
