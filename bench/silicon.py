@@ -65,6 +65,12 @@ ROUNDS = 10
 
 T = TypeVar("T")
 
+RANGE_RATIO = 0.8
+"""The client's `--random-range-ratio`: each prompt and answer length is drawn uniformly between `RANGE_RATIO` x
+the row's `isl` / `osl` and the full length (InferenceMAX's client: `benchmark_serving.py --dataset-name random
+--random-range-ratio 0.8 --num-prompts 10 x CONC --max-concurrency CONC --ignore-eos`; the Blackwell rows are its
+database's runs, their ids its configurations and workflow runs). 1.0: fixed lengths (`--range-ratio`)."""
+
 KV_CACHE_DTYPE = {"fp8": "fp8", "fp4": "fp8", "int4": "auto"}
 """The KV-cache dtype per row precision (see above); a precision not listed keeps vLLM's default `auto`."""
 
@@ -192,7 +198,14 @@ def checkpoint(model: str, quant: str) -> tuple[str, str | None]:
                   f"quantized {own or 'not at all'})")
 
 
-def document(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None) -> dict[str, Any]:
+def lengths(full: int, ratio: float = RANGE_RATIO) -> int | str:
+    """A length as the client draws it: uniform from `int(full x ratio)` to `full` (the client's `randint`)."""
+    low = max(int(full * ratio), 1)
+    return full if low >= full else f"{low}-{full}"
+
+
+def document(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None,
+             range_ratio: float = RANGE_RATIO) -> dict[str, Any]:
     """The row as a scenario document (what a user would write in YAML)."""
     if row.system not in GPUS:
         raise Refused(f"system {row.system}: no aisim GPU profile")
@@ -216,7 +229,8 @@ def document(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None) 
         "models": [{"id": "m", "family": family, "placement": placement, "engine": engine,
                     **({"quantization": quantization} if quantization else {})}],
         "workload": {"sources": [{
-            "name": "clients", "model": "m", "promptTokens": row.isl, "outputTokens": row.osl,
+            "name": "clients", "model": "m", "promptTokens": lengths(row.isl, range_ratio),
+            "outputTokens": lengths(row.osl, range_ratio),
             "arrival": {"kind": "concurrency", "clients": row.concurrency, "requests": rounds * row.concurrency},
         }]},
     }
