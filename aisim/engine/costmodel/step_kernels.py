@@ -13,7 +13,10 @@ where the architecture says otherwise):
   NVFP4; INT4/MXFP4 weight-only as the BF16 GEMM with 4-bit weights (`KernelTables.gemm`);
 - attention from the `context_attention` (prefill, with the prefix it attends to) and
   `generation_attention` (decode) tables in the KV cache's dtype, sliding-window layers with their window;
-  MLA models from the `mla_context` / `mla_generation` modules and `mla_bmm`;
+  MLA models from the `mla_context` / `mla_generation` modules: AIConfigurator's collector times vLLM's whole
+  MLA attention forward there (the latent down-projections, the query and latent up-projections or their
+  absorbed BMMs, RoPE, attention and the output projection), so an MLA layer prices no attention GEMM, RoPE or
+  `mla_bmm` of its own (AIConfigurator's vLLM backend likewise uses the module in place of those ops);
 - all-reduce: vLLM's custom all-reduce, graph or eager as the step runs (`allreduce` table), NCCL beyond a
   node; the logits' all-gather by NCCL;
 - element-wise kernels (norms, RoPE, activation, embedding, sampling) have no table: each is the
@@ -168,10 +171,8 @@ class StepKernels:
     def _shapes(self) -> None:
         arch, tp, h = self.arch, self.tp, self.hidden
         d = self.head_dim
-        if arch.mla:  # the latent down-projections (replicated), then the query's up-projection (split by TP);
-            # the latent's up-projections are inside the MLA modules (`mla_context`, `mla_bmm`)
-            q_in = arch.q_lora_rank or h
-            self.qkv = [(arch.q_lora_rank + arch.kv_lora_rank + arch.qk_rope_head_dim, h), (arch.heads * d / tp, q_in)]
+        if arch.mla:  # every projection is inside the MLA modules (`mla_context`, `mla_generation`)
+            self.qkv = []
         elif arch.kv_heads >= tp:
             self.qkv = [((arch.heads + 2 * arch.kv_heads) * d / tp, h)]
         else:  # each GPU holds one KV head (vLLM replicates them)
@@ -194,11 +195,14 @@ class StepKernels:
         h, ew = self.hidden, self.elementwise
         act = self.act_bytes
         gemm = self._gemm["attention"]
-        attention = gemm(t, *self.out)
-        for n, k in self.qkv:
-            attention = attention + gemm(t, n, k)
-        rope_width = (self.heads + self.kv_heads) * self.head_dim
-        norms = 2 * ew(t * h * 4 * act) + ew(t * rope_width * 2 * act)
+        norms = 2 * ew(t * h * 4 * act)
+        if self.arch.mla:  # projections and RoPE are inside the MLA modules (`decode_attention_s`, `prefill_attention_s`)
+            attention = np.zeros(np.shape(t))
+        else:
+            attention = gemm(t, *self.out)
+            for n, k in self.qkv:
+                attention = attention + gemm(t, n, k)
+            norms = norms + ew(t * (self.heads + self.kv_heads) * self.head_dim * 2 * act)
         if self.qk_norm:
             norms = norms + ew(t * self.heads * self.head_dim * 2 * act) + ew(t * self.kv_heads * self.head_dim * 2 * act)
         reduce = 2 * self._allreduce(t * h * act, graph)
@@ -269,8 +273,7 @@ class StepKernels:
                 module = t.mla_generation(batch, kv_len, heads, self.kv_dtype, gemm)
             except MissingKernel:
                 module = t.mla_generation(batch, kv_len, heads, "bfloat16", "bfloat16")
-            bmm = t.mla_bmm("mla_gen_pre", batch, heads) + t.mla_bmm("mla_gen_post", batch, heads)
-            return self.layers * (np.asarray(module) + np.asarray(bmm))
+            return self.layers * np.asarray(module)
         seconds = np.zeros(np.broadcast(batch, kv_len).shape)
         for layers, window in self.attention_layers:
             if layers:
