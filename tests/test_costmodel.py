@@ -155,3 +155,18 @@ def test_one_batch_through_both_entrypoints_differs_only_by_the_named_host_terms
     expected = terms["frontend_ns"] - terms["output_ns"] * 64 * 32
     assert terms["frontend_ns"] > 0 and terms["output_ns"] > 0
     assert ends["server"] - ends["offline"] == pytest.approx(expected, abs=64)
+
+
+def test_minimax_m2s_full_width_qk_norm_all_reduces_its_variances_once_a_layer() -> None:
+    """MiniMax-M2's Q/K RMSNorm spans every head (`qk_norm_type: per_layer`); under TP vLLM's
+    `MiniMaxText01RMSNormTP` all-reduces the per-token variances: one more all-reduce of 8 bytes a token a layer."""
+    arch = MODEL_FAMILIES["minimax-m2.5"]
+    kernels = StepKernels(arch, GPU_PROFILES["B200"], tp=2)
+    assert kernels.qk_norm and kernels.qk_norm_tp
+    t, graph = np.array([4.0, 64.0]), np.array([True, True])
+    with_norm = kernels.tokens_s(t, graph)
+    kernels.qk_norm_tp = False
+    without = kernels.tokens_s(t, graph)
+    expected = arch.layers * np.asarray(KernelTables.for_system("b200_sxm").allreduce(t * 8, 2, True))
+    assert with_norm - without == pytest.approx(expected)
+    assert not StepKernels(arch, GPU_PROFILES["B200"], tp=1)._allreduce(t * 8, graph).any()

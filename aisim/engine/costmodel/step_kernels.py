@@ -50,8 +50,12 @@ GEMM_CURVE_MAX = 16384
 """Token counts up to which each GEMM shape's curve is precomputed (`_GemmCurve`)."""
 ELEMENTWISE_FLOOR_S = 2.5e-6
 ELEMENTWISE_SHARE = 0.8
-QK_NORM = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
-"""Architectures with per-head RMSNorms on Q and K (two more element-wise kernels per layer)."""
+QK_NORM = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM")
+"""Architectures with RMSNorms on Q and K (two more element-wise kernels per layer)."""
+QK_NORM_TP = ("MiniMaxM2ForCausalLM",)
+"""Architectures whose Q/K norm spans every head (`qk_norm_type: per_layer`): vLLM's `MiniMaxText01RMSNormTP`
+all-reduces the per-token variances over the TP group (`tensor_model_parallel_all_reduce`), one more small
+all-reduce per layer (q's and k's, 4 bytes a token each)."""
 
 Array = Any
 """A size or an array of sizes (the tables broadcast numpy arrays)."""
@@ -159,6 +163,7 @@ class StepKernels:
                 "moe", dtype="w4a8_mxfp4_mxfp8"):
             self.moe_dtype = "w4a8_mxfp4_mxfp8"  # vLLM's MXFP4 MoE on Blackwell: FlashInfer's MXFP4 x MXFP8 kernel
         self.qk_norm = arch.architecture in QK_NORM
+        self.qk_norm_tp = arch.architecture in QK_NORM_TP
         types = arch.attention_types
         window = arch.sliding_window or arch.attention_chunk
         sliding = sum(1 for t in types if t != "full_attention") if window else 0
@@ -206,6 +211,8 @@ class StepKernels:
         if self.qk_norm:
             norms = norms + ew(t * self.heads * self.head_dim * 2 * act) + ew(t * self.kv_heads * self.head_dim * 2 * act)
         reduce = 2 * self._allreduce(t * h * act, graph)
+        if self.qk_norm_tp:
+            reduce = reduce + self._allreduce(t * 2 * 4.0, graph)
         dense_layers = self.layers - self.moe_layers
         dense = self._gemm["dense"](t, *self.up) + self._gemm["dense"](t, *self.down) + ew(t * self.up[0] * 1.5 * act)
         seconds = self.layers * (attention + norms + reduce) + dense_layers * dense
