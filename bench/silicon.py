@@ -198,14 +198,14 @@ def checkpoint(model: str, quant: str) -> tuple[str, str | None]:
                   f"quantized {own or 'not at all'})")
 
 
-def lengths(full: int, ratio: float = RANGE_RATIO) -> int | str:
+def lengths(full: int, ratio: float | None = None) -> int | str:
     """A length as the client draws it: uniform from `int(full x ratio)` to `full` (the client's `randint`)."""
-    low = max(int(full * ratio), 1)
+    low = max(int(full * (RANGE_RATIO if ratio is None else ratio)), 1)
     return full if low >= full else f"{low}-{full}"
 
 
 def document(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None,
-             range_ratio: float = RANGE_RATIO) -> dict[str, Any]:
+             range_ratio: float | None = None) -> dict[str, Any]:
     """The row as a scenario document (what a user would write in YAML)."""
     if row.system not in GPUS:
         raise Refused(f"system {row.system}: no aisim GPU profile")
@@ -236,10 +236,11 @@ def document(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None,
     }
 
 
-def scenario(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None) -> Scenario:
+def scenario(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None,
+             range_ratio: float | None = None) -> Scenario:
     """The row as a validated scenario; `Refused` when aisim cannot model it."""
     try:
-        return Scenario.model_validate(document(row, rounds, kv_cache_dtype))
+        return Scenario.model_validate(document(row, rounds, kv_cache_dtype, range_ratio))
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
@@ -398,7 +399,10 @@ def main() -> None:
     parser.add_argument("--kv-cache-dtype", choices=("auto", "fp8"), help="every row's KV cache (default: by precision)")
     parser.add_argument("--memory-gib", type=float, default=MEMORY_GIB, help="address space per worker (0: no cap)")
     parser.add_argument("--data", type=Path, default=DATA, help="a CSV of the same columns (default: the Blackwell rows)")
+    parser.add_argument("--range-ratio", type=float, default=RANGE_RATIO,
+                        help=f"the client's length range ratio (default {RANGE_RATIO}; 1: fixed lengths)")
     args = parser.parse_args()
+    globals()["RANGE_RATIO"] = args.range_ratio  # read by `document` (forked workers inherit it)
     data = subsample(rows(args.data), args.stride, args.limit)
     started = time.perf_counter()
     found = predict(data, args.jobs, args.rounds, not args.no_cache, kv_cache_dtype=args.kv_cache_dtype,
