@@ -170,3 +170,19 @@ def test_minimax_m2s_full_width_qk_norm_all_reduces_its_variances_once_a_layer()
     expected = arch.layers * np.asarray(KernelTables.for_system("b200_sxm").allreduce(t * 8, 2, True))
     assert with_norm - without == pytest.approx(expected)
     assert not StepKernels(arch, GPU_PROFILES["B200"], tp=1)._allreduce(t * 8, graph).any()
+
+
+def test_an_mla_layer_is_its_module_tables_alone() -> None:
+    """AIConfigurator's MLA module tables time vLLM's whole MLA attention forward (projections, absorbed BMMs, RoPE,
+    attention, output projection): a decode step's MLA attention is that table times the layers, and the step
+    prices no attention GEMM of its own on top."""
+    arch = MODEL_FAMILIES["kimi-k2.5"]
+    assert arch.mla
+    kernels = StepKernels(arch, GPU_PROFILES["B200"], tp=8, kv_dtype="fp8")
+    assert kernels.qkv == []
+    t, graph = np.array([4.0, 512.0]), np.array([True, True])
+    before = kernels.tokens_s(t, graph)
+    kernels.out = (1e9, 1e9)  # an output projection of any size: not priced
+    assert kernels.tokens_s(t, graph) == pytest.approx(before)
+    module = KernelTables.for_system("b200_sxm").mla_generation(4, 1500, kernels.heads, "fp8", "bfloat16")
+    assert kernels.decode_attention_s(4, 1500) == pytest.approx(arch.layers * module)
