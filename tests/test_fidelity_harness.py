@@ -181,3 +181,13 @@ def test_rows_of_other_systems_map_through_the_model_id(bench: dict[str, ModuleT
     got = silicon.simulate(a, rounds=1)
     assert not got.refused and got.ttft_ms > 0 and got.tpot_ms > 0
     assert "no aisim family" in silicon.simulate(c, rounds=1).refused
+
+
+def test_the_gpt_oss_tp8_rows_at_16_clients_simulate_under_the_bench_memory_cap(bench: dict[str, ModuleType]) -> None:
+    """The row refused at the last full pass ("outgrew the bench's memory cap"): each gpt-oss-120b TP8 row at 16
+    clients simulates in a worker under the bench's 5 GiB address-space cap (one round per client here)."""
+    silicon = bench["silicon"]
+    rows = [r for r in silicon.rows() if r.model == "openai/gpt-oss-120b" and r.tp == 8 and r.batch == 16]
+    assert len(rows) == 3
+    found = silicon.predict(rows, jobs=1, rounds=1, use_cache=False, memory_gib=silicon.MEMORY_GIB)
+    assert all(not p.refused and p.ttft_ms > 0 and p.tpot_ms > 0 for p in found.values()), found
