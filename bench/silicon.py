@@ -1,8 +1,8 @@
 """Replay AIConfigurator's end-to-end vLLM runs on Blackwell GPUs through the simulator (shared by the benches).
 
 Each row of `data/aiconfigurator/silicon-blackwell.csv` is one `vllm serve` under a closed-loop client: C clients
-each send their next request as soon as the previous one ends, every prompt `isl` tokens and every answer exactly
-`osl` tokens; the server runs with tensor parallelism `tp_size`, attention data parallelism `attention_dp_size` and
+each send their next request as soon as the previous one ends, each prompt and each answer (`--ignore-eos`) drawn
+uniformly from 0.8 x to 1 x `isl` / `osl` tokens (`RANGE_RATIO`); the server runs with tensor parallelism `tp_size`, attention data parallelism `attention_dp_size` and
 the MoE split `moe_tp_size` x `moe_ep_size` (= TP x DP GPUs); `silicon_ttft_ms` and `silicon_tpot_ms` are the
 client's mean TTFT and mean TPOT (vLLM's `benchmark_serving` definitions: TPOT of a request = (latency - TTFT) /
 (output tokens - 1)).
