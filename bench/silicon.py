@@ -1,8 +1,8 @@
 """Replay AIConfigurator's end-to-end vLLM runs on Blackwell GPUs through the simulator (shared by the benches).
 
 Each row of `data/aiconfigurator/silicon-blackwell.csv` is one `vllm serve` under a closed-loop client: C clients
-each send their next request as soon as the previous one ends, every prompt `isl` tokens and every answer exactly
-`osl` tokens; the server runs with tensor parallelism `tp_size`, attention data parallelism `attention_dp_size` and
+each send their next request as soon as the previous one ends, each prompt and each answer (`--ignore-eos`) drawn
+uniformly from 0.8 x to 1 x `isl` / `osl` tokens (`RANGE_RATIO`); the server runs with tensor parallelism `tp_size`, attention data parallelism `attention_dp_size` and
 the MoE split `moe_tp_size` x `moe_ep_size` (= TP x DP GPUs); `silicon_ttft_ms` and `silicon_tpot_ms` are the
 client's mean TTFT and mean TPOT (vLLM's `benchmark_serving` definitions: TPOT of a request = (latency - TTFT) /
 (output tokens - 1)).
@@ -64,6 +64,12 @@ ROUNDS = 10
 """Requests per client (`vllm bench serve --num-prompts` / `--max-concurrency`); an assumption, see above."""
 
 T = TypeVar("T")
+
+RANGE_RATIO = 0.8
+"""The client's `--random-range-ratio`: each prompt and answer length is drawn uniformly between `RANGE_RATIO` x
+the row's `isl` / `osl` and the full length (InferenceMAX's client: `benchmark_serving.py --dataset-name random
+--random-range-ratio 0.8 --num-prompts 10 x CONC --max-concurrency CONC --ignore-eos`; the Blackwell rows are its
+database's runs, their ids its configurations and workflow runs). 1.0: fixed lengths (`--range-ratio`)."""
 
 KV_CACHE_DTYPE = {"fp8": "fp8", "fp4": "fp8", "int4": "auto"}
 """The KV-cache dtype per row precision (see above); a precision not listed keeps vLLM's default `auto`."""
@@ -192,7 +198,14 @@ def checkpoint(model: str, quant: str) -> tuple[str, str | None]:
                   f"quantized {own or 'not at all'})")
 
 
-def document(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None) -> dict[str, Any]:
+def lengths(full: int, ratio: float | None = None) -> int | str:
+    """A length as the client draws it: uniform from `int(full x ratio)` to `full` (the client's `randint`)."""
+    low = max(int(full * (RANGE_RATIO if ratio is None else ratio)), 1)
+    return full if low >= full else f"{low}-{full}"
+
+
+def document(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None,
+             range_ratio: float | None = None) -> dict[str, Any]:
     """The row as a scenario document (what a user would write in YAML)."""
     if row.system not in GPUS:
         raise Refused(f"system {row.system}: no aisim GPU profile")
@@ -216,16 +229,18 @@ def document(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None) 
         "models": [{"id": "m", "family": family, "placement": placement, "engine": engine,
                     **({"quantization": quantization} if quantization else {})}],
         "workload": {"sources": [{
-            "name": "clients", "model": "m", "promptTokens": row.isl, "outputTokens": row.osl,
+            "name": "clients", "model": "m", "promptTokens": lengths(row.isl, range_ratio),
+            "outputTokens": lengths(row.osl, range_ratio),
             "arrival": {"kind": "concurrency", "clients": row.concurrency, "requests": rounds * row.concurrency},
         }]},
     }
 
 
-def scenario(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None) -> Scenario:
+def scenario(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None,
+             range_ratio: float | None = None) -> Scenario:
     """The row as a validated scenario; `Refused` when aisim cannot model it."""
     try:
-        return Scenario.model_validate(document(row, rounds, kv_cache_dtype))
+        return Scenario.model_validate(document(row, rounds, kv_cache_dtype, range_ratio))
     except ValidationError as error:
         first = error.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
@@ -384,7 +399,10 @@ def main() -> None:
     parser.add_argument("--kv-cache-dtype", choices=("auto", "fp8"), help="every row's KV cache (default: by precision)")
     parser.add_argument("--memory-gib", type=float, default=MEMORY_GIB, help="address space per worker (0: no cap)")
     parser.add_argument("--data", type=Path, default=DATA, help="a CSV of the same columns (default: the Blackwell rows)")
+    parser.add_argument("--range-ratio", type=float, default=RANGE_RATIO,
+                        help=f"the client's length range ratio (default {RANGE_RATIO}; 1: fixed lengths)")
     args = parser.parse_args()
+    globals()["RANGE_RATIO"] = args.range_ratio  # read by `document` (forked workers inherit it)
     data = subsample(rows(args.data), args.stride, args.limit)
     started = time.perf_counter()
     found = predict(data, args.jobs, args.rounds, not args.no_cache, kv_cache_dtype=args.kv_cache_dtype,

@@ -10,7 +10,7 @@ import pytest
 
 from aisim.engine.costmodel import CostModel, calibration, graph_capture_limit
 from aisim.engine.costmodel.kernels import MEASURED, KernelTables
-from aisim.engine.costmodel.step_kernels import CUSTOM_ALLREDUCE_MAX, StepKernels
+from aisim.engine.costmodel.step_kernels import StepKernels
 from aisim.engine.memory import kv_bytes_per_token
 from aisim.scenario.presets import GPU_PROFILES, MODEL_FAMILIES
 from aisim.scenario.quantization import on_gpu
@@ -58,15 +58,34 @@ def test_tp4_decode_at_batch_one_is_faster_than_tp2_on_an_nvswitch_node() -> Non
     assert _cost("llama-3-8b", "H100-SXM", 4).step_ns(*step) < _cost("llama-3-8b", "H100-SXM", 2).step_ns(*step)
 
 
-def test_a_large_all_reduce_goes_to_nccl_above_the_custom_kernels_size_limit() -> None:
-    """vLLM's custom all-reduce below 8 MiB (the table), NCCL above: the time keeps rising with the bytes, and a
-    message of 64 MiB costs less than the custom kernel's own table says for it (0.47 ms on two H100s)."""
+def test_an_all_reduce_is_what_the_table_measured_vllm_do_at_every_size() -> None:
+    """AIConfigurator's collector times vLLM's `tensor_model_parallel_all_reduce`, which itself picks the custom
+    kernel, symmetric memory or NCCL by size: a TP all-reduce is that table's time at every size, in a CUDA graph
+    or eager (a 64 MiB prefill all-reduce on two H100s: 0.47 ms, not NCCL's datasheet share)."""
     kernels = StepKernels(MODEL_FAMILIES["llama-3-8b"], GPU_PROFILES["H100-SXM"], tp=2)
-    sizes = np.array([CUSTOM_ALLREDUCE_MAX / 2, CUSTOM_ALLREDUCE_MAX, 2 * CUSTOM_ALLREDUCE_MAX, 64 * 2**20])
-    seconds = kernels._allreduce(sizes, np.array([True] * 4))
-    assert np.all(np.diff(seconds) > 0)
-    assert seconds[0] == pytest.approx(KernelTables.for_system("h100_sxm").allreduce(sizes[0], 2, True))
-    assert seconds[-1] < KernelTables.for_system("h100_sxm").allreduce(64 * 2**20, 2, True)
+    tables = KernelTables.for_system("h100_sxm")
+    sizes = np.array([4 * 2**20, 8 * 2**20, 16 * 2**20, 64 * 2**20])
+    graph = kernels._allreduce(sizes, np.array([True] * 4))
+    eager = kernels._allreduce(sizes, np.array([False] * 4))
+    assert np.all(np.diff(graph) > 0)
+    assert graph == pytest.approx(tables.allreduce(sizes, 2, True))
+    assert eager == pytest.approx(tables.allreduce(sizes, 2, False))
+    assert graph[-1] > 0.4e-3
+
+
+def test_a_quantized_gemm_is_its_own_table_or_bf16s_never_faster_than_both() -> None:
+    """An FP8 GEMM is priced at its own table or, where that is slower, the BF16 kernel's (at the lower envelope
+    over larger m): never at a kernel nobody measured (BF16's efficiency moved to FP8's bytes, 1.4-1.9x faster)."""
+    tables = KernelTables.for_system("b200_sxm")
+    gemm = StepKernels(MODEL_FAMILIES["llama-3.1-70b-fp8"], GPU_PROFILES["B200"], tp=4)._gemm["dense"]
+    assert gemm.dtype == "fp8"
+    m = np.arange(1, 16385, dtype=np.float64)
+    for n, k in ((14336, 8192), (8192, 7168)):
+        measured = np.minimum(tables.gemm("fp8", m, n, k), tables.gemm("bfloat16", m, n, k))
+        lower = np.minimum.accumulate(measured[::-1])[::-1]
+        assert gemm(m, n, k) == pytest.approx(lower, rel=1e-9)
+        moved = tables.lookup_transfer("gemm", {"dtype": "bfloat16"}, {"dtype": "fp8"}, (m[:64], n, k))
+        assert np.all(gemm(m[:64], n, k) > moved)
 
 
 def test_decode_series_equals_step_by_step_pricing() -> None:
@@ -159,3 +178,34 @@ def test_with_each_entrypoints_default_scheduling_the_difference_is_still_the_na
     expected = (terms["frontend_ns"] - terms["output_ns"] * 64 * steps
                 - (cpu_ns * steps + terms["per_token_ns"] * tokens))
     assert ends["server"] - ends["offline"] == pytest.approx(expected, abs=64 * steps)
+
+
+def test_minimax_m2s_full_width_qk_norm_all_reduces_its_variances_once_a_layer() -> None:
+    """MiniMax-M2's Q/K RMSNorm spans every head (`qk_norm_type: per_layer`); under TP vLLM's
+    `MiniMaxText01RMSNormTP` all-reduces the per-token variances: one more all-reduce of 8 bytes a token a layer."""
+    arch = MODEL_FAMILIES["minimax-m2.5"]
+    kernels = StepKernels(arch, GPU_PROFILES["B200"], tp=2)
+    assert kernels.qk_norm and kernels.qk_norm_tp
+    t, graph = np.array([4.0, 64.0]), np.array([True, True])
+    with_norm = kernels.tokens_s(t, graph)
+    kernels.qk_norm_tp = False
+    without = kernels.tokens_s(t, graph)
+    expected = arch.layers * np.asarray(KernelTables.for_system("b200_sxm").allreduce(t * 8, 2, True))
+    assert with_norm - without == pytest.approx(expected)
+    assert not StepKernels(arch, GPU_PROFILES["B200"], tp=1)._allreduce(t * 8, graph).any()
+
+
+def test_an_mla_layer_is_its_module_tables_alone() -> None:
+    """AIConfigurator's MLA module tables time vLLM's whole MLA attention forward (projections, absorbed BMMs, RoPE,
+    attention, output projection): a decode step's MLA attention is that table times the layers, and the step
+    prices no attention GEMM of its own on top."""
+    arch = MODEL_FAMILIES["kimi-k2.5"]
+    assert arch.mla
+    kernels = StepKernels(arch, GPU_PROFILES["B200"], tp=8, kv_dtype="fp8")
+    assert kernels.qkv == []
+    t, graph = np.array([4.0, 512.0]), np.array([True, True])
+    before = kernels.tokens_s(t, graph)
+    kernels.out = (1e9, 1e9)  # an output projection of any size: not priced
+    assert kernels.tokens_s(t, graph) == pytest.approx(before)
+    module = KernelTables.for_system("b200_sxm").mla_generation(4, 1500, kernels.heads, "fp8", "bfloat16")
+    assert kernels.decode_attention_s(4, 1500) == pytest.approx(arch.layers * module)

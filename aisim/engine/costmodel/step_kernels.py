@@ -13,7 +13,10 @@ where the architecture says otherwise):
   NVFP4; INT4/MXFP4 weight-only as the BF16 GEMM with 4-bit weights (`KernelTables.gemm`);
 - attention from the `context_attention` (prefill, with the prefix it attends to) and
   `generation_attention` (decode) tables in the KV cache's dtype, sliding-window layers with their window;
-  MLA models from the `mla_context` / `mla_generation` modules and `mla_bmm`;
+  MLA models from the `mla_context` / `mla_generation` modules: AIConfigurator's collector times vLLM's whole
+  MLA attention forward there (the latent down-projections, the query and latent up-projections or their
+  absorbed BMMs, RoPE, attention and the output projection), so an MLA layer prices no attention GEMM, RoPE or
+  `mla_bmm` of its own (AIConfigurator's vLLM backend likewise uses the module in place of those ops);
 - all-reduce: vLLM's custom all-reduce, graph or eager as the step runs (`allreduce` table), NCCL beyond a
   node; the logits' all-gather by NCCL;
 - element-wise kernels (norms, RoPE, activation, embedding, sampling) have no table: each is the
@@ -43,18 +46,16 @@ have no table: the BF16 GEMM stands in (their weights are half as many bytes, so
 2x slow)."""
 MOE_DTYPE = {"bfloat16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4", "int4_wo": "int4_wo",
              "w4a16_mxfp4": "w4a16_mxfp4"}
-CUSTOM_ALLREDUCE_MAX = 8 * 2**20
-"""Bytes above which vLLM's custom all-reduce hands over to NCCL (`CustomAllreduce`'s default `max_size`, 8 MiB)."""
-NCCL_BUS_SHARE = 0.75
-"""NCCL's all-reduce bus bandwidth as a share of the datasheet NVLink bandwidth per direction (nccl-tests on
-H100 and B200 NVLink nodes reach 0.7-0.8 of it at large messages; the custom kernel's table reaches 0.3-0.4 there,
-which is why vLLM stops using it)."""
 GEMM_CURVE_MAX = 16384
 """Token counts up to which each GEMM shape's curve is precomputed (`_GemmCurve`)."""
 ELEMENTWISE_FLOOR_S = 2.5e-6
 ELEMENTWISE_SHARE = 0.8
-QK_NORM = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM")
-"""Architectures with per-head RMSNorms on Q and K (two more element-wise kernels per layer)."""
+QK_NORM = ("Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "MiniMaxM2ForCausalLM")
+"""Architectures with RMSNorms on Q and K (two more element-wise kernels per layer)."""
+QK_NORM_TP = ("MiniMaxM2ForCausalLM",)
+"""Architectures whose Q/K norm spans every head (`qk_norm_type: per_layer`): vLLM's `MiniMaxText01RMSNormTP`
+all-reduces the per-token variances over the TP group (`tensor_model_parallel_all_reduce`), one more small
+all-reduce per layer (q's and k's, 4 bytes a token each)."""
 
 Array = Any
 """A size or an array of sizes (the tables broadcast numpy arrays)."""
@@ -90,14 +91,17 @@ def _major(compute_capability: str) -> int:
 class _Gemm:
     """The GEMMs of one weight format on one GPU, as a curve over token counts per (n, k) shape.
 
-    A GEMM of m tokens is priced at the fastest of: its format's table; the BF16 table; the BF16 table moved to the
-    format's tensor cores and weight bytes (`roofline.scale`: its fixed cost kept, the rest scaled by the ratio of
-    speeds of light); and any larger m's time (a GEMM of m tokens can always run padded to a larger tile; this also
-    removes the measurement noise of the small-m rows, which only ever adds time). A quantized table slower than
-    the BF16 kernel's efficiency carried to its format measured a kernel that the served vLLM does not run there:
-    B200's FP8 table reaches 1.5 PF/s at 8192^3, below its own BF16 kernel's 1.7 PF/s (BF16 moved to FP8: 3.4 PF/s),
-    and its FP8-block table takes 270 us for a 1 x 2560 x 8192 GEMM; `bench/fidelity.py --set blackwell` shows the
-    served runs' prefill at about the moved BF16 speed. The format's table is BF16's where the GPU has none."""
+    A GEMM of m tokens is priced at the fastest of: its format's table; the BF16 table of the same shape; and any
+    larger m's time (a GEMM of m tokens can always run padded to a larger tile; this also removes the measurement
+    noise of the small-m rows, which only ever adds time). The format's table is what vLLM runs for that format
+    (AIConfigurator's collector calls vLLM's own linear methods); BF16's stands in where it is faster because the
+    packaged tables are vLLM 0.24's, and some of its quantized kernels are slower than the BF16 GEMM where the
+    served runs' older vLLM did not use them (0.24's DeepGEMM block-FP8 path takes 170-270 us for any m up to
+    1,024; 0.19's block-FP8 table, 11-25 us at small m). A quantized GEMM is not priced faster than its own
+    table or BF16's: the BF16 kernel's efficiency carried to the format's tensor cores and bytes (what this
+    priced before) made every FP8 decode GEMM 1.4-1.9x faster than any measured kernel on B200 and H100 alike
+    (`bench/kernel_fidelity.py`), and the closed-loop TPOT 10-20 % too fast. The format's table is BF16's where
+    the GPU has none."""
 
     def __init__(self, tables: KernelTables, dtype: str) -> None:
         self.tables = tables
@@ -112,13 +116,7 @@ class _Gemm:
         own = np.asarray(self.tables.gemm(self.dtype, m, n, k), dtype=np.float64)
         if self.dtype == "bfloat16":
             return own
-        bf16 = np.asarray(self.tables.gemm("bfloat16", m, n, k), dtype=np.float64)
-        try:
-            moved = np.asarray(self.tables.lookup_transfer("gemm", {"dtype": "bfloat16"}, {"dtype": self.dtype},
-                                                           (m, n, k)), dtype=np.float64)
-        except MissingKernel:
-            moved = bf16
-        return np.minimum(np.minimum(own, bf16), moved)
+        return np.minimum(own, np.asarray(self.tables.gemm("bfloat16", m, n, k), dtype=np.float64))
 
     def curve(self, n: float, k: float) -> np.ndarray:
         found = self._curves.get((n, k))
@@ -165,6 +163,7 @@ class StepKernels:
                 "moe", dtype="w4a8_mxfp4_mxfp8"):
             self.moe_dtype = "w4a8_mxfp4_mxfp8"  # vLLM's MXFP4 MoE on Blackwell: FlashInfer's MXFP4 x MXFP8 kernel
         self.qk_norm = arch.architecture in QK_NORM
+        self.qk_norm_tp = arch.architecture in QK_NORM_TP
         types = arch.attention_types
         window = arch.sliding_window or arch.attention_chunk
         sliding = sum(1 for t in types if t != "full_attention") if window else 0
@@ -177,10 +176,8 @@ class StepKernels:
     def _shapes(self) -> None:
         arch, tp, h = self.arch, self.tp, self.hidden
         d = self.head_dim
-        if arch.mla:  # the latent down-projections (replicated), then the query's up-projection (split by TP);
-            # the latent's up-projections are inside the MLA modules (`mla_context`, `mla_bmm`)
-            q_in = arch.q_lora_rank or h
-            self.qkv = [(arch.q_lora_rank + arch.kv_lora_rank + arch.qk_rope_head_dim, h), (arch.heads * d / tp, q_in)]
+        if arch.mla:  # every projection is inside the MLA modules (`mla_context`, `mla_generation`)
+            self.qkv = []
         elif arch.kv_heads >= tp:
             self.qkv = [((arch.heads + 2 * arch.kv_heads) * d / tp, h)]
         else:  # each GPU holds one KV head (vLLM replicates them)
@@ -203,14 +200,19 @@ class StepKernels:
         h, ew = self.hidden, self.elementwise
         act = self.act_bytes
         gemm = self._gemm["attention"]
-        attention = gemm(t, *self.out)
-        for n, k in self.qkv:
-            attention = attention + gemm(t, n, k)
-        rope_width = (self.heads + self.kv_heads) * self.head_dim
-        norms = 2 * ew(t * h * 4 * act) + ew(t * rope_width * 2 * act)
+        norms = 2 * ew(t * h * 4 * act)
+        if self.arch.mla:  # projections and RoPE are inside the MLA modules (`decode_attention_s`, `prefill_attention_s`)
+            attention = np.zeros(np.shape(t))
+        else:
+            attention = gemm(t, *self.out)
+            for n, k in self.qkv:
+                attention = attention + gemm(t, n, k)
+            norms = norms + ew(t * (self.heads + self.kv_heads) * self.head_dim * 2 * act)
         if self.qk_norm:
             norms = norms + ew(t * self.heads * self.head_dim * 2 * act) + ew(t * self.kv_heads * self.head_dim * 2 * act)
         reduce = 2 * self._allreduce(t * h * act, graph)
+        if self.qk_norm_tp:
+            reduce = reduce + self._allreduce(t * 2 * 4.0, graph)
         dense_layers = self.layers - self.moe_layers
         dense = self._gemm["dense"](t, *self.up) + self._gemm["dense"](t, *self.down) + ew(t * self.up[0] * 1.5 * act)
         seconds = self.layers * (attention + norms + reduce) + dense_layers * dense
@@ -219,14 +221,13 @@ class StepKernels:
         return seconds + ew(t * h * act) + self._allreduce(t * h * act, graph)  # embedding (and its all-reduce)
 
     def _allreduce(self, nbytes: Array, graph: Array) -> Array:
+        """vLLM's TP all-reduce of `nbytes` per GPU, as its `tensor_model_parallel_all_reduce` runs it at that size
+        (the custom kernel, symmetric memory or NCCL: the table measured that call), in a CUDA graph or eager."""
         if self.tp <= 1:
             return np.zeros(np.shape(nbytes))
         tables, n = self.tables, self.tp
         nbytes = np.asarray(nbytes, dtype=np.float64)
-        custom = np.minimum(nbytes, CUSTOM_ALLREDUCE_MAX)
-        seconds = np.where(graph, tables.allreduce(custom, n, True), tables.allreduce(custom, n, False))
-        beyond = np.maximum(nbytes - CUSTOM_ALLREDUCE_MAX, 0)
-        return seconds + beyond * 2 * (n - 1) / n / (NCCL_BUS_SHARE * self._link)
+        return np.where(graph, tables.allreduce(nbytes, n, True), tables.allreduce(nbytes, n, False))
 
     def _moe_s(self, t: Array) -> Array:
         """One MoE layer's MLP: router, fused experts over every DP rank's tokens, shared experts, and the
@@ -279,8 +280,7 @@ class StepKernels:
                 module = t.mla_generation(batch, kv_len, heads, self.kv_dtype, gemm)
             except MissingKernel:
                 module = t.mla_generation(batch, kv_len, heads, "bfloat16", "bfloat16")
-            bmm = t.mla_bmm("mla_gen_pre", batch, heads) + t.mla_bmm("mla_gen_post", batch, heads)
-            return self.layers * (np.asarray(module) + np.asarray(bmm))
+            return self.layers * np.asarray(module)
         seconds = np.zeros(np.broadcast(batch, kv_len).shape)
         for layers, window in self.attention_layers:
             if layers:
