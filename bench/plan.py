@@ -71,9 +71,12 @@ def headless(scenario: Path) -> dict[str, float]:
 
 
 def simulated_requests(result: dict[str, object]) -> int:
-    """Requests simulated by the plan's evaluations (every point of every curve, when nothing was cached)."""
-    return sum(point["requests"] for row in result["configurations"]  # type: ignore[index,union-attr]
-               for point in row.get("curve", []) if "requests" in point)  # type: ignore[union-attr]
+    """Requests simulated by the plan's evaluations (every point of every curve and each saturated run, when
+    nothing was cached)."""
+    rows = result["configurations"]
+    return sum(point["requests"] for row in rows  # type: ignore[union-attr]
+               for point in row.get("curve", []) if "requests" in point) + \
+        sum((row.get("saturation") or {}).get("requests", 0) for row in rows)  # type: ignore[union-attr]
 
 
 BEFORE = """

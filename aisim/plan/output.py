@@ -23,7 +23,7 @@ def _ms(value: float | None) -> str:
 MEANING = ("carries X-Y/s: at X (the conservative end, which the ranking uses) every SLO percentile's 95 % "
            "interval is within its bound at steady state; at Y the run is overloaded or misses one")
 SHORT = {"carries the target": "carries", "below the target": "below", "meets the SLO": "meets",
-         "misses the SLO": "misses", "infeasible": "infeasible"}
+         "misses the SLO": "misses", "infeasible": "infeasible", "cannot win": "pruned"}
 
 
 def slo_text(result: dict[str, Any]) -> str:
@@ -45,7 +45,8 @@ def table(result: dict[str, Any], shown: int = SHOWN) -> str:
     """The ranked configurations, the verdict and the winner's `vllm serve` line."""
     execution = result["execution"]
     lines = [*heading(result),
-             (f"{execution['configurations']} configurations ({execution['infeasible']} infeasible), "
+             (f"{execution['configurations']} configurations ({execution['infeasible']} infeasible"
+              f"{', ' + str(execution['pruned']) + ' pruned' if execution.get('pruned') else ''}), "
               f"{execution['simulations']} simulations, {execution['cached']} from the cache"), ""]
     head = (f"{'#':>3}  {'configuration':<50} {'status':<8} {'carries/s':>11} {'TTFT ms':>8} {'ITL ms':>7} "
             f"{'/s/GPU':>7} {'req/$':>7} {'$/h':>6}")
