@@ -11,17 +11,24 @@ meeting). A failed
 request counts as missing every request-level objective; with `survive`, the requests a lost replica held
 (vLLM's EngineDeadError) are the failure being ridden out and are counted apart (`lost`).
 
-The search starts at the workload's rate times the replica count (or `search.start`; the planner starts
-a configuration with more replicas from what its sibling with the next fewer replicas carried, scaled,
-in steps of 1.1), doubles or halves until one rate passes and one fails (latency grows with the rate, so
-one pass below one failure brackets the capacity), then bisects geometrically until they are within
-`search.precision` of each other. The capacity is the interval from the highest rate that meets (the
-conservative end, `max_rate`, which the ranking uses) to the lowest rate that fails (overloaded, or an
-objective's estimate beyond its bound: the optimistic end); when the bisection's failing end is only
-uncertain, rates 1.1 times higher are tried until one clearly fails. With a precision of 10 % or coarser,
-a bracket within 1.1² tries 1.1 times the passing rate next instead of the geometric middle. Every rate is
-evaluated with the same seed (the configuration's), so a higher rate is the same sample of requests
-arriving faster.
+First, one replica of the configuration runs saturated (`saturation`: a burst of requests that all wait
+from the start): its completions per second while requests still wait are the most it can carry, and
+`HEADROOM` times that, times the replicas, is the configuration's ceiling: a rate there or above is
+overloaded (arrivals outrun the most the replicas can complete) and is never simulated. Siblings with
+more replicas reuse the measurement (the router keeps every saturated replica busy).
+
+The search starts at the workload's rate times the replica count, or half the ceiling when that is less
+(or `search.start`; the planner starts a configuration with more replicas from what its sibling with the
+next fewer replicas carried, scaled, in steps of 1.1), doubles or halves until one rate meets and a higher
+one does not (latency grows with the rate; the ceiling does not), then bisects geometrically until they
+are within `search.precision` of each other (with a precision of 10 % or coarser, a bracket within 1.1²
+tries 1.1 times the passing rate next). The capacity is the interval from the highest rate that meets (the
+conservative end, `max_rate`, which the ranking uses) to the lowest rate that clearly fails (overloaded, or
+an objective's estimate beyond its bound: the optimistic end; the ceiling when no rate simulated does).
+Between them lie the rates whose verdict was uncertain; the optimistic end is narrowed to
+`OPTIMISTIC_PRECISION` by trying where the point estimates' trend crosses a bound (slightly above, so that a
+failure there closes the interval), or the geometric middle when that is nearer. Every rate is evaluated
+with the same seed (the configuration's), so a higher rate is the same sample of requests arriving faster.
 """
 
 from __future__ import annotations
@@ -64,6 +71,10 @@ BURST = 1000.0
 """Arrival rate of the saturated run (requests/s): every request waits from the start."""
 SATURATION_REQUESTS = 500
 """Requests of the saturated run at least (four times the batch when that is more, up to four times this)."""
+OPTIMISTIC_PRECISION = 0.2
+"""The optimistic end is narrowed to this (or `search.precision` when coarser): the ranking uses the
+conservative end, and each rate tried between the ends is one the statistics could not decide (a run to
+`EXTEND` times its minimum count)."""
 TREND_MARGIN = 1.02
 """The optimistic end's search tries this much above where the latency trend crosses a bound."""
 FAILS = ("misses", "overloaded")
@@ -209,7 +220,7 @@ def search(task: Task) -> dict[str, Any]:
         return point
 
     start = task.start or (plan.search.start.per_second if plan.search.start
-                           else base_rate(scenario, model, base_dir) * config.replicas)
+                           else min(base_rate(scenario, model, base_dir) * config.replicas, ceiling / 2))
     # a sibling's rate scaled up may pass the highest rate searched, or the ceiling
     start = min(max(start, MIN_RATE), MAX_RATE, ceiling / task.step)
     budget = plan.search.max_evaluations
@@ -243,9 +254,10 @@ def search(task: Task) -> dict[str, Any]:
     while passed is not None and len(curve) < budget:
         high = lowest(passed["rate"], failing=True)[0]
         below = max(p["rate"] for p in curve if p["rate"] < high and not p["fails"])
-        if high / below - 1 <= plan.search.precision + 1e-9:
+        precision = max(plan.search.precision, OPTIMISTIC_PRECISION)
+        if high / below - 1 <= precision + 1e-9:
             break
-        closing = below * (1 + plan.search.precision) * (1 - 1e-4)  # a failure here ends the search
+        closing = below * (1 + precision) * (1 - 1e-4)  # a failure here ends the search
         trend = crossing([p for p in curve if p["rate"] <= below and not p["fails"]], plan)
         before = len(curve)
         evaluate(min(max(trend * TREND_MARGIN, closing), math.sqrt(below * high)))
