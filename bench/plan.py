@@ -4,7 +4,8 @@ Runs `scenarios/plan-llama3-8b.yaml` (144 configurations) from an empty cache on
 second time from the filled cache (which must simulate nothing), and the Azure conversation trace
 headless in a fresh process. Prints wall and CPU seconds (the machine may be shared: CPU seconds say
 what the work cost), configurations per second, simulated requests per second per core, and the headless
-microseconds per simulated request (wall and CPU) on azure-conv.
+microseconds per simulated request (wall and CPU) on azure-conv. Simulations and simulated requests
+(every evaluated rate's and each saturated run's) do not depend on the machine's load; wall seconds do.
 
 `--against REF` (default `main`) first plans the same example with the planner of that commit, checked out
 in a temporary `git worktree` and run in its own process, and prints before and after side by side: wall
