@@ -26,7 +26,7 @@ tries 1.1 times the passing rate next). The capacity is the interval from the hi
 conservative end, `max_rate`, which the ranking uses) to the lowest rate that clearly fails (overloaded, or
 an objective's estimate beyond its bound: the optimistic end; the ceiling when no rate simulated does).
 Between them lie the rates whose verdict was uncertain; the optimistic end is narrowed to
-`OPTIMISTIC_PRECISION` by trying where the point estimates' trend crosses a bound (slightly above, so that a
+`search.precision` too, by trying where the point estimates' trend crosses a bound (slightly above, so that a
 failure there closes the interval), or the geometric middle when that is nearer. Every rate is evaluated
 with the same seed (the configuration's), so a higher rate is the same sample of requests arriving faster.
 """
@@ -71,10 +71,6 @@ BURST = 1000.0
 """Arrival rate of the saturated run (requests/s): every request waits from the start."""
 SATURATION_REQUESTS = 500
 """Requests of the saturated run at least (four times the batch when that is more, up to four times this)."""
-OPTIMISTIC_PRECISION = 0.2
-"""The optimistic end is narrowed to this (or `search.precision` when coarser): the ranking uses the
-conservative end, and each rate tried between the ends is one the statistics could not decide (a run to
-`EXTEND` times its minimum count)."""
 TREND_MARGIN = 1.02
 """The optimistic end's search tries this much above where the latency trend crosses a bound."""
 FAILS = ("misses", "overloaded")
@@ -254,7 +250,7 @@ def search(task: Task) -> dict[str, Any]:
     while passed is not None and len(curve) < budget:
         high = lowest(passed["rate"], failing=True)[0]
         below = max(p["rate"] for p in curve if p["rate"] < high and not p["fails"])
-        precision = max(plan.search.precision, OPTIMISTIC_PRECISION)
+        precision = plan.search.precision
         if high / below - 1 <= precision + 1e-9:
             break
         closing = below * (1 + precision) * (1 - 1e-4)  # a failure here ends the search
