@@ -6,7 +6,9 @@
 The scenario's `plan:` section (`aisim.scenario.plan`) gives the search space, the SLO and the goal;
 `space` builds each configuration's deployment scenario, `evaluate` searches its highest rate within the
 SLO on the real engine, `execute` runs the searches (serial, process pool, Ray) with an on-disk cache,
-and `ranking` turns the results into the answer.
+and `ranking` turns the results into the answer. The configurations run in rounds by replica count; from
+the second round on, one that could not rank above the best found so far even carrying its throughput
+ceiling (`evaluate.ceiling_rate`) is pruned: listed, not simulated (`prune=False` evaluates it).
 """
 
 from __future__ import annotations
