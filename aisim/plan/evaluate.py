@@ -232,33 +232,31 @@ def search(task: Task) -> dict[str, Any]:
         return (low["rate"], low) if low and low["rate"] < ceiling else (ceiling, None)
 
     coarse = plan.search.precision >= CONFIRM - 1 - 1e-9
-    # the conservative end: bisect between the highest rate that meets and the lowest above it that does not
+    precision = plan.search.precision + 1e-9
     while passed is not None and len(curve) < budget:
-        up = lowest(passed["rate"], failing=False)[0]
-        if up / passed["rate"] - 1 <= plan.search.precision + 1e-9:
-            break
         before = len(curve)
-        middle = evaluate(passed["rate"] * CONFIRM if coarse and up / passed["rate"] <= CONFIRM * CONFIRM
-                          else math.sqrt(passed["rate"] * up))
+        up = lowest(passed["rate"], failing=False)[0]
+        high = lowest(passed["rate"], failing=True)[0]
+        if up / passed["rate"] - 1 > precision:
+            # the conservative end: bisect between the highest rate that meets and the lowest above it that
+            # does not
+            point = evaluate(passed["rate"] * CONFIRM if coarse and up / passed["rate"] <= CONFIRM * CONFIRM
+                             else math.sqrt(passed["rate"] * up))
+        else:
+            # the optimistic end: the lowest rate that clearly fails (overloaded, or an estimate beyond a
+            # bound), between the highest rate visited that does not (an uncertain verdict) and the lowest
+            # visited that does (or the ceiling): where the estimates' trend crosses a bound, else the
+            # geometric middle
+            below = max(p["rate"] for p in curve if p["rate"] < high and not p["fails"])
+            if high / below - 1 <= precision:
+                break
+            closing = below * (1 + plan.search.precision) * (1 - 1e-4)  # a failure here ends the search
+            trend = crossing([p for p in curve if p["rate"] <= below and not p["fails"]], plan)
+            point = evaluate(min(max(trend * TREND_MARGIN, closing), math.sqrt(below * high)))
         if len(curve) == before:  # the rates are as close as their four decimals allow
             break
-        if middle["meets"]:
-            passed = middle
-    # the optimistic end: the lowest rate that clearly fails (overloaded, or an estimate beyond a bound), between
-    # the highest rate visited that does not (an uncertain verdict) and the lowest visited that does (or the
-    # ceiling): where the estimates' trend crosses a bound, else the geometric middle
-    while passed is not None and len(curve) < budget:
-        high = lowest(passed["rate"], failing=True)[0]
-        below = max(p["rate"] for p in curve if p["rate"] < high and not p["fails"])
-        precision = plan.search.precision
-        if high / below - 1 <= precision + 1e-9:
-            break
-        closing = below * (1 + precision) * (1 - 1e-4)  # a failure here ends the search
-        trend = crossing([p for p in curve if p["rate"] <= below and not p["fails"]], plan)
-        before = len(curve)
-        evaluate(min(max(trend * TREND_MARGIN, closing), math.sqrt(below * high)))
-        if len(curve) == before:
-            break
+        if point["meets"] and passed["rate"] < point["rate"] < high:
+            passed = point  # the highest rate that meets, wherever the search found it
     curve.sort(key=lambda p: p["rate"])
     result["curve"] = curve
     if passed is None:
