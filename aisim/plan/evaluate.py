@@ -233,11 +233,12 @@ def search(task: Task) -> dict[str, Any]:
 
     coarse = plan.search.precision >= CONFIRM - 1 - 1e-9
     precision = plan.search.precision + 1e-9
+    settled: float | None = None  # the conservative end, once no new rate lies between it and its neighbour
     while passed is not None and len(curve) < budget:
         before = len(curve)
         up = lowest(passed["rate"], failing=False)[0]
         high = lowest(passed["rate"], failing=True)[0]
-        if up / passed["rate"] - 1 > precision:
+        if up / passed["rate"] - 1 > precision and settled != passed["rate"]:
             # the conservative end: bisect between the highest rate that meets and the lowest above it that
             # does not
             point = evaluate(passed["rate"] * CONFIRM if coarse and up / passed["rate"] <= CONFIRM * CONFIRM
@@ -254,7 +255,10 @@ def search(task: Task) -> dict[str, Any]:
             trend = crossing([p for p in curve if p["rate"] <= below and not p["fails"]], plan)
             point = evaluate(min(max(trend * TREND_MARGIN, closing), math.sqrt(below * high)))
         if len(curve) == before:  # the rates are as close as their four decimals allow
-            break
+            if settled == passed["rate"]:
+                break
+            settled = passed["rate"]
+            continue
         if point["meets"] and passed["rate"] < point["rate"] < high:
             passed = point  # the highest rate that meets, wherever the search found it
     curve.sort(key=lambda p: p["rate"])
