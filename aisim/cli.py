@@ -668,6 +668,8 @@ def build_parser() -> argparse.ArgumentParser:
     plan.add_argument("--goal", choices=("cheapest", "goodput_per_gpu", "goodput_per_dollar"), help="override plan.goal")
     plan.add_argument("--target-rate", metavar="RATE", help="override plan.targetRate, like 20/s")
     plan.add_argument("--quiet", action="store_true", help="no progress bar")
+    plan.add_argument("--all", action="store_true", help="evaluate every configuration, also those that cannot "
+                      "rank first even at their throughput ceiling (pruned by default)")
     plan.set_defaults(handler=_plan)
 
     replay = commands.add_parser("replay-snapshot", help="replay a PyTorch memory snapshot through the allocator models")

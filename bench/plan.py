@@ -4,7 +4,8 @@ Runs `scenarios/plan-llama3-8b.yaml` (144 configurations) from an empty cache on
 second time from the filled cache (which must simulate nothing), and the Azure conversation trace
 headless in a fresh process. Prints wall and CPU seconds (the machine may be shared: CPU seconds say
 what the work cost), configurations per second, simulated requests per second per core, and the headless
-microseconds per simulated request (wall and CPU) on azure-conv.
+microseconds per simulated request (wall and CPU) on azure-conv. Simulations and simulated requests
+(every evaluated rate's and each saturated run's) do not depend on the machine's load; wall seconds do.
 
 `--against REF` (default `main`) first plans the same example with the planner of that commit, checked out
 in a temporary `git worktree` and run in its own process, and prints before and after side by side: wall
@@ -30,6 +31,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # this tree's aisim, not whichever the environment installed
@@ -40,7 +42,7 @@ PARETO = ROOT / "docs" / "plan-llama3-8b-pareto.svg"
 COMMAND = "$ aisim plan scenarios/plan-llama3-8b.yaml"
 
 
-def write_docs(result: dict[str, object]) -> None:
+def write_docs(result: dict[str, Any]) -> None:
     """docs/plan.md's Pareto plot and console block from this run's result."""
     from aisim.plan.charts import pareto_image
     from aisim.plan.output import table
@@ -67,13 +69,15 @@ def headless(scenario: Path) -> dict[str, float]:
             "print(json.dumps({'requests': len(sim.requests), 'wall': time.perf_counter() - w, "
             "'cpu': time.process_time() - c}))")
     out = subprocess.run([sys.executable, "-c", code, str(scenario)], capture_output=True, text=True, check=True, cwd=ROOT)
-    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
-def simulated_requests(result: dict[str, object]) -> int:
-    """Requests simulated by the plan's evaluations (every point of every curve, when nothing was cached)."""
-    return sum(point["requests"] for row in result["configurations"]  # type: ignore[index,union-attr]
-               for point in row.get("curve", []) if "requests" in point)  # type: ignore[union-attr]
+def simulated_requests(result: dict[str, Any]) -> int:
+    """Requests simulated by the plan's evaluations (every point of every curve and each saturated run, when
+    nothing was cached)."""
+    rows = result["configurations"]
+    return sum(point["requests"] for row in rows for point in row.get("curve", []) if "requests" in point) + \
+        sum((row.get("saturation") or {}).get("requests", 0) for row in rows)
 
 
 BEFORE = """
@@ -95,7 +99,7 @@ print(json.dumps({"wall": wall, "cpu": cpu, "simulations": result["execution"]["
 """
 
 
-def before(ref: str, jobs: int) -> dict[str, object]:
+def before(ref: str, jobs: int) -> dict[str, Any]:
     """The example planned by the planner of commit `ref` (a temporary worktree, its own process)."""
     with tempfile.TemporaryDirectory() as folder:
         tree = Path(folder) / "before"
@@ -105,7 +109,7 @@ def before(ref: str, jobs: int) -> dict[str, object]:
                                  capture_output=True, text=True, check=True, cwd=tree, env={**os.environ, "PYTHONPATH": str(tree)})
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=ROOT, check=False, capture_output=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def _capacity(rate: object, optimistic: object) -> str:
@@ -138,7 +142,7 @@ def main() -> None:
         execution = result["execution"]
         requests = simulated_requests(result)
         print(f"plan      {EXAMPLE.name}: {execution['configurations']} configurations "
-              f"({execution['infeasible']} infeasible), {execution['simulations']} simulations, "
+              f"({execution['infeasible']} infeasible, {execution.get('pruned', 0)} pruned), {execution['simulations']} simulations, "
               f"{requests:,} simulated requests, {args.jobs} process(es)")
         print(f"          {wall:.1f} wall s, {cpu:.1f} CPU s: {execution['configurations'] / wall:.2f} configurations/s, "
               f"{requests / cpu:,.0f} simulated requests/s per core ({cpu / requests * 1e6:.0f} CPU us per request)")

@@ -99,6 +99,11 @@ def test_the_capacity_interval_brackets_the_rates_the_search_visited(planned: li
             if point["rate"] >= high:
                 assert point["fails"], point
         assert next(p for p in row["curve"] if p["rate"] == low)["status"] == "meets"
-        # narrower than the doubling that bracketed it; how much narrower depends on how many near-capacity
-        # rates reached a verdict within 3 times their minimum count (the widths are in docs/plan.md's figures)
-        assert high / low < 2
+        # as narrow as the statistics allow: every rate tried between the ends stayed undecided within 3 times
+        # its minimum count (neither meets nor clearly fails), the undecided rates reach within the search's
+        # precision of either end, and the optimistic end is below the ceiling or is it
+        inside = sorted(p["rate"] for p in row["curve"] if low < p["rate"] < high)
+        assert all(not p["meets"] and not p["fails"] for p in row["curve"] if low < p["rate"] < high), row["curve"]
+        edges = [low, *inside, high]
+        assert edges[1] / low <= 1.1 + 1e-6 and high / edges[-2] <= 1.1 + 1e-6, edges
+        assert high <= row["capacity"]["ceiling"]

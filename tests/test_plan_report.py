@@ -118,5 +118,7 @@ def test_the_report_states_the_slo_and_target_and_each_rows_status(browser: Any,
             assert status == expected, (row["key"], row["max_rate"], status)
             assert float(low) == pytest.approx(row["max_rate"], rel=0.01)
             assert float(high) == pytest.approx(row["capacity"]["optimistic"], rel=0.01) and float(high) > float(low)
+        elif row["status"] == "pruned":  # could not rank first even at its ceiling: not simulated
+            assert status == "cannot win" and not high.strip(), (row["key"], low, high)
         else:
             assert status in ("misses the SLO", "infeasible")

@@ -6,7 +6,9 @@
 The scenario's `plan:` section (`aisim.scenario.plan`) gives the search space, the SLO and the goal;
 `space` builds each configuration's deployment scenario, `evaluate` searches its highest rate within the
 SLO on the real engine, `execute` runs the searches (serial, process pool, Ray) with an on-disk cache,
-and `ranking` turns the results into the answer.
+and `ranking` turns the results into the answer. The configurations run in rounds by replica count; from
+the second round on, one that could not rank above the best found so far even carrying its throughput
+ceiling (`evaluate.ceiling_rate`) is pruned: listed, not simulated (`prune=False` evaluates it).
 """
 
 from __future__ import annotations
@@ -18,14 +20,23 @@ from typing import Any
 
 from ..scenario import Scenario, check_file
 from ..scenario.source import parse
-from .evaluate import CONFIRM, Task
+from .evaluate import CONFIRM, Task, ceiling_rate
 from .execute import Progress, code_version, run_tasks
-from .ranking import answer, enrich, pareto, score, winner_deployment
+from .ranking import (
+    answer,
+    enrich,
+    pareto,
+    pruned,
+    score,
+    upper_bound,
+    winner_deployment,
+)
 from .space import (
     Config,
     PlanError,
     base_rate,
     configurations,
+    infeasibility,
     planned_model,
     workload_lines,
 )
@@ -76,19 +87,21 @@ def absolute_paths(document: dict[str, Any], scenario: Scenario) -> dict[str, An
 
 
 def plan_file(path: str | Path, jobs: int | None = None, ray_address: str | None = None,
-              cache_dir: str | None = None, progress: Progress | None = None) -> dict[str, Any]:
+              cache_dir: str | None = None, progress: Progress | None = None, prune: bool = True) -> dict[str, Any]:
     """Validate the scenario at `path` and plan it (raises ScenarioError or PlanError)."""
     checked = check_file(path)
     if checked.scenario is None:
         from ..scenario import ScenarioError
         raise ScenarioError(checked.problems)
-    return plan_scenario(raw_document(path), checked.scenario, checked.base_dir, jobs, ray_address, cache_dir, progress)
+    return plan_scenario(raw_document(path), checked.scenario, checked.base_dir, jobs, ray_address, cache_dir, progress,
+                         prune)
 
 
 def plan_scenario(document: dict[str, Any], scenario: Scenario, base_dir: Path, jobs: int | None = None,
                   ray_address: str | None = None, cache_dir: str | None = None,
-                  progress: Progress | None = None) -> dict[str, Any]:
-    """Plan a validated scenario; `document` is its raw data."""
+                  progress: Progress | None = None, prune: bool = True) -> dict[str, Any]:
+    """Plan a validated scenario; `document` is its raw data. `prune`: leave out the configurations that cannot
+    beat the best found so far even at their throughput ceiling (`ranking.pruned`)."""
     plan = scenario.plan
     if plan is None:
         raise PlanError("the scenario has no plan section")
@@ -102,16 +115,35 @@ def plan_scenario(document: dict[str, Any], scenario: Scenario, base_dir: Path, 
         told = (lambda n, _, result: progress(done + n, len(configs), result)) if progress else None
         return run_tasks(chosen, jobs, ray_address, told)
 
-    # One round per replica count, fewest first: each configuration starts from its sibling of the round before.
+    # One round per replica count, fewest first: each configuration starts from its sibling of the round before
+    # and takes its saturated throughput; one that cannot beat the best found so far is pruned.
     found: dict[Config, dict[str, Any]] = {}
     siblings: dict[Config, tuple[dict[str, Any], int]] = {}
+    saturated: dict[Config, float] = {}
+    best: dict[str, Any] | None = None
     for count in sorted({c.replicas for c in configs}):
-        chosen = [Task(document, str(base_dir), c, cache_dir, code, *_start(siblings.get(_sibling(c)), c))
-                  for c in configs if c.replicas == count]
+        chosen = []
+        for c in configs:
+            if c.replicas != count:
+                continue
+            known = saturated.get(_sibling(c))
+            if prune and best is not None and known is not None and not infeasibility(model, c, plan.survive) \
+                    and score(upper_bound(c, ceiling_rate(known, c.replicas), plan), plan) < score(best, plan):
+                found[c] = pruned(c, ceiling_rate(known, c.replicas), best)
+                if progress:
+                    progress(len(found), len(configs), found[c])
+                continue
+            chosen.append(Task(document, str(base_dir), c, cache_dir, code, *_start(siblings.get(_sibling(c)), c),
+                               saturated=known))
         for task, result in zip(chosen, run(chosen, len(found))):
             found[task.config] = result
+            if "saturation" in result:
+                saturated[_sibling(task.config)] = result["saturation"]["rate"]
             if result.get("status") == "meets":
                 siblings[_sibling(task.config)] = (result, count)
+                rich = enrich(result, plan)
+                if rich["carries_target"] and (best is None or score(rich, plan) > score(best, plan)):
+                    best = rich
     results = [enrich(found[c], plan) for c in configs]
     order = sorted(range(len(results)), key=lambda i: score(results[i], plan), reverse=True)
     ranked = [results[i] for i in order]
@@ -135,6 +167,7 @@ def plan_scenario(document: dict[str, Any], scenario: Scenario, base_dir: Path, 
         "configurations": ranked,
         "execution": {"configurations": len(ranked),
                       "infeasible": sum(r["status"] == "infeasible" for r in ranked),
+                      "pruned": sum(r["status"] == "pruned" for r in ranked),
                       "simulations": sum(r["simulations"] for r in ranked),
                       "cached": sum(r["cached"] for r in ranked)},
     }

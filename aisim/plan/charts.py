@@ -110,7 +110,7 @@ def html_report(result: dict[str, Any]) -> str:
             f"<script>{get_plotlyjs()}</script>"
             "<style>body{font-family:sans-serif;margin:2em} table{border-collapse:collapse;font-size:12px}"
             " td,th{border:1px solid #ccc;padding:2px 6px} tr[data-status='below the target'] td,"
-            " tr[data-status='misses the SLO'] td{color:#a33} tr[data-status='infeasible'] td{color:#888}</style>"
+            " tr[data-status='misses the SLO'] td{color:#a33} tr[data-status='infeasible'] td,tr[data-status='cannot win'] td{color:#888}</style>"
             "</head><body>"
             f"<h1>aisim plan: {html.escape(result['scenario'])}</h1>{stated}"
             f"<p id=\"answer\">{html.escape(result['answer']['text'])}</p>{winner}\n{charts}\n"

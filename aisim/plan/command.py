@@ -55,7 +55,8 @@ def plan_command(args: argparse.Namespace) -> int:
     bar = None if args.quiet or not sys.stderr.isatty() else Bar(lambda r: r["goodput"]["requests_per_s_per_gpu"]
                                                                     if "goodput" in r else r["max_rate"] / r["gpus"])
     try:
-        result = plan_scenario(document, scenario, checked.base_dir, args.jobs, args.ray, cache, bar)
+        result = plan_scenario(document, scenario, checked.base_dir, args.jobs, args.ray, cache, bar,
+                               prune=not getattr(args, "all", False))
     except (PlanError, RuntimeError) as error:
         sys.stderr.write(f"aisim plan: {error}\n")
         return 1

@@ -25,7 +25,7 @@ def _ms(value: float | None) -> str:
 MEANING = ("carries X-Y/s: at X (the conservative end, which the ranking uses) every SLO percentile's 95 % "
            "interval is within its bound at steady state; at Y the run is overloaded or misses one")
 SHORT = {"carries the target": "carries", "below the target": "below", "meets the SLO": "meets",
-         "misses the SLO": "misses", "infeasible": "infeasible"}
+         "misses the SLO": "misses", "infeasible": "infeasible", "cannot win": "pruned"}
 
 
 def slo_text(result: dict[str, Any]) -> str:
@@ -47,7 +47,8 @@ def table(result: dict[str, Any], shown: int = SHOWN) -> str:
     """The ranked configurations, the verdict and the winner's `vllm serve` line."""
     execution = result["execution"]
     lines = [*heading(result),
-             (f"{execution['configurations']} configurations ({execution['infeasible']} infeasible), "
+             (f"{execution['configurations']} configurations ({execution['infeasible']} infeasible"
+              f"{', ' + str(execution['pruned']) + ' pruned' if execution.get('pruned') else ''}), "
               f"{execution['simulations']} simulations, {execution['cached']} from the cache"), ""]
     rows = result["configurations"]
     width = max([50, *(len(row["key"]) for row in rows[:shown])])  # the new dimensions lengthen the names

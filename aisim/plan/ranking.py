@@ -41,7 +41,21 @@ def standing(result: dict[str, Any], plan: Plan) -> str:
         if plan.target_rate is None:
             return "meets the SLO"
         return "carries the target" if result["carries_target"] else "below the target"
+    if result["status"] == "pruned":
+        return "cannot win"
     return "misses the SLO" if result["status"] == "misses" else "infeasible"
+
+
+def upper_bound(config: Config, ceiling: float, plan: Plan) -> dict[str, Any]:
+    """The best result `config` could have: meeting the SLO up to its throughput ceiling."""
+    at = {"throughput_rps": 0.0, "output_tokens_per_s": 0.0}
+    return enrich({**config.to_dict(), "status": "meets", "max_rate": ceiling, "at_max": at}, plan)
+
+
+def pruned(config: Config, ceiling: float, best: dict[str, Any]) -> dict[str, Any]:
+    """The row of a configuration left out: even carrying its throughput ceiling it would rank below `best`."""
+    return {**config.to_dict(), "simulations": 0, "cached": 0, "status": "pruned", "ceiling_rate": ceiling,
+            "reason": f"not evaluated: at its ceiling of {ceiling:.3g}/s it would still rank below {best['key']}"}
 
 
 def capacity_text(result: dict[str, Any]) -> str:
@@ -54,7 +68,7 @@ def capacity_text(result: dict[str, Any]) -> str:
 def score(result: dict[str, Any], plan: Plan) -> tuple[float, ...]:
     """Sort key, higher first: qualifying configurations by the goal, then the others."""
     if result["status"] != "meets":
-        return (-1.0 if result["status"] == "misses" else -2.0, 0.0, 0.0)
+        return ({"pruned": -1.0, "misses": -2.0}.get(result["status"], -3.0), 0.0, 0.0)
     goodput = result["goodput"]
     qualifies = 1.0 if result["carries_target"] else 0.0
     if plan.goal == "cheapest":
