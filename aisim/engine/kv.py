@@ -177,18 +177,23 @@ class KvCache:
         cache the full blocks among them. `whole` (a waiting request's admission,
         `scheduler_reserve_full_isl`): the whole sequence must fit. False, and nothing changed, if not."""
         held = self._blocks.get(request.id)
-        if held is not None and not hit:  # a running request: the common case, kept short
+        if held is not None and not hit and not whole:  # a running request: the common case, kept short
             bs = self.block_size
-            end = min(request.computed + new_tokens, self.max_model_len)
+            end = request.computed + new_tokens  # conditionals, not min(): asked for every running request
+            if end > self.max_model_len:
+                end = self.max_model_len
             missing = -(-end // bs) - len(held)
-            if missing > self._free.size and not whole:
-                return False
-            if not whole:
-                if missing > 0:
-                    held.extend(self._take(missing))
-                if self.prefix_caching and min(end, request.prompt + request.generated) // bs > self._num_cached[request.id]:
-                    self.cache_blocks(request, min(end, request.prompt + request.generated))
-                return True
+            if missing > 0:
+                if missing > self._free.size:
+                    return False
+                held.extend(self._take(missing))
+            if self.prefix_caching:
+                known = request.prompt + request.generated
+                if end < known:
+                    known = end
+                if known // bs > self._num_cached[request.id]:
+                    self.cache_blocks(request, known)
+            return True
         if not self.can_allocate(request, new_tokens, hit, whole):
             return False
         computed = min(request.computed + len(hit) * self.block_size, self.max_model_len)

@@ -129,21 +129,27 @@ class Scheduler:
         threshold = self._threshold()
         scheduled: dict[int, int] = {}
         running = self.running
+        allocate, max_model_len = kv.allocate, kv.max_model_len
         index = 0
         while index < len(running) and budget > 0:
             request = running[index]
-            if request.placeholders and request.computed + 2 - request.placeholders >= request.prompt + request.output:
+            computed, placeholders = request.computed, request.placeholders
+            if placeholders and computed + 2 - placeholders >= request.prompt + request.output:
                 index += 1  # async: its last token is already in flight
                 continue
-            tokens = request.prompt + request.generated + request.placeholders - request.computed
+            tokens = request.prompt + request.generated + placeholders - computed
             if 0 < threshold < tokens:
                 tokens = threshold
+            if tokens > budget:  # conditionals, not min(): once per running request per step
+                tokens = budget
             # an embedding (a pooling model's request) samples nothing, so its prompt may fill the context
-            tokens = min(tokens, budget, kv.max_model_len - request.computed - (request.output > 0))
+            room = max_model_len - computed - (request.output > 0)
+            if tokens > room:
+                tokens = room
             if tokens <= 0:
                 index += 1
                 continue
-            allocated = kv.allocate(request, tokens)
+            allocated = allocate(request, tokens)
             while not allocated:
                 victim = self._victim()
                 if self.priority_policy:
@@ -160,7 +166,7 @@ class Scheduler:
                 step.preempted.append(victim)
                 if victim is request:
                     break
-                allocated = kv.allocate(request, tokens)
+                allocated = allocate(request, tokens)
             if not allocated:
                 break
             step.batch.append((request, tokens))
