@@ -153,24 +153,30 @@ class KvCache:
     def _to_allocate(self, request: Request, tokens: int, hit: Sequence[int]) -> int:
         """`get_num_blocks_to_allocate`: new blocks for `tokens` slots, plus hit blocks that sit in
         the free queue (taking them removes them from it)."""
-        required = -(-tokens // self.block_size)
+        required = -(-tokens // self.block_size)  # conditionals, not max(): asked at every admission check
         held = self._blocks.get(request.id)
         if held is not None:
-            return max(required - len(held), 0)
+            required -= len(held)
+            return required if required > 0 else 0
         if not hit:
-            return max(required, 0)
+            return required if required > 0 else 0
         refs = self._refs
-        return max(required - len(hit), 0) + sum(1 for b in hit if refs[b] == 0)
+        required -= len(hit)
+        return (required if required > 0 else 0) + sum(1 for b in hit if refs[b] == 0)
 
     def can_allocate(self, request: Request, new_tokens: int, hit: Sequence[int] = (),
                      whole: bool = False) -> bool:
         """Whether `allocate` would succeed. Changes nothing."""
-        computed = min(request.computed + len(hit) * self.block_size, self.max_model_len)
-        if whole and self._to_allocate(request, min(request.prompt + request.generated, self.max_model_len),
-                                       hit) > self._free.size:
-            return False
-        slots = min(computed + new_tokens, self.max_model_len)
-        return self._to_allocate(request, slots, hit) <= self._free.size
+        limit = self.max_model_len  # conditionals, not min()
+        if whole:
+            sequence = request.prompt + request.generated
+            if self._to_allocate(request, sequence if sequence < limit else limit, hit) > self._free.size:
+                return False
+        slots = request.computed + len(hit) * self.block_size
+        if slots > limit:
+            slots = limit
+        slots += new_tokens
+        return self._to_allocate(request, slots if slots < limit else limit, hit) <= self._free.size
 
     def allocate(self, request: Request, new_tokens: int, hit: Sequence[int] = (), whole: bool = False) -> bool:
         """vLLM's `allocate_slots`: take the hit blocks, allocate slots for `new_tokens` more tokens and
