@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from .kv import KvCache
 from .request import Request
@@ -45,6 +46,8 @@ class Step:
     def tokens(self) -> int:
         return sum(tokens for _, tokens in self.batch)
 
+
+_first = itemgetter(0)
 
 NO_TOKEN, TOKEN, LAST_TOKEN, DONE = range(4)
 """What `update` says of a scheduled request: no token (a partial chunk, or gone), a token, its last
@@ -307,15 +310,18 @@ class Scheduler:
         allocate and cache their blocks (the caller made sure they fit and nobody finishes early)."""
         kv, bs = self.kv, self.kv.block_size
         running = self.running
-        if steps <= bs:  # at most one new block each: bucket them by the step that needs it (running order within)
-            buckets: list[list[Request]] = [[] for _ in range(steps)]
+        if steps <= bs:  # at most one new block each, and few need one: sort them by the step that needs it
+            needy: list[tuple[int, Request]] = []
             for request in running:
                 k = -request.computed % bs
                 if k < steps:
-                    buckets[k].append(request)
+                    needy.append((k, request))
                 request.computed += steps
                 request.generated += steps
-            kv.extend([request for bucket in buckets for request in bucket])
+            if needy:
+                if len(needy) > 1:
+                    needy.sort(key=_first)  # stable: running order within a step
+                kv.extend([request for _, request in needy])
             kv.cache_computed(running)
             return
         order: list[tuple[int, int]] = []
