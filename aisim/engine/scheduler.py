@@ -246,13 +246,13 @@ class Scheduler:
     def advance(self, step: Step) -> None:
         """The step's tokens count as computed (`_update_after_schedule`); under async scheduling each
         request that will sample holds a placeholder for its token."""
-        partial = step.partial
+        partial, async_scheduling = step.partial, self.async_scheduling
         for request, tokens in step.batch:
             request.computed += tokens
             request.in_flight += tokens
             if request.computed < request.prompt + request.generated + request.placeholders:
                 partial.add(request.id)
-            elif self.async_scheduling:
+            elif async_scheduling:
                 request.placeholders += 1
 
     def update(self, step: Step) -> list[int]:
@@ -261,29 +261,30 @@ class Scheduler:
         request whose last token was in flight) and free their blocks."""
         kv = self.kv
         states = []
+        append = states.append
         stopped: list[Request] = []
+        partial, async_scheduling, max_model_len = step.partial, self.async_scheduling, kv.max_model_len
         for request, tokens in step.batch:
             request.in_flight -= tokens
             stale = request.stale > 0
             if stale:
                 request.stale -= tokens
-            if request.done or request.id in step.partial:
-                states.append(NO_TOKEN)
+            if request.finished_at >= 0 or request.id in partial:  # `done`, inlined: once per request per step
+                append(NO_TOKEN)
                 continue
             if request.output == 0:
-                states.append(DONE)
+                append(DONE)
                 stopped.append(request)
                 continue
             request.generated += 1
-            if self.async_scheduling and not stale:
+            if async_scheduling and not stale:  # not stale: it is running
                 request.placeholders -= 1
-            if self.async_scheduling and not stale:  # not stale: it is running
                 kv.cache_blocks(request, request.computed - request.placeholders)
-            if request.generated >= request.output or request.prompt + request.generated >= kv.max_model_len:
-                states.append(LAST_TOKEN)
+            if request.generated >= request.output or request.prompt + request.generated >= max_model_len:
+                append(LAST_TOKEN)
                 stopped.append(request)
             else:
-                states.append(TOKEN)
+                append(TOKEN)
         if stopped:
             self.finish(stopped)
         return states
