@@ -202,7 +202,10 @@ class KvCache:
             return True
         if not self.can_allocate(request, new_tokens, hit, whole):
             return False
-        computed = min(request.computed + len(hit) * self.block_size, self.max_model_len)
+        limit = self.max_model_len
+        computed = request.computed + len(hit) * self.block_size
+        if computed > limit:
+            computed = limit
         blocks = self._blocks.get(request.id)
         if blocks is None:
             blocks = self._blocks[request.id] = []
@@ -211,10 +214,12 @@ class KvCache:
             self._touch(hit)
             blocks.extend(hit)
             self._num_cached[request.id] = len(blocks)
-        missing = -(-min(computed + new_tokens, self.max_model_len) // self.block_size) - len(blocks)
+        end = computed + new_tokens
+        missing = -(-(end if end < limit else limit) // self.block_size) - len(blocks)
         if missing > 0:
             blocks.extend(self._take(missing))
-        self.cache_blocks(request, min(computed + new_tokens, request.prompt + request.generated))
+        sequence = request.prompt + request.generated
+        self.cache_blocks(request, end if end < sequence else sequence)
         return True
 
     def record_hit(self, request: Request, hit_tokens: int) -> None:

@@ -213,7 +213,8 @@ class Scheduler:
         tokens = request.prompt + request.generated - len(hit) * kv.block_size
         if 0 < threshold < tokens:
             tokens = threshold
-        tokens = min(tokens, budget)
+        if tokens > budget:
+            tokens = budget
         if not kv.can_allocate(request, tokens, hit, whole=True):
             return None
         return hit, tokens
