@@ -157,12 +157,12 @@ class KvCache:
         held = self._blocks.get(request.id)
         if held is not None:
             required -= len(held)
-            return required if required > 0 else 0
+            return required if required > 0 else 0  # noqa: FURB136 (hot path)
         if not hit:
-            return required if required > 0 else 0
+            return required if required > 0 else 0  # noqa: FURB136 (hot path)
         refs = self._refs
         required -= len(hit)
-        return (required if required > 0 else 0) + sum(1 for b in hit if refs[b] == 0)
+        return max(required, 0) + sum(1 for b in hit if refs[b] == 0)  # an admission with a hit: rarer
 
     def can_allocate(self, request: Request, new_tokens: int, hit: Sequence[int] = (),
                      whole: bool = False) -> bool:
@@ -170,13 +170,17 @@ class KvCache:
         limit = self.max_model_len  # conditionals, not min()
         if whole:
             sequence = request.prompt + request.generated
-            if self._to_allocate(request, sequence if sequence < limit else limit, hit) > self._free.size:
+            if sequence > limit:  # noqa: PLR1730 (hot path)
+                sequence = limit
+            if self._to_allocate(request, sequence, hit) > self._free.size:
                 return False
         slots = request.computed + len(hit) * self.block_size
-        if slots > limit:
+        if slots > limit:  # noqa: PLR1730 (hot path)
             slots = limit
         slots += new_tokens
-        return self._to_allocate(request, slots if slots < limit else limit, hit) <= self._free.size
+        if slots > limit:  # noqa: PLR1730 (hot path)
+            slots = limit
+        return self._to_allocate(request, slots, hit) <= self._free.size
 
     def allocate(self, request: Request, new_tokens: int, hit: Sequence[int] = (), whole: bool = False) -> bool:
         """vLLM's `allocate_slots`: take the hit blocks, allocate slots for `new_tokens` more tokens and
@@ -186,7 +190,7 @@ class KvCache:
         if held is not None and not hit and not whole:  # a running request: the common case, kept short
             bs = self.block_size
             end = request.computed + new_tokens  # conditionals, not min(): asked for every running request
-            if end > self.max_model_len:
+            if end > self.max_model_len:  # noqa: PLR1730 (hot path)
                 end = self.max_model_len
             missing = -(-end // bs) - len(held)
             if missing > 0:
@@ -195,7 +199,7 @@ class KvCache:
                 held.extend(self._take(missing))
             if self.prefix_caching:
                 known = request.prompt + request.generated
-                if end < known:
+                if end < known:  # noqa: PLR1730 (hot path)
                     known = end
                 if known // bs > self._num_cached[request.id]:
                     self.cache_blocks(request, known)
@@ -204,7 +208,7 @@ class KvCache:
             return False
         limit = self.max_model_len
         computed = request.computed + len(hit) * self.block_size
-        if computed > limit:
+        if computed > limit:  # noqa: PLR1730 (hot path)
             computed = limit
         blocks = self._blocks.get(request.id)
         if blocks is None:
@@ -215,11 +219,12 @@ class KvCache:
             blocks.extend(hit)
             self._num_cached[request.id] = len(blocks)
         end = computed + new_tokens
-        missing = -(-(end if end < limit else limit) // self.block_size) - len(blocks)
+        slots = end if end < limit else limit  # noqa: FURB136 (hot path)
+        missing = -(-slots // self.block_size) - len(blocks)
         if missing > 0:
             blocks.extend(self._take(missing))
         sequence = request.prompt + request.generated
-        self.cache_blocks(request, end if end < sequence else sequence)
+        self.cache_blocks(request, end if end < sequence else sequence)  # noqa: FURB136 (hot path)
         return True
 
     def record_hit(self, request: Request, hit_tokens: int) -> None:

@@ -143,11 +143,11 @@ class Scheduler:
             tokens = request.prompt + request.generated + placeholders - computed
             if 0 < threshold < tokens:
                 tokens = threshold
-            if tokens > budget:  # conditionals, not min(): once per running request per step
+            if tokens > budget:  # noqa: PLR1730 (hot path: conditionals, not min(), once per running request per step)
                 tokens = budget
             # an embedding (a pooling model's request) samples nothing, so its prompt may fill the context
             room = max_model_len - computed - (request.output > 0)
-            if tokens > room:
+            if tokens > room:  # noqa: PLR1730 (hot path)
                 tokens = room
             if tokens <= 0:
                 index += 1
@@ -213,7 +213,7 @@ class Scheduler:
         tokens = request.prompt + request.generated - len(hit) * kv.block_size
         if 0 < threshold < tokens:
             tokens = threshold
-        if tokens > budget:
+        if tokens > budget:  # noqa: PLR1730 (hot path)
             tokens = budget
         if not kv.can_allocate(request, tokens, hit, whole=True):
             return None
@@ -261,7 +261,7 @@ class Scheduler:
         LAST_TOKEN or DONE. Finished requests leave the running list (or the queue, for a preempted
         request whose last token was in flight) and free their blocks."""
         kv = self.kv
-        states = []
+        states: list[int] = []
         append = states.append
         stopped: list[Request] = []
         partial, async_scheduling, max_model_len = step.partial, self.async_scheduling, kv.max_model_len
