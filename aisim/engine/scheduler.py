@@ -293,14 +293,18 @@ class Scheduler:
     def finish(self, requests: list[Request]) -> None:
         """Requests stopped: out of the running list (or the queue, a preempted request whose last
         token was in flight) and their blocks freed, in order."""
-        gone = {id(r) for r in requests}
-        kept = [r for r in self.running if id(r) not in gone]
-        if len(kept) + len(requests) != len(self.running):
-            if self.priority_policy:
-                self._heap = [entry for entry in self._heap if id(entry[3]) not in gone]
-                heapq.heapify(self._heap)
-            else:
-                self._fcfs = deque(r for r in self._fcfs if id(r) not in gone)
+        if len(requests) == 1 and requests[0] in self.running:  # the common case: one running request (by identity)
+            kept = self.running.copy()
+            kept.remove(requests[0])
+        else:
+            gone = {id(r) for r in requests}
+            kept = [r for r in self.running if id(r) not in gone]
+            if len(kept) + len(requests) != len(self.running):
+                if self.priority_policy:
+                    self._heap = [entry for entry in self._heap if id(entry[3]) not in gone]
+                    heapq.heapify(self._heap)
+                else:
+                    self._fcfs = deque(r for r in self._fcfs if id(r) not in gone)
         self.running = kept
         for request in requests:
             self.kv.free(request, finished=True)
