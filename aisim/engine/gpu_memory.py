@@ -216,7 +216,8 @@ class ReplicaMemory:
 
     def _sizes(self, tokens: int, requests: int) -> Shape:
         if tokens <= GRAPH_MAX_TOKENS and self.cuda_graphs and self.runtime == "vllm":
-            tokens = requests = min(tokens, requests)  # in a graph only the logits, one row per sampled sequence
+            # in a graph only the logits, one row per sampled sequence (a conditional, not min(): once per step)
+            tokens = requests = tokens if tokens < requests else requests  # noqa: FURB136 (hot path)
         shape = (tokens, requests)
         eager = self._eager.get(shape)
         if eager is None:  # a step's shapes repeat: size them once

@@ -153,23 +153,33 @@ class KvCache:
     def _to_allocate(self, request: Request, tokens: int, hit: Sequence[int]) -> int:
         """`get_num_blocks_to_allocate`: new blocks for `tokens` slots, plus hit blocks that sit in
         the free queue (taking them removes them from it)."""
-        required = -(-tokens // self.block_size)
+        required = -(-tokens // self.block_size)  # conditionals, not max(): asked at every admission check
         held = self._blocks.get(request.id)
         if held is not None:
-            return max(required - len(held), 0)
+            required -= len(held)
+            return required if required > 0 else 0  # noqa: FURB136 (hot path)
         if not hit:
-            return max(required, 0)
+            return required if required > 0 else 0  # noqa: FURB136 (hot path)
         refs = self._refs
-        return max(required - len(hit), 0) + sum(1 for b in hit if refs[b] == 0)
+        required -= len(hit)
+        return max(required, 0) + sum(1 for b in hit if refs[b] == 0)  # an admission with a hit: rarer
 
     def can_allocate(self, request: Request, new_tokens: int, hit: Sequence[int] = (),
                      whole: bool = False) -> bool:
         """Whether `allocate` would succeed. Changes nothing."""
-        computed = min(request.computed + len(hit) * self.block_size, self.max_model_len)
-        if whole and self._to_allocate(request, min(request.prompt + request.generated, self.max_model_len),
-                                       hit) > self._free.size:
-            return False
-        slots = min(computed + new_tokens, self.max_model_len)
+        limit = self.max_model_len  # conditionals, not min()
+        if whole:
+            sequence = request.prompt + request.generated
+            if sequence > limit:  # noqa: PLR1730 (hot path)
+                sequence = limit
+            if self._to_allocate(request, sequence, hit) > self._free.size:
+                return False
+        slots = request.computed + len(hit) * self.block_size
+        if slots > limit:  # noqa: PLR1730 (hot path)
+            slots = limit
+        slots += new_tokens
+        if slots > limit:  # noqa: PLR1730 (hot path)
+            slots = limit
         return self._to_allocate(request, slots, hit) <= self._free.size
 
     def allocate(self, request: Request, new_tokens: int, hit: Sequence[int] = (), whole: bool = False) -> bool:
@@ -177,21 +187,29 @@ class KvCache:
         cache the full blocks among them. `whole` (a waiting request's admission,
         `scheduler_reserve_full_isl`): the whole sequence must fit. False, and nothing changed, if not."""
         held = self._blocks.get(request.id)
-        if held is not None and not hit:  # a running request: the common case, kept short
+        if held is not None and not hit and not whole:  # a running request: the common case, kept short
             bs = self.block_size
-            end = min(request.computed + new_tokens, self.max_model_len)
+            end = request.computed + new_tokens  # conditionals, not min(): asked for every running request
+            if end > self.max_model_len:  # noqa: PLR1730 (hot path)
+                end = self.max_model_len
             missing = -(-end // bs) - len(held)
-            if missing > self._free.size and not whole:
-                return False
-            if not whole:
-                if missing > 0:
-                    held.extend(self._take(missing))
-                if self.prefix_caching and min(end, request.prompt + request.generated) // bs > self._num_cached[request.id]:
-                    self.cache_blocks(request, min(end, request.prompt + request.generated))
-                return True
+            if missing > 0:
+                if missing > self._free.size:
+                    return False
+                held.extend(self._take(missing))
+            if self.prefix_caching:
+                known = request.prompt + request.generated
+                if end < known:  # noqa: PLR1730 (hot path)
+                    known = end
+                if known // bs > self._num_cached[request.id]:
+                    self.cache_blocks(request, known)
+            return True
         if not self.can_allocate(request, new_tokens, hit, whole):
             return False
-        computed = min(request.computed + len(hit) * self.block_size, self.max_model_len)
+        limit = self.max_model_len
+        computed = request.computed + len(hit) * self.block_size
+        if computed > limit:  # noqa: PLR1730 (hot path)
+            computed = limit
         blocks = self._blocks.get(request.id)
         if blocks is None:
             blocks = self._blocks[request.id] = []
@@ -200,10 +218,13 @@ class KvCache:
             self._touch(hit)
             blocks.extend(hit)
             self._num_cached[request.id] = len(blocks)
-        missing = -(-min(computed + new_tokens, self.max_model_len) // self.block_size) - len(blocks)
+        end = computed + new_tokens
+        slots = end if end < limit else limit  # noqa: FURB136 (hot path)
+        missing = -(-slots // self.block_size) - len(blocks)
         if missing > 0:
             blocks.extend(self._take(missing))
-        self.cache_blocks(request, min(computed + new_tokens, request.prompt + request.generated))
+        sequence = request.prompt + request.generated
+        self.cache_blocks(request, end if end < sequence else sequence)  # noqa: FURB136 (hot path)
         return True
 
     def record_hit(self, request: Request, hit_tokens: int) -> None:

@@ -528,7 +528,7 @@ class Replica:
     def _log(self, start: int, ends: list[int], requests: int, prefill: int, decode: int, kv_used: list[int],
              peak: int, durations: list[int], stream: str = "") -> None:
         """Account and log a run of steps; `peak`: the most blocks `kv_used` holds; `durations`: the steps'
-        (or more, a cut run's). The six columns are rows of one array, made from the lists at once."""
+        (or more, a cut run's). The six columns are rows of one array, filled row by row."""
         count = len(ends)
         if count == 1:
             self._log_step(start, ends[0], requests, prefill, decode, peak, stream)
@@ -539,10 +539,14 @@ class Replica:
         stats.kv_area += float(sum(map(mul, kv_used, durations)))  # exact integers, as numpy's int64 dot
         if peak > stats.kv_peak:  # noqa: PLR1730 (hot path)
             stats.kv_peak = peak
-        starts = ends[:-1]
-        starts.insert(0, start)
-        columns = np.array((starts, ends, [requests] * count, [prefill] * count, [decode] * count, kv_used),
-                           dtype=np.int64)
+        columns = np.empty((6, count), dtype=np.int64)  # the constant columns filled in C, not from lists
+        columns[0, 0] = start
+        columns[0, 1:] = ends[:-1]
+        columns[1] = ends
+        columns[2] = requests
+        columns[3] = prefill
+        columns[4] = decode
+        columns[5] = kv_used
         self.timeline.add_steps(StepRun(
             self.name, self.gpus, stream or self.stream, columns[0], columns[1], columns[2], columns[3],
             columns[4], columns[5], self.kv.total,

@@ -22,6 +22,7 @@ from __future__ import annotations
 import heapq
 from collections import deque
 from dataclasses import dataclass, field
+from operator import itemgetter
 
 from .kv import KvCache
 from .request import Request
@@ -45,6 +46,8 @@ class Step:
     def tokens(self) -> int:
         return sum(tokens for _, tokens in self.batch)
 
+
+_first = itemgetter(0)
 
 NO_TOKEN, TOKEN, LAST_TOKEN, DONE = range(4)
 """What `update` says of a scheduled request: no token (a partial chunk, or gone), a token, its last
@@ -129,21 +132,27 @@ class Scheduler:
         threshold = self._threshold()
         scheduled: dict[int, int] = {}
         running = self.running
+        allocate, max_model_len = kv.allocate, kv.max_model_len
         index = 0
         while index < len(running) and budget > 0:
             request = running[index]
-            if request.placeholders and request.computed + 2 - request.placeholders >= request.prompt + request.output:
+            computed, placeholders = request.computed, request.placeholders
+            if placeholders and computed + 2 - placeholders >= request.prompt + request.output:
                 index += 1  # async: its last token is already in flight
                 continue
-            tokens = request.prompt + request.generated + request.placeholders - request.computed
+            tokens = request.prompt + request.generated + placeholders - computed
             if 0 < threshold < tokens:
                 tokens = threshold
+            if tokens > budget:  # noqa: PLR1730 (hot path: conditionals, not min(), once per running request per step)
+                tokens = budget
             # an embedding (a pooling model's request) samples nothing, so its prompt may fill the context
-            tokens = min(tokens, budget, kv.max_model_len - request.computed - (request.output > 0))
+            room = max_model_len - computed - (request.output > 0)
+            if tokens > room:  # noqa: PLR1730 (hot path)
+                tokens = room
             if tokens <= 0:
                 index += 1
                 continue
-            allocated = kv.allocate(request, tokens)
+            allocated = allocate(request, tokens)
             while not allocated:
                 victim = self._victim()
                 if self.priority_policy:
@@ -160,7 +169,7 @@ class Scheduler:
                 step.preempted.append(victim)
                 if victim is request:
                     break
-                allocated = kv.allocate(request, tokens)
+                allocated = allocate(request, tokens)
             if not allocated:
                 break
             step.batch.append((request, tokens))
@@ -204,7 +213,8 @@ class Scheduler:
         tokens = request.prompt + request.generated - len(hit) * kv.block_size
         if 0 < threshold < tokens:
             tokens = threshold
-        tokens = min(tokens, budget)
+        if tokens > budget:  # noqa: PLR1730 (hot path)
+            tokens = budget
         if not kv.can_allocate(request, tokens, hit, whole=True):
             return None
         return hit, tokens
@@ -237,13 +247,13 @@ class Scheduler:
     def advance(self, step: Step) -> None:
         """The step's tokens count as computed (`_update_after_schedule`); under async scheduling each
         request that will sample holds a placeholder for its token."""
-        partial = step.partial
+        partial, async_scheduling = step.partial, self.async_scheduling
         for request, tokens in step.batch:
             request.computed += tokens
             request.in_flight += tokens
             if request.computed < request.prompt + request.generated + request.placeholders:
                 partial.add(request.id)
-            elif self.async_scheduling:
+            elif async_scheduling:
                 request.placeholders += 1
 
     def update(self, step: Step) -> list[int]:
@@ -251,30 +261,31 @@ class Scheduler:
         LAST_TOKEN or DONE. Finished requests leave the running list (or the queue, for a preempted
         request whose last token was in flight) and free their blocks."""
         kv = self.kv
-        states = []
+        states: list[int] = []
+        append = states.append
         stopped: list[Request] = []
+        partial, async_scheduling, max_model_len = step.partial, self.async_scheduling, kv.max_model_len
         for request, tokens in step.batch:
             request.in_flight -= tokens
             stale = request.stale > 0
             if stale:
                 request.stale -= tokens
-            if request.done or request.id in step.partial:
-                states.append(NO_TOKEN)
+            if request.finished_at >= 0 or request.id in partial:  # `done`, inlined: once per request per step
+                append(NO_TOKEN)
                 continue
             if request.output == 0:
-                states.append(DONE)
+                append(DONE)
                 stopped.append(request)
                 continue
             request.generated += 1
-            if self.async_scheduling and not stale:
+            if async_scheduling and not stale:  # not stale: it is running
                 request.placeholders -= 1
-            if self.async_scheduling and not stale:  # not stale: it is running
                 kv.cache_blocks(request, request.computed - request.placeholders)
-            if request.generated >= request.output or request.prompt + request.generated >= kv.max_model_len:
-                states.append(LAST_TOKEN)
+            if request.generated >= request.output or request.prompt + request.generated >= max_model_len:
+                append(LAST_TOKEN)
                 stopped.append(request)
             else:
-                states.append(TOKEN)
+                append(TOKEN)
         if stopped:
             self.finish(stopped)
         return states
@@ -282,14 +293,18 @@ class Scheduler:
     def finish(self, requests: list[Request]) -> None:
         """Requests stopped: out of the running list (or the queue, a preempted request whose last
         token was in flight) and their blocks freed, in order."""
-        gone = {id(r) for r in requests}
-        kept = [r for r in self.running if id(r) not in gone]
-        if len(kept) + len(requests) != len(self.running):
-            if self.priority_policy:
-                self._heap = [entry for entry in self._heap if id(entry[3]) not in gone]
-                heapq.heapify(self._heap)
-            else:
-                self._fcfs = deque(r for r in self._fcfs if id(r) not in gone)
+        if len(requests) == 1 and requests[0] in self.running:  # the common case: one running request (by identity)
+            kept = self.running.copy()
+            kept.remove(requests[0])
+        else:
+            gone = {id(r) for r in requests}
+            kept = [r for r in self.running if id(r) not in gone]
+            if len(kept) + len(requests) != len(self.running):
+                if self.priority_policy:
+                    self._heap = [entry for entry in self._heap if id(entry[3]) not in gone]
+                    heapq.heapify(self._heap)
+                else:
+                    self._fcfs = deque(r for r in self._fcfs if id(r) not in gone)
         self.running = kept
         for request in requests:
             self.kv.free(request, finished=True)
@@ -301,15 +316,18 @@ class Scheduler:
         allocate and cache their blocks (the caller made sure they fit and nobody finishes early)."""
         kv, bs = self.kv, self.kv.block_size
         running = self.running
-        if steps <= bs:  # at most one new block each: bucket them by the step that needs it (running order within)
-            buckets: list[list[Request]] = [[] for _ in range(steps)]
+        if steps <= bs:  # at most one new block each, and few need one: sort them by the step that needs it
+            needy: list[tuple[int, Request]] = []
             for request in running:
                 k = -request.computed % bs
                 if k < steps:
-                    buckets[k].append(request)
+                    needy.append((k, request))
                 request.computed += steps
                 request.generated += steps
-            kv.extend([request for bucket in buckets for request in bucket])
+            if needy:
+                if len(needy) > 1:
+                    needy.sort(key=_first)  # stable: running order within a step
+                kv.extend([request for _, request in needy])
             kv.cache_computed(running)
             return
         order: list[tuple[int, int]] = []
