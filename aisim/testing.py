@@ -14,10 +14,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
+import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -40,6 +41,27 @@ def aisim_server() -> Iterator[str]:
     """The base URL of an aisim server running the built-in default scenario."""
     with running_server() as url:
         yield url
+
+
+def free_port_offset(ports: Sequence[int], taken: Collection[int] = ()) -> int:
+    """An offset (for `aisim serve --port-offset`) that moves every one of `ports` onto a loopback port free now
+    and not in `taken`: the first port lands where the operating system finds a free one, the rest keep their gaps."""
+    for _ in range(50):
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            offset = probe.getsockname()[1] - ports[0]
+        if all(0 < port + offset < 65536 and port + offset not in taken and _bindable(port + offset) for port in ports):
+            return offset
+    raise RuntimeError(f"no offset moves the ports {list(ports)} onto free ones")
+
+
+def _bindable(port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
 
 
 @contextlib.contextmanager

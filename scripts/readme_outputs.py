@@ -29,7 +29,6 @@ import argparse
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -199,22 +198,6 @@ def run(command: str, timeout: int = TIMEOUT) -> list[str]:
     return text.rstrip("\n").split("\n") if text.strip() else []
 
 
-def _free_offset(ports: list[int]) -> int:
-    for offset in range(21_000, 40_000, 89):
-        if all(_free(port + offset) for port in ports):
-            return offset
-    raise RuntimeError("no free ports for a served block")
-
-
-def _free(port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def _ports(serve: str) -> list[int]:
     """The ports a shown `aisim serve` command binds: its scenario's listeners, `--port` first."""
     from aisim.cli import build_parser
@@ -232,7 +215,9 @@ def run_served(steps: list[Step]) -> list[list[str]]:
     """The output of each step of a served block: the server's banner, then each command's."""
     serve = steps[0].command
     ports = _ports(serve)
-    offset = _free_offset(ports)
+    from aisim.testing import free_port_offset
+
+    offset = free_port_offset(ports)
     moved = re.sub(r"--port (\d+)", lambda m: f"--port {int(m.group(1)) + offset}", serve.split("#", 1)[0])
     moved = re.sub(r"^aisim\b", f'"{sys.executable}" -m aisim', moved.strip())
     process = subprocess.Popen(["bash", "-c", f"exec {moved} --port-offset {offset}"], cwd=ROOT,

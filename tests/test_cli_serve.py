@@ -14,6 +14,7 @@ import pytest
 
 from aisim.cli import split_foreign_flags
 from aisim.replay.formats import read_log
+from aisim.testing import free_port_offset
 
 from .conftest import ROOT, SERVE_MODES
 
@@ -175,34 +176,13 @@ def test_sigterm_past_the_grace_period_ends_each_stream_with_an_error_event_and_
     assert [r.status for r in read_log(log).requests] == ["aborted"] * 50
 
 
-def _free_offset(ports: list[int], taken: set[int]) -> int:
-    """An offset that moves every one of `ports` to a port free now (and not in `taken`)."""
-    import socket
-
-    for _ in range(50):
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            offset = probe.getsockname()[1] - ports[0]
-        moved = [p + offset for p in ports]
-        if not all(0 < p <= 65535 and p not in taken for p in moved):
-            continue
-        try:
-            for p in moved:
-                with socket.socket() as probe:
-                    probe.bind(("127.0.0.1", p))
-        except OSError:
-            continue
-        return offset
-    raise RuntimeError("no free offset")
-
-
 def test_port_offset_lets_two_triton_servers_run_side_by_side() -> None:
     """`--port-offset N` moves every listener (KServe's HTTP and gRPC ports and the fixed metrics port alike)."""
     import tritonclient.grpc
 
     scenario = str(ROOT / "scenarios" / "triton.yaml")
-    first = _free_offset([8000, 8001, 8002], set())
-    second = _free_offset([8000, 8001, 8002], {8000 + first, 8001 + first, 8002 + first})
+    first = free_port_offset([8000, 8001, 8002])
+    second = free_port_offset([8000, 8001, 8002], {8000 + first, 8001 + first, 8002 + first})
     processes = [subprocess.Popen([sys.executable, "-m", "aisim", "serve", scenario, "--port-offset", str(offset)],
                                   cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                  for offset in (first, second)]

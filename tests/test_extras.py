@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import re
 import signal
-import socket
 import subprocess
 import sys
 
@@ -15,6 +14,7 @@ import pytest
 
 from aisim.extras import EXTRAS
 from aisim.scenario import load_scenario
+from aisim.testing import free_port_offset
 
 from .conftest import ROOT, SCENARIOS
 
@@ -61,31 +61,12 @@ def test_every_shipped_scenario_runs_with_the_base_install() -> None:
         assert out.startswith(f"scenario {name} ("), f"{name}: {out[:200]}"
 
 
-def _free_offset(ports: list[int]) -> int:
-    """An offset that moves every one of `ports` onto a port free now."""
-    for offset in range(20_000, 40_000, 97):
-        if all(_free(port + offset) for port in ports):
-            return offset
-    raise AssertionError("no free ports")
-
-
-def _free(port: int) -> bool:
-    if not 0 < port < 65536:
-        return False
-    with socket.socket() as probe:
-        try:
-            probe.bind(("127.0.0.1", port))
-        except OSError:
-            return False
-    return True
-
-
 def test_every_shipped_scenario_serves_with_the_base_install() -> None:
     """`aisim serve SCENARIO` answers its health check on the first listener, and a signal ends it cleanly."""
     servers: dict[str, subprocess.Popen[str]] = {}
     for path in SHIPPED:
         later = [listener.port for listener in load_scenario(path).server.listeners[1:]]
-        offset = _free_offset(later) if later else 0
+        offset = free_port_offset(later) if later else 0
         servers[path.stem] = subprocess.Popen(
             [sys.executable, "-c", WITHOUT_EXTRAS, "serve", str(path), "--port", "0", "--port-offset", str(offset)],
             cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
