@@ -184,7 +184,7 @@ def search(task: Task) -> dict[str, Any]:
     cache = Cache(task.cache_dir)
     saturated = task.saturated
     if saturated is None:
-        measured, fresh = saturation(task, cache)
+        measured, fresh = saturation(task, scenario, cache)
         result["simulations" if fresh else "cached"] += 1
         if "failure" in measured:
             return {**result, "status": "infeasible", "reason": measured["failure"]}
@@ -327,11 +327,10 @@ def _bracket(evaluate: Callable[[float], dict[str, Any]], start: float, step: fl
     return passed
 
 
-def saturation(task: Task, cache: Cache) -> tuple[dict[str, Any], bool]:
+def saturation(task: Task, scenario: Scenario, cache: Cache) -> tuple[dict[str, Any], bool]:
     """One replica of the configuration saturated: SATURATION_REQUESTS (or four times its batch) arriving in a
-    burst, its completions per second while requests still wait (`rate`); (that, whether it was simulated)."""
-    scenario = Scenario.model_validate(task.document)
-    assert scenario.plan is not None
+    burst, its completions per second while requests still wait (`rate`); (that, whether it was simulated).
+    `scenario`: the task's document, validated."""
     one = dataclasses.replace(task.config, replicas=1)
     base_dir = Path(task.base_dir)
     count = min(max(SATURATION_REQUESTS, 4 * (one.max_num_seqs or 256)), 4 * SATURATION_REQUESTS)

@@ -157,7 +157,6 @@ class StepKernels:
                    for role in ("attention", "dense", "shared", "lm_head")}
         gemms = {dtype: _Gemm(tables, dtype) for dtype in set(formats.values())}
         self._gemm = {role: gemms[dtype] for role, dtype in formats.items()}
-        self._link = tables.spec.link
         self.moe_dtype = MOE_DTYPE.get(TABLE_DTYPE.get(arch.format_of("experts"), "bfloat16"), "bfloat16")
         if self.moe_dtype == "w4a16_mxfp4" and _major(gpu.compute_capability) >= 10 and tables.has(
                 "moe", dtype="w4a8_mxfp4_mxfp8"):
