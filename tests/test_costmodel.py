@@ -61,7 +61,7 @@ def test_tp4_decode_at_batch_one_is_faster_than_tp2_on_an_nvswitch_node() -> Non
 def test_an_all_reduce_is_what_the_table_measured_vllm_do_at_every_size() -> None:
     """AIConfigurator's collector times vLLM's `tensor_model_parallel_all_reduce`, which itself picks the custom
     kernel, symmetric memory or NCCL by size: a TP all-reduce is that table's time at every size, in a CUDA graph
-    or eager (a 64 MiB prefill all-reduce on two H100s: 0.47 ms, not NCCL's datasheet share)."""
+    or eager (a 64 MiB prefill all-reduce on two H100s, 32 Mi BF16 elements as the table counts them: 0.31 ms)."""
     kernels = StepKernels(MODEL_FAMILIES["llama-3-8b"], GPU_PROFILES["H100-SXM"], tp=2)
     tables = KernelTables.for_system("h100_sxm")
     sizes = np.array([4 * 2**20, 8 * 2**20, 16 * 2**20, 64 * 2**20])
@@ -70,7 +70,7 @@ def test_an_all_reduce_is_what_the_table_measured_vllm_do_at_every_size() -> Non
     assert np.all(np.diff(graph) > 0)
     assert graph == pytest.approx(tables.allreduce(sizes, 2, True))
     assert eager == pytest.approx(tables.allreduce(sizes, 2, False))
-    assert graph[-1] > 0.4e-3
+    assert 0.25e-3 < graph[-1] < 0.4e-3
 
 
 def test_a_quantized_gemm_is_its_own_table_or_bf16s_never_faster_than_both() -> None:

@@ -64,7 +64,8 @@ CALLS: dict[str, Callable[[KernelTables, dict[str, Any]], float]] = {
     "mla_bmm": lambda t, r: t.mla_bmm(r["op_name"], r["num_tokens"], r["num_heads"], r["bmm_dtype"]),
     "moe": lambda t, r: t.moe(r["moe_dtype"], r["num_tokens"], r["hidden_size"], r["inter_size"], r["topk"],
                               r["num_experts"], r["moe_tp_size"], r["moe_ep_size"], r["distribution"]),
-    "allreduce": lambda t, r: t.allreduce(r["message_size"], r["num_gpus"], graph=r["kernel_source"].endswith("graph")),
+    "allreduce": lambda t, r: t.allreduce(2 * r["message_size"], r["num_gpus"],  # BF16 elements -> bytes
+                                          graph=r["kernel_source"].endswith("graph")),
     "quantize": lambda t, r: t.quantize(r["op_name"], r["m"], r["k"], r["quant_dtype"]),
 }
 """Each table's source row through the public API (the row's latency is in milliseconds)."""
@@ -279,3 +280,22 @@ def test_tables_load_on_first_use_only() -> None:
             "print(tables._loaded.cache_info().currsize, tables.manifest.cache_info().currsize)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["0", "0"]
+
+
+def test_the_all_reduce_table_is_by_bf16_element_count_so_large_messages_reach_nvlink_speed() -> None:
+    """AIConfigurator's collector logs an all-reduce's `message_size` as the BF16 tensor's element count
+    (`collect_all_reduce.py`: a `[size // 4096, 4096]` tensor; its `query_allreduce`: "count, not size in bytes"),
+    so `allreduce(nbytes)` reads the table at nbytes / 2. Read as bytes, an 8-GPU all-reduce of its largest message
+    reached 38-52 % of the NVLink datasheet's one-way bandwidth in ring bus bandwidth; as elements it reaches 76-104 %
+    (NVSwitch's in-switch reduction lets H100 pass 100 %), what NCCL's own tests show on these nodes."""
+    for system in ("a100_sxm", "h100_sxm", "b200_sxm"):
+        tables = KernelTables.for_system(system)
+        table = tables.table("allreduce")
+        assert table is not None
+        elements = float(table.axes[0][-1])
+        nbytes = 2 * elements
+        seconds = float(tables.allreduce(nbytes, 8))
+        bus = 2 * 7 / 8 * nbytes / seconds
+        assert 0.6 * tables.spec.link < bus < 1.2 * tables.spec.link, system
+        assert tables.allreduce(nbytes, 8) == pytest.approx(float(tables.lookup("allreduce", {"mode": "graph", "gpus": 8},
+                                                                                 (elements,))))

@@ -111,7 +111,7 @@ SPECS: dict[str, TableSpec] = {s.name: s for s in (
            "moe_tp": _col("moe_tp_size"), "moe_ep": _col("moe_ep_size")}, {"dtype", "distribution"},
           {"tokens": _col("num_tokens")}),
     _spec("allreduce", "comm", ("custom_allreduce_perf.parquet",), {"mode": _allreduce_mode, "gpus": _col("num_gpus")},
-          {"mode"}, {"bytes": _col("message_size")}, _equals("allreduce_dtype", "bfloat16")),
+          {"mode"}, {"elements": _col("message_size")}, _equals("allreduce_dtype", "bfloat16")),
     _spec("quantize", "quantize", ("computescale_perf.parquet", "scale_matrix_perf.parquet"),
           {"kernel": _col("op_name"), "dtype": _col("quant_dtype")}, {"kernel", "dtype"},
           {"m": _col("m"), "k": _col("k")}),

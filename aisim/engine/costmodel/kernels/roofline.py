@@ -32,6 +32,10 @@ WEIGHT_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "
 ACTIVATION_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5625, "int4_wo": 2.0,
                     "w4a16_mxfp4": 2.0, "w4a8_mxfp4_mxfp8": 1.0}
 KV_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp8": 1.0}
+ALLREDUCE_BYTES = 2.0
+"""Bytes of one element of the `allreduce` table's messages: the rows kept are BF16 (`allreduce_dtype`), and
+AIConfigurator's collector logs `message_size` as the tensor's element count (`collect_all_reduce.py` builds a
+`[size // 4096, 4096]` tensor of that dtype; its database's `query_allreduce` says "count, not size in bytes")."""
 UNLIMITED_WINDOW = 1 << 30
 Number = float | np.ndarray
 """A size or a time: one number, or an array of them."""
@@ -185,8 +189,10 @@ def _moe(keys: Mapping[str, Any], tokens: np.ndarray) -> Work:
                     keys["moe_tp"], keys["moe_ep"])
 
 
-def _allreduce(keys: Mapping[str, Any], nbytes: np.ndarray) -> Work:
+def _allreduce(keys: Mapping[str, Any], elements: np.ndarray) -> Work:
+    """The table's size is the message's element count (BF16, `ALLREDUCE_BYTES` each), as the collector logs it."""
     gpus = float(keys["gpus"])
+    nbytes = ALLREDUCE_BYTES * elements
     return Work({}, 2 * nbytes, 2 * (gpus - 1) / gpus * nbytes)
 
 

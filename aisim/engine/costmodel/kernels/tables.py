@@ -414,12 +414,14 @@ class KernelTables:
 
     def allreduce(self, nbytes: Number, gpus: int, graph: bool = True) -> Number:
         """vLLM's custom all-reduce of `nbytes` bytes per GPU over `gpus` GPUs of one node, in a CUDA graph
-        or eager. More GPUs than a node holds go to NCCL (`nccl`)."""
+        or eager (the table is by BF16 element count: `nbytes` / 2 elements). More GPUs than a node holds go to
+        NCCL (`nccl`)."""
         if gpus <= 1:
             return _out(np.zeros(np.shape(nbytes)))
         if gpus > self.spec.gpus_per_node:
             return self.nccl("all_reduce", nbytes, gpus)
-        return _out(self.lookup("allreduce", {"mode": "graph" if graph else "eager", "gpus": gpus}, (nbytes,)))
+        elements = np.asarray(nbytes, dtype=np.float64) / roofline.ALLREDUCE_BYTES  # the table's size (BF16 elements)
+        return _out(self.lookup("allreduce", {"mode": "graph" if graph else "eager", "gpus": gpus}, (elements,)))
 
     def nccl(self, op: str, nbytes: Number, gpus: int) -> Number:
         """An NCCL collective (all_reduce, all_gather, reduce_scatter, all_to_all) of `nbytes` bytes per GPU
@@ -432,9 +434,10 @@ class KernelTables:
             return _out(np.zeros(np.shape(nbytes)))
         local = min(gpus, self.spec.gpus_per_node)
         keys = {"mode": "graph", "gpus": local}
-        largest = float(self._largest_allreduce())
+        largest = float(self._largest_allreduce())  # elements
         latency = self.floor("allreduce", keys)
-        bus = 2 * (local - 1) / local * largest / (float(self.lookup("allreduce", keys, (largest,))) - latency)
+        bus = 2 * (local - 1) / local * largest * roofline.ALLREDUCE_BYTES / (
+            float(self.lookup("allreduce", keys, (largest,))) - latency)
         if gpus > local and self.spec.scale_out:
             bus = min(bus, self.spec.scale_out)
         share = (gpus - 1) / gpus * (2 if op == "all_reduce" else 1)
