@@ -209,3 +209,19 @@ def test_an_mla_layer_is_its_module_tables_alone() -> None:
     assert kernels.tokens_s(t, graph) == pytest.approx(before)
     module = KernelTables.for_system("b200_sxm").mla_generation(4, 1500, kernels.heads, "fp8", "bfloat16")
     assert kernels.decode_attention_s(4, 1500) == pytest.approx(arch.layers * module)
+
+
+def test_an_moe_layer_is_priced_at_aiconfigurators_skewed_routing_not_an_even_spread() -> None:
+    """AIConfigurator prices every MoE model at its `power_law_1.01` routing slice ("follow DeepSeek MoE"): on B200
+    MiniMax-M2.5's FP8 experts at TP 4 take 1.2x the even spread's time at a 1,024-token prefill (hot experts take
+    more tokens) and 0.6x at 32 decode tokens (fewer experts' weights read)."""
+    arch = MODEL_FAMILIES["minimax-m2.5"]
+    kernels = StepKernels(arch, GPU_PROFILES["B200"], tp=4)
+    tables = KernelTables.for_system("b200_sxm")
+    t = np.array([32.0, 1024.0, 8192.0])
+    router = kernels._gemm["dense"](t, arch.experts, arch.hidden)
+    args = (kernels.moe_dtype, t, arch.hidden, arch.expert_intermediate, arch.experts_per_token, arch.experts, 4, 1)
+    skewed = np.asarray(tables.moe(*args, distribution="power_law_1.01"))
+    balanced = np.asarray(tables.moe(*args, distribution="balanced"))
+    assert kernels._moe_s(t) == pytest.approx(skewed + router)
+    assert skewed[0] < 0.8 * balanced[0] and skewed[1] > 1.1 * balanced[1]

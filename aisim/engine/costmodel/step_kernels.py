@@ -6,7 +6,7 @@ where the architecture says otherwise):
 - per layer: fused add + RMSNorm, the QKV GEMM, Qwen3's per-head Q/K norms, RoPE, attention, the output
   projection, a TP all-reduce, fused add + RMSNorm, then the MLP: gate/up GEMM, SiLU-and-mul, down GEMM, and
   a TP all-reduce; an MoE layer's MLP is vLLM's fused MoE kernel (its table: tokens, experts, top-k, MoE TP
-  and EP) plus its router GEMM and any shared experts (a dense MLP), and with data-parallel ranks sharing the
+  and EP, at AIConfigurator's skewed routing `MOE_ROUTING`) plus its router GEMM and any shared experts (a dense MLP), and with data-parallel ranks sharing the
   experts an all-gather of every rank's tokens before and a reduce-scatter after (vLLM's
   `allgather_reducescatter` all-to-all backend);
 - GEMMs from the `gemm` table in the weights' format (`TABLE_DTYPE`): bf16, fp8 per-tensor, fp8 block,
@@ -46,6 +46,13 @@ have no table: the BF16 GEMM stands in (their weights are half as many bytes, so
 2x slow)."""
 MOE_DTYPE = {"bfloat16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4", "int4_wo": "int4_wo",
              "w4a16_mxfp4": "w4a16_mxfp4"}
+MOE_ROUTING = "power_law_1.01"
+"""The `moe` table's routing slice an MoE layer is priced at: AIConfigurator prices every MoE model's layers at
+`power_law_1.01` (its models' `_power_law_alpha = 1.01`, "follow DeepSeek MoE"; `workload_distribution` default
+`power_law`), not the `balanced` slice, in which each token's top-k experts are spread evenly over all experts.
+Real routers are skewed: at decode's few tokens fewer experts are touched (fewer weights read), at prefill's many
+the hot experts (and, with EP, their rank) take more tokens than an even share; the collector times the busiest
+rank's workload. A GPU whose table lacks the slice uses its other routings (`tables.STAND_INS`)."""
 GEMM_CURVE_MAX = 16384
 """Token counts up to which each GEMM shape's curve is precomputed (`_GemmCurve`)."""
 ELEMENTWISE_FLOOR_S = 2.5e-6
@@ -236,10 +243,10 @@ class StepKernels:
         dtype = self.moe_dtype
         try:
             experts = self.tables.moe(dtype, group, h, arch.expert_intermediate, arch.experts_per_token, arch.experts,
-                                      self.moe_tp, self.moe_ep)
+                                      self.moe_tp, self.moe_ep, MOE_ROUTING)
         except MissingKernel:
             experts = self.tables.moe("bfloat16", group, h, arch.expert_intermediate, arch.experts_per_token,
-                                      arch.experts, self.moe_tp, self.moe_ep)
+                                      arch.experts, self.moe_tp, self.moe_ep, MOE_ROUTING)
         seconds = np.asarray(experts, dtype=np.float64) + self._gemm["dense"](t, arch.experts, h)
         if arch.shared_intermediate:
             up, down = self.shared
