@@ -6,8 +6,8 @@ where the architecture says otherwise):
 - per layer: fused add + RMSNorm, the QKV GEMM, Qwen3's per-head Q/K norms, RoPE, attention, the output
   projection, a TP all-reduce, fused add + RMSNorm, then the MLP: gate/up GEMM, SiLU-and-mul, down GEMM, and
   a TP all-reduce; an MoE layer's MLP is vLLM's fused MoE kernel (its table: tokens, experts, top-k, MoE TP
-  and EP, at AIConfigurator's skewed routing `MOE_ROUTING`) plus its router GEMM and any shared experts (a dense MLP), and with data-parallel ranks sharing the
-  experts an all-gather of every rank's tokens before and a reduce-scatter after (vLLM's
+  and EP, at AIConfigurator's skewed routing `MOE_ROUTING`) plus its router GEMM and any shared experts (a
+  dense MLP), and with data-parallel ranks sharing the experts an all-gather of every rank's tokens before and a reduce-scatter after (vLLM's
   `allgather_reducescatter` all-to-all backend);
 - GEMMs from the `gemm` table in the weights' format (`TABLE_DTYPE`): bf16, fp8 per-tensor, fp8 block,
   NVFP4; INT4/MXFP4 weight-only as the BF16 GEMM with 4-bit weights (`KernelTables.gemm`);
@@ -51,8 +51,8 @@ MOE_ROUTING = "power_law_1.01"
 `power_law_1.01` (its models' `_power_law_alpha = 1.01`, "follow DeepSeek MoE"; `workload_distribution` default
 `power_law`), not the `balanced` slice, in which each token's top-k experts are spread evenly over all experts.
 Real routers are skewed: at decode's few tokens fewer experts are touched (fewer weights read), at prefill's many
-the hot experts (and, with EP, their rank) take more tokens than an even share; the collector times the busiest
-rank's workload. A GPU whose table lacks the slice uses its other routings (`tables.STAND_INS`)."""
+the hot experts (and, with EP, their rank) take more tokens than an even share (the collector draws the routing
+and times rank 0's share of it). A GPU whose table lacks the slice uses its other routings (`tables.STAND_INS`)."""
 GEMM_CURVE_MAX = 16384
 """Token counts up to which each GEMM shape's curve is precomputed (`_GemmCurve`)."""
 ELEMENTWISE_FLOOR_S = 2.5e-6
