@@ -7,8 +7,8 @@ where the architecture says otherwise):
   projection, a TP all-reduce, fused add + RMSNorm, then the MLP: gate/up GEMM, SiLU-and-mul, down GEMM, and
   a TP all-reduce; an MoE layer's MLP is vLLM's fused MoE kernel (its table: tokens, experts, top-k, MoE TP
   and EP, at AIConfigurator's skewed routing `MOE_ROUTING`) plus its router GEMM and any shared experts (a
-  dense MLP), and with data-parallel ranks sharing the experts an all-gather of every rank's tokens before and a reduce-scatter after (vLLM's
-  `allgather_reducescatter` all-to-all backend);
+  dense MLP), and with data-parallel ranks sharing the experts an all-gather of every rank's tokens before and
+  a reduce-scatter after (vLLM's `allgather_reducescatter` all-to-all backend);
 - GEMMs from the `gemm` table in the weights' format (`TABLE_DTYPE`): bf16, fp8 per-tensor, fp8 block,
   NVFP4; INT4/MXFP4 weight-only as the BF16 GEMM with 4-bit weights (`KernelTables.gemm`);
 - attention from the `context_attention` (prefill, with the prefix it attends to) and
