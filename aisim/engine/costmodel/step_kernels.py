@@ -36,7 +36,8 @@ from typing import Any
 import numpy as np
 
 from ...scenario.presets import GpuProfile, ModelFamily
-from .kernels import KernelTables, MissingKernel, for_gpu
+from .kernels import SYSTEM_NAMES, KernelTables, MissingKernel, ScaledTables, for_gpu
+from .kernels.tables import ARCHITECTURE
 
 TABLE_DTYPE = {"bf16": "bfloat16", "fp16": "bfloat16", "fp32": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block",
                "nvfp4": "nvfp4", "int4_wo": "int4_wo", "mxfp4": "w4a16_mxfp4", "nvfp4_wo": "int4_wo",
@@ -46,6 +47,14 @@ have no table: the BF16 GEMM stands in (their weights are half as many bytes, so
 2x slow)."""
 MOE_DTYPE = {"bfloat16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4", "int4_wo": "int4_wo",
              "w4a16_mxfp4": "w4a16_mxfp4"}
+MOE_ROUTING = "power_law_1.01"
+"""The routing the fused-MoE table is read at: AIConfigurator's collector measured each MoE shape under balanced
+routing (every expert gets the same share, so 64 tokens x top-8 touch min(pairs, experts) experts) and under
+power-law skews; its own estimator reads the `power_law_1.01` slices by default (`ModelConfig.workload_distribution
+= "power_law"`, mapped to `power_law_1.01`), as a trained router's choices are skewed, not balanced. At decode sizes
+(16-128 tokens) balanced routing reads every expert's weights where a real batch reads fewer: the balanced slice is
+1.3-1.9x the skewed one there (B200: Kimi-K2.5 NVFP4 at MoE TP 4, 64 tokens, 360 vs 254 us; gpt-oss-120b W4A16, 32
+tokens, 378 vs 198 us). A GPU without skewed slices takes the balanced one (`kernels.tables.STAND_INS`)."""
 GEMM_CURVE_MAX = 16384
 """Token counts up to which each GEMM shape's curve is precomputed (`_GemmCurve`)."""
 ELEMENTWISE_FLOOR_S = 2.5e-6
@@ -81,6 +90,30 @@ class Elementwise:
         except (MissingKernel, KeyError):
             return cls(ELEMENTWISE_FLOOR_S, ELEMENTWISE_SHARE * datasheet_bandwidth)
         return cls(small, 3 * m * 8192 / max(large - small, 1e-9))
+
+
+def mla_siblings(tables: KernelTables) -> list[KernelTables]:
+    """The other measured systems of this GPU's architecture family (same compute-capability major) that measured
+    the MLA decode module, scaled to this GPU (`ScaledTables`).
+
+    The packaged MLA decode tables disagree 2x within Blackwell: vLLM 0.24's FlashInfer-MLA module on B200 takes
+    44-50 us at 16 heads and 1-64 requests, the same source on B300, GB200 and GB300 (and 0.19's on B200 and B300)
+    88-110 us, though B300 has B200's memory bandwidth and more tensor throughput; the served runs agree with the
+    fast one (Kimi-K2.5 NVFP4 at TP 4, 1,024/1,024, 4-64 clients: TPOT on B300 0.96-1.0x B200's at the same
+    concurrency). A kernel on this GPU is priced no slower than the same module measured on a sibling no stronger
+    than it, moved to this GPU by the roofline (`StepKernels.decode_attention_s`)."""
+    own = tables.base_system or tables.system
+    family = ARCHITECTURE.get(own, 0) // 10
+    if not family:
+        return []
+    found: list[KernelTables] = []
+    for system in SYSTEM_NAMES:
+        if system == own or ARCHITECTURE.get(system, 0) // 10 != family:
+            continue
+        base = KernelTables.for_system(system)
+        if base.has("mla_generation"):
+            found.append(ScaledTables(base, tables.spec, tables.system))
+    return found
 
 
 def _major(compute_capability: str) -> int:
@@ -236,10 +269,10 @@ class StepKernels:
         dtype = self.moe_dtype
         try:
             experts = self.tables.moe(dtype, group, h, arch.expert_intermediate, arch.experts_per_token, arch.experts,
-                                      self.moe_tp, self.moe_ep)
+                                      self.moe_tp, self.moe_ep, MOE_ROUTING)
         except MissingKernel:
             experts = self.tables.moe("bfloat16", group, h, arch.expert_intermediate, arch.experts_per_token,
-                                      arch.experts, self.moe_tp, self.moe_ep)
+                                      arch.experts, self.moe_tp, self.moe_ep, MOE_ROUTING)
         seconds = np.asarray(experts, dtype=np.float64) + self._gemm["dense"](t, arch.experts, h)
         if arch.shared_intermediate:
             up, down = self.shared
@@ -275,17 +308,31 @@ class StepKernels:
             heads = self.heads
             gemm = TABLE_DTYPE.get(arch.format_of("attention"), "bfloat16")
             gemm = gemm if gemm in ("bfloat16", "fp8_block", "nvfp4") else "bfloat16"
-            try:
-                module = t.mla_generation(batch, kv_len, heads, self.kv_dtype, gemm)
-            except MissingKernel:
-                module = t.mla_generation(batch, kv_len, heads, "bfloat16", "bfloat16")
-            return self.layers * np.asarray(module)
+            module = None
+            for tables in (t, *self._mla_siblings()):
+                try:
+                    one = np.asarray(tables.mla_generation(batch, kv_len, heads, self.kv_dtype, gemm))
+                except MissingKernel:
+                    try:
+                        one = np.asarray(tables.mla_generation(batch, kv_len, heads, "bfloat16", "bfloat16"))
+                    except MissingKernel:
+                        continue
+                module = one if module is None else np.minimum(module, one)
+            if module is None:
+                raise MissingKernel(f"{t.system} has no mla_generation table")
+            return self.layers * module
         seconds = np.zeros(np.broadcast(batch, kv_len).shape)
         for layers, window in self.attention_layers:
             if layers:
                 span = np.minimum(kv_len, window) if window else kv_len
                 seconds = seconds + layers * np.asarray(self._generation(batch, span, window))
         return seconds
+
+    def _mla_siblings(self) -> list[KernelTables]:
+        found = self.__dict__.get("_siblings")
+        if found is None:
+            found = self.__dict__["_siblings"] = mla_siblings(self.tables)
+        return found
 
     def _generation(self, batch: Array, kv_len: Array, window: int) -> Array:
         try:
