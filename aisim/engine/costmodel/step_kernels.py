@@ -6,7 +6,7 @@ where the architecture says otherwise):
 - per layer: fused add + RMSNorm, the QKV GEMM, Qwen3's per-head Q/K norms, RoPE, attention, the output
   projection, a TP all-reduce, fused add + RMSNorm, then the MLP: gate/up GEMM, SiLU-and-mul, down GEMM, and
   a TP all-reduce; an MoE layer's MLP is vLLM's fused MoE kernel (its table: tokens, experts, top-k, MoE TP
-  and EP) plus its router GEMM and any shared experts (a dense MLP), and with data-parallel ranks sharing the
+  and EP, at power-law routing: `MOE_ROUTING`) plus its router GEMM and any shared experts (a dense MLP), and with data-parallel ranks sharing the
   experts an all-gather of every rank's tokens before and a reduce-scatter after (vLLM's
   `allgather_reducescatter` all-to-all backend);
 - GEMMs from the `gemm` table in the weights' format (`TABLE_DTYPE`): bf16, fp8 per-tensor, fp8 block,
@@ -16,9 +16,11 @@ where the architecture says otherwise):
   MLA models from the `mla_context` / `mla_generation` modules: AIConfigurator's collector times vLLM's whole
   MLA attention forward there (the latent down-projections, the query and latent up-projections or their
   absorbed BMMs, RoPE, attention and the output projection), so an MLA layer prices no attention GEMM, RoPE or
-  `mla_bmm` of its own (AIConfigurator's vLLM backend likewise uses the module in place of those ops);
+  `mla_bmm` of its own (AIConfigurator's vLLM backend likewise uses the module in place of those ops); the decode
+  module no slower than a sibling system's measurement of it (`mla_siblings`);
 - all-reduce: vLLM's custom all-reduce, graph or eager as the step runs (`allreduce` table), NCCL beyond a
-  node; the logits' all-gather by NCCL;
+  node; one followed by the residual add and RMSNorm as FlashInfer's fused all-reduce up to vLLM's size limit
+  (`FUSED_ALLREDUCE`); the logits' all-gather by NCCL;
 - element-wise kernels (norms, RoPE, activation, embedding, sampling) have no table: each is the
   `quantize` table's `scale_matrix` kernel (a read-bf16/write-fp8 pass, the closest measured element-wise
   kernel) moved to the kernel's bytes: its fixed cost, then bytes at the bandwidth it reached at its largest
@@ -47,6 +49,16 @@ have no table: the BF16 GEMM stands in (their weights are half as many bytes, so
 2x slow)."""
 MOE_DTYPE = {"bfloat16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4", "int4_wo": "int4_wo",
              "w4a16_mxfp4": "w4a16_mxfp4"}
+FUSED_ALLREDUCE: dict[int, tuple[dict[int, float], dict[int, float]]] = {9: ({2: 64, 4: 2, 8: 0.5}, {2: 32, 4: 2, 8: 0.5}),
+                   10: ({2: 64, 4: 32, 8: 1}, {2: 32, 4: 4, 8: 1})}
+"""Per compute-capability major: (the largest input in MiB, then the largest one-shot input in MiB) by TP size for
+which vLLM replaces a TP all-reduce and the RMSNorm after it by FlashInfer's fused all-reduce
+(`vllm/compilation/passes/fusion/allreduce_rms_fusion.py`, `FI_ALLREDUCE_FUSION_MAX_SIZE_MB` and
+`_FI_ALLREDUCE_ONE_SHOT_MAX_SIZES_MB`, vLLM 0.16). The pass (`fuse_allreduce_rms`) is on by default at -O2 on
+Hopper and Blackwell with TP > 1 since vLLM 0.16 (PR #34299; SM 10.3, B300/GB300, since PR #37755) and was off
+with data parallelism from PR #34392 until PR #41458 (May 2026), after every served run here; the InferenceMAX
+recipes of the gpt-oss-120b and Llama-3.1-70B rows turn it on explicitly. Ampere, Ada and SM 12.x keep the
+table's all-reduce."""
 MOE_ROUTING = "power_law_1.01"
 """The routing the fused-MoE table is read at: AIConfigurator's collector measured each MoE shape under balanced
 routing (every expert gets the same share, so 64 tokens x top-8 touch min(pairs, experts) experts) and under
@@ -194,6 +206,7 @@ class StepKernels:
         if self.moe_dtype == "w4a16_mxfp4" and _major(gpu.compute_capability) >= 10 and tables.has(
                 "moe", dtype="w4a8_mxfp4_mxfp8"):
             self.moe_dtype = "w4a8_mxfp4_mxfp8"  # vLLM's MXFP4 MoE on Blackwell: FlashInfer's MXFP4 x MXFP8 kernel
+        self.family = _major(gpu.compute_capability)
         self.qk_norm = arch.architecture in QK_NORM
         self.qk_norm_tp = arch.architecture in QK_NORM_TP
         types = arch.attention_types
@@ -242,7 +255,7 @@ class StepKernels:
             norms = norms + ew(t * (self.heads + self.kv_heads) * self.head_dim * 2 * act)
         if self.qk_norm:
             norms = norms + ew(t * self.heads * self.head_dim * 2 * act) + ew(t * self.kv_heads * self.head_dim * 2 * act)
-        reduce = 2 * self._allreduce(t * h * act, graph)
+        reduce = 2 * self._allreduce(t * h * act, graph, fused=True)
         if self.qk_norm_tp:
             reduce = reduce + self._allreduce(t * 2 * 4.0, graph)
         dense_layers = self.layers - self.moe_layers
@@ -250,16 +263,38 @@ class StepKernels:
         seconds = self.layers * (attention + norms + reduce) + dense_layers * dense
         if self.moe_layers:
             seconds = seconds + self.moe_layers * self._moe_s(t)
-        return seconds + ew(t * h * act) + self._allreduce(t * h * act, graph)  # embedding (and its all-reduce)
+        # the embedding, and its all-reduce (followed by the first layer's RMSNorm)
+        return seconds + ew(t * h * act) + self._allreduce(t * h * act, graph, fused=True)
 
-    def _allreduce(self, nbytes: Array, graph: Array) -> Array:
+    def _allreduce(self, nbytes: Array, graph: Array, fused: bool = False) -> Array:
         """vLLM's TP all-reduce of `nbytes` per GPU, as its `tensor_model_parallel_all_reduce` runs it at that size
-        (the custom kernel, symmetric memory or NCCL: the table measured that call), in a CUDA graph or eager."""
+        (the custom kernel, symmetric memory or NCCL: the table measured that call), in a CUDA graph or eager;
+        `fused`: an all-reduce followed by the residual add and RMSNorm, which vLLM runs as FlashInfer's fused
+        all-reduce up to its size limit (`_fused_allreduce`)."""
         if self.tp <= 1:
             return np.zeros(np.shape(nbytes))
         tables, n = self.tables, self.tp
         nbytes = np.asarray(nbytes, dtype=np.float64)
-        return np.where(graph, tables.allreduce(nbytes, n, True), tables.allreduce(nbytes, n, False))
+        seconds = np.where(graph, tables.allreduce(nbytes, n, True), tables.allreduce(nbytes, n, False))
+        limits = FUSED_ALLREDUCE.get(self.family) if fused and self.dp == 1 else None
+        if limits is None or n not in limits[0] or n > tables.spec.gpus_per_node:
+            return seconds
+        fused_s = np.minimum(self._fused_allreduce(nbytes, graph, limits[1][n]), seconds)
+        return np.where(nbytes <= limits[0][n] * 2**20, fused_s, seconds)
+
+    def _fused_allreduce(self, nbytes: Array, graph: Array, one_shot_mib: float) -> Array:
+        """FlashInfer's fused all-reduce + residual add + RMSNorm (TensorRT-LLM's Lamport kernels), which no table
+        measured: the all-reduce table's own fixed cost on this many GPUs (its smallest message, graph or eager),
+        then the bytes each GPU sends at the bus bandwidth the table reached at its largest message
+        (`KernelTables.allreduce_bus`): one-shot, every GPU pushes its whole buffer to each peer ((n - 1) x bytes),
+        up to FlashInfer's one-shot limit; two-shot beyond it, a reduce-scatter and an all-gather (2 (n - 1) / n x
+        bytes). vLLM turns the fusion on because it is faster than the all-reduce and norm it replaces (its
+        fusion table: 5-20 % end to end), so it is never priced slower than the table's all-reduce."""
+        tables, n = self.tables, self.tp
+        graph_floor, graph_bus = tables.allreduce_bus(n, True)
+        eager_floor, eager_bus = tables.allreduce_bus(n, False)
+        sent = np.where(nbytes <= one_shot_mib * 2**20, (n - 1) * nbytes, 2 * (n - 1) / n * nbytes)
+        return np.where(graph, graph_floor + sent / graph_bus, eager_floor + sent / eager_bus)
 
     def _moe_s(self, t: Array) -> Array:
         """One MoE layer's MLP: router, fused experts over every DP rank's tokens, shared experts, and the
