@@ -16,9 +16,11 @@ where the architecture says otherwise):
   MLA models from the `mla_context` / `mla_generation` modules: AIConfigurator's collector times vLLM's whole
   MLA attention forward there (the latent down-projections, the query and latent up-projections or their
   absorbed BMMs, RoPE, attention and the output projection), so an MLA layer prices no attention GEMM, RoPE or
-  `mla_bmm` of its own (AIConfigurator's vLLM backend likewise uses the module in place of those ops);
+  `mla_bmm` of its own (AIConfigurator's vLLM backend likewise uses the module in place of those ops); the decode
+  module no slower than a sibling system's measurement of it (`mla_siblings`);
 - all-reduce: vLLM's custom all-reduce, graph or eager as the step runs (`allreduce` table), NCCL beyond a
-  node; the logits' all-gather by NCCL;
+  node; one followed by the residual add and RMSNorm as FlashInfer's fused all-reduce up to vLLM's size limit
+  (`FUSED_ALLREDUCE`); the logits' all-gather by NCCL;
 - element-wise kernels (norms, RoPE, activation, embedding, sampling) have no table: each is the
   `quantize` table's `scale_matrix` kernel (a read-bf16/write-fp8 pass, the closest measured element-wise
   kernel) moved to the kernel's bytes: its fixed cost, then bytes at the bandwidth it reached at its largest
@@ -36,7 +38,8 @@ from typing import Any
 import numpy as np
 
 from ...scenario.presets import GpuProfile, ModelFamily
-from .kernels import KernelTables, MissingKernel, for_gpu
+from .kernels import SYSTEM_NAMES, KernelTables, MissingKernel, ScaledTables, for_gpu
+from .kernels.tables import ARCHITECTURE
 
 TABLE_DTYPE = {"bf16": "bfloat16", "fp16": "bfloat16", "fp32": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block",
                "nvfp4": "nvfp4", "int4_wo": "int4_wo", "mxfp4": "w4a16_mxfp4", "nvfp4_wo": "int4_wo",
@@ -46,6 +49,16 @@ have no table: the BF16 GEMM stands in (their weights are half as many bytes, so
 2x slow)."""
 MOE_DTYPE = {"bfloat16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4", "int4_wo": "int4_wo",
              "w4a16_mxfp4": "w4a16_mxfp4"}
+FUSED_ALLREDUCE: dict[int, tuple[dict[int, float], dict[int, float]]] = {9: ({2: 64, 4: 2, 8: 0.5}, {2: 32, 4: 2, 8: 0.5}),
+                   10: ({2: 64, 4: 32, 8: 1}, {2: 32, 4: 4, 8: 1})}
+"""Per compute-capability major: (the largest input in MiB, then the largest one-shot input in MiB) by TP size for
+which vLLM replaces a TP all-reduce and the RMSNorm after it by FlashInfer's fused all-reduce
+(`vllm/compilation/passes/fusion/allreduce_rms_fusion.py`, `FI_ALLREDUCE_FUSION_MAX_SIZE_MB` and
+`_FI_ALLREDUCE_ONE_SHOT_MAX_SIZES_MB`, vLLM 0.16). The pass (`fuse_allreduce_rms`) is on by default at -O2 on
+Hopper and Blackwell with TP > 1 since vLLM 0.16 (PR #34299; SM 10.3, B300/GB300, since PR #37755) and was off
+with data parallelism from PR #34392 until PR #41458 (May 2026), after every served run here; the InferenceMAX
+recipes of the gpt-oss-120b and Llama-3.1-70B rows turn it on explicitly. Ampere, Ada and SM 12.x keep the
+table's all-reduce."""
 MOE_ROUTING = "power_law_1.01"
 """The `moe` table's routing slice an MoE layer is priced at: AIConfigurator prices every MoE model's layers at
 `power_law_1.01` (its models' `_power_law_alpha = 1.01`, "follow DeepSeek MoE"; `workload_distribution` default
@@ -88,6 +101,30 @@ class Elementwise:
         except (MissingKernel, KeyError):
             return cls(ELEMENTWISE_FLOOR_S, ELEMENTWISE_SHARE * datasheet_bandwidth)
         return cls(small, 3 * m * 8192 / max(large - small, 1e-9))
+
+
+def mla_siblings(tables: KernelTables) -> list[KernelTables]:
+    """The other measured systems of this GPU's architecture family (same compute-capability major) that measured
+    the MLA decode module, scaled to this GPU (`ScaledTables`).
+
+    The packaged MLA decode tables disagree 2x within Blackwell: vLLM 0.24's FlashInfer-MLA module on B200 takes
+    44-50 us at 16 heads and 1-64 requests, the same source on B300, GB200 and GB300 (and 0.19's on B200 and B300)
+    88-110 us, though B300 has B200's memory bandwidth and more tensor throughput; the served runs agree with the
+    fast one (Kimi-K2.5 NVFP4 at TP 4, 1,024/1,024, 4-64 clients: TPOT on B300 0.96-1.0x B200's at the same
+    concurrency). A kernel on this GPU is priced no slower than the same module measured on a sibling no stronger
+    than it, moved to this GPU by the roofline (`StepKernels.decode_attention_s`)."""
+    own = tables.base_system or tables.system
+    family = ARCHITECTURE.get(own, 0) // 10
+    if not family:
+        return []
+    found: list[KernelTables] = []
+    for system in SYSTEM_NAMES:
+        if system == own or ARCHITECTURE.get(system, 0) // 10 != family:
+            continue
+        base = KernelTables.for_system(system)
+        if base.has("mla_generation"):
+            found.append(ScaledTables(base, tables.spec, tables.system))
+    return found
 
 
 def _major(compute_capability: str) -> int:
@@ -168,6 +205,7 @@ class StepKernels:
         if self.moe_dtype == "w4a16_mxfp4" and _major(gpu.compute_capability) >= 10 and tables.has(
                 "moe", dtype="w4a8_mxfp4_mxfp8"):
             self.moe_dtype = "w4a8_mxfp4_mxfp8"  # vLLM's MXFP4 MoE on Blackwell: FlashInfer's MXFP4 x MXFP8 kernel
+        self.family = _major(gpu.compute_capability)
         self.qk_norm = arch.architecture in QK_NORM
         self.qk_norm_tp = arch.architecture in QK_NORM_TP
         types = arch.attention_types
@@ -216,7 +254,7 @@ class StepKernels:
             norms = norms + ew(t * (self.heads + self.kv_heads) * self.head_dim * 2 * act)
         if self.qk_norm:
             norms = norms + ew(t * self.heads * self.head_dim * 2 * act) + ew(t * self.kv_heads * self.head_dim * 2 * act)
-        reduce = 2 * self._allreduce(t * h * act, graph)
+        reduce = 2 * self._allreduce(t * h * act, graph, fused=True)
         if self.qk_norm_tp:
             reduce = reduce + self._allreduce(t * 2 * 4.0, graph)
         dense_layers = self.layers - self.moe_layers
@@ -224,16 +262,38 @@ class StepKernels:
         seconds = self.layers * (attention + norms + reduce) + dense_layers * dense
         if self.moe_layers:
             seconds = seconds + self.moe_layers * self._moe_s(t)
-        return seconds + ew(t * h * act) + self._allreduce(t * h * act, graph)  # embedding (and its all-reduce)
+        # the embedding, and its all-reduce (followed by the first layer's RMSNorm)
+        return seconds + ew(t * h * act) + self._allreduce(t * h * act, graph, fused=True)
 
-    def _allreduce(self, nbytes: Array, graph: Array) -> Array:
+    def _allreduce(self, nbytes: Array, graph: Array, fused: bool = False) -> Array:
         """vLLM's TP all-reduce of `nbytes` per GPU, as its `tensor_model_parallel_all_reduce` runs it at that size
-        (the custom kernel, symmetric memory or NCCL: the table measured that call), in a CUDA graph or eager."""
+        (the custom kernel, symmetric memory or NCCL: the table measured that call), in a CUDA graph or eager;
+        `fused`: an all-reduce followed by the residual add and RMSNorm, which vLLM runs as FlashInfer's fused
+        all-reduce up to its size limit (`_fused_allreduce`)."""
         if self.tp <= 1:
             return np.zeros(np.shape(nbytes))
         tables, n = self.tables, self.tp
         nbytes = np.asarray(nbytes, dtype=np.float64)
-        return np.where(graph, tables.allreduce(nbytes, n, True), tables.allreduce(nbytes, n, False))
+        seconds = np.where(graph, tables.allreduce(nbytes, n, True), tables.allreduce(nbytes, n, False))
+        limits = FUSED_ALLREDUCE.get(self.family) if fused and self.dp == 1 else None
+        if limits is None or n not in limits[0] or n > tables.spec.gpus_per_node:
+            return seconds
+        fused_s = np.minimum(self._fused_allreduce(nbytes, graph, limits[1][n]), seconds)
+        return np.where(nbytes <= limits[0][n] * 2**20, fused_s, seconds)
+
+    def _fused_allreduce(self, nbytes: Array, graph: Array, one_shot_mib: float) -> Array:
+        """FlashInfer's fused all-reduce + residual add + RMSNorm (TensorRT-LLM's Lamport kernels), which no table
+        measured: the all-reduce table's own fixed cost on this many GPUs (its smallest message, graph or eager),
+        then the bytes each GPU sends at the bus bandwidth the table reached at its largest message
+        (`KernelTables.allreduce_bus`): one-shot, every GPU pushes its whole buffer to each peer ((n - 1) x bytes),
+        up to FlashInfer's one-shot limit; two-shot beyond it, a reduce-scatter and an all-gather (2 (n - 1) / n x
+        bytes). vLLM turns the fusion on because it is faster than the all-reduce and norm it replaces (its
+        fusion table: 5-20 % end to end), so it is never priced slower than the table's all-reduce."""
+        tables, n = self.tables, self.tp
+        graph_floor, graph_bus = tables.allreduce_bus(n, True)
+        eager_floor, eager_bus = tables.allreduce_bus(n, False)
+        sent = np.where(nbytes <= one_shot_mib * 2**20, (n - 1) * nbytes, 2 * (n - 1) / n * nbytes)
+        return np.where(graph, graph_floor + sent / graph_bus, eager_floor + sent / eager_bus)
 
     def _moe_s(self, t: Array) -> Array:
         """One MoE layer's MLP: router, fused experts over every DP rank's tokens, shared experts, and the
@@ -282,17 +342,31 @@ class StepKernels:
             heads = self.heads
             gemm = TABLE_DTYPE.get(arch.format_of("attention"), "bfloat16")
             gemm = gemm if gemm in ("bfloat16", "fp8_block", "nvfp4") else "bfloat16"
-            try:
-                module = t.mla_generation(batch, kv_len, heads, self.kv_dtype, gemm)
-            except MissingKernel:
-                module = t.mla_generation(batch, kv_len, heads, "bfloat16", "bfloat16")
-            return self.layers * np.asarray(module)
+            module = None
+            for tables in (t, *self._mla_siblings()):
+                try:
+                    one = np.asarray(tables.mla_generation(batch, kv_len, heads, self.kv_dtype, gemm))
+                except MissingKernel:
+                    try:
+                        one = np.asarray(tables.mla_generation(batch, kv_len, heads, "bfloat16", "bfloat16"))
+                    except MissingKernel:
+                        continue
+                module = one if module is None else np.minimum(module, one)
+            if module is None:
+                raise MissingKernel(f"{t.system} has no mla_generation table")
+            return self.layers * module
         seconds = np.zeros(np.broadcast(batch, kv_len).shape)
         for layers, window in self.attention_layers:
             if layers:
                 span = np.minimum(kv_len, window) if window else kv_len
                 seconds = seconds + layers * np.asarray(self._generation(batch, span, window))
         return seconds
+
+    def _mla_siblings(self) -> list[KernelTables]:
+        found = self.__dict__.get("_siblings")
+        if found is None:
+            found = self.__dict__["_siblings"] = mla_siblings(self.tables)
+        return found
 
     def _generation(self, batch: Array, kv_len: Array, window: int) -> Array:
         try:

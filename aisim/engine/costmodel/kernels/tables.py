@@ -433,15 +433,21 @@ class KernelTables:
         if gpus <= 1:
             return _out(np.zeros(np.shape(nbytes)))
         local = min(gpus, self.spec.gpus_per_node)
-        keys = {"mode": "graph", "gpus": local}
-        largest = float(self._largest_allreduce())  # elements
-        latency = self.floor("allreduce", keys)
-        bus = 2 * (local - 1) / local * largest * roofline.ALLREDUCE_BYTES / (
-            float(self.lookup("allreduce", keys, (largest,))) - latency)
+        latency, bus = self.allreduce_bus(local)
         if gpus > local and self.spec.scale_out:
             bus = min(bus, self.spec.scale_out)
         share = (gpus - 1) / gpus * (2 if op == "all_reduce" else 1)
         return _out(latency + share * np.asarray(nbytes, dtype=np.float64) / bus)
+
+    def allreduce_bus(self, gpus: int, graph: bool = True) -> tuple[float, float]:
+        """(fixed cost in seconds, bus bandwidth in bytes/s) of the all-reduce on `gpus` GPUs of one node: its
+        smallest measured latency, and the ring's bytes (2 (n - 1) / n of the message) over the time beyond it at the
+        table's largest message."""
+        keys = {"mode": "graph" if graph else "eager", "gpus": gpus}
+        largest = float(self._largest_allreduce())  # elements
+        latency = self.floor("allreduce", keys)
+        nbytes = largest * roofline.ALLREDUCE_BYTES
+        return latency, 2 * (gpus - 1) / gpus * nbytes / (float(self.lookup("allreduce", keys, (largest,))) - latency)
 
     def _largest_allreduce(self) -> float:
         table = self.table("allreduce")
