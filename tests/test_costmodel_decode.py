@@ -56,14 +56,14 @@ def test_mla_decode_is_no_slower_than_a_sibling_systems_measurement() -> None:
 
 def test_a_tp_all_reduce_before_an_rmsnorm_is_flashinfers_fused_kernel_up_to_its_limit() -> None:
     """vLLM (0.16+) runs an all-reduce followed by residual add + RMSNorm as FlashInfer's fused kernel up to
-    `FI_ALLREDUCE_FUSION_MAX_SIZE_MB` (Blackwell TP 8: 1 MiB): the custom all-reduce's one-shot bump at 128-256 KiB
+    `FI_ALLREDUCE_FUSION_MAX_SIZE_MB` (Blackwell TP 8: 1 MiB): the custom all-reduce's one-shot bump at 256-512 KiB
     on eight B200s (26 us) is not what a decode step pays, and the fused kernel is never slower than the table's all-reduce
-(at 512 KiB the table's two-shot 17 us beats a one-shot push at the table's bus bandwidth). Beyond the limit, with data parallelism, or on Ampere,
+(at 1 MiB the table's two-shot 17 us beats a one-shot push at the table's bus bandwidth). Beyond the limit, with data parallelism, or on Ampere,
     the all-reduce is the table's."""
     arch = MODEL_FAMILIES["llama-3.1-70b-fp8"]
     kernels = StepKernels(arch, GPU_PROFILES["B200"], tp=8)
     tables = KernelTables.for_system("b200_sxm")
-    sizes = np.array([128 * 2**10, 256 * 2**10, 4 * 2**20, 512 * 2**10])
+    sizes = np.array([256 * 2**10, 512 * 2**10, 4 * 2**20, 2**20])
     graph = np.array([True] * 4)
     table = np.asarray(tables.allreduce(sizes, 8, True))
     fused = kernels._allreduce(sizes, graph, fused=True)
@@ -80,11 +80,11 @@ def test_a_tp_all_reduce_before_an_rmsnorm_is_flashinfers_fused_kernel_up_to_its
 
 
 def test_a_tp8_decode_step_prices_the_fused_all_reduces() -> None:
-    """A decode step of 8 tokens on eight B200s: 161 all-reduces of 128 KiB, fused, not 4 ms of the table's."""
+    """A decode step of 24 tokens on eight B200s: 161 all-reduces of 384 KiB, fused, not 4 ms of the table's."""
     kernels = StepKernels(MODEL_FAMILIES["llama-3.1-70b-fp8"], GPU_PROFILES["B200"], tp=8)
-    t, graph = np.array([8.0]), np.array([True])
+    t, graph = np.array([24.0]), np.array([True])
     fused = float(kernels.tokens_s(t, graph)[0])
     table = 2 * kernels.layers + 1
     unfused = fused + table * float(kernels._allreduce(t * kernels.hidden * 2, graph)[0] -
                                     kernels._allreduce(t * kernels.hidden * 2, graph, fused=True)[0])
-    assert unfused - fused > 2.5e-3
+    assert unfused - fused > 2e-3
