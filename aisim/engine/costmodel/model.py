@@ -74,6 +74,10 @@ SHORT_SERIES = 32
 """Decode series in CUDA graphs up to this many steps are summed in Python floats, longer ones in numpy."""
 SERIES_LIMIT = 1 << 18
 """Steps of short decode series remembered per kind of cost model (about 100 bytes each)."""
+SERIES_BLOCK = 1024
+"""KV reads whose long-series step durations are priced together (one numpy pass, `_series_block`)."""
+SERIES_BLOCKS = 1024
+"""Blocks of long-series step durations remembered per kind of cost model (8 KB each)."""
 SHARED_MODELS = 16
 """Kinds of cost model (distinct constructor arguments) whose caches are kept for the next one built alike."""
 KV_GRID = np.unique(np.round(np.geomspace(1, 1 << 21, 96)))
@@ -130,7 +134,7 @@ class _Caches:
     """What a cost model remembers: exact results of its pure functions of (its constructor's arguments, its GPU's
     constants), so that cost models built alike share them (`_shared`)."""
 
-    __slots__ = ("decode_curves", "kernels", "prefill", "requests", "series", "series_size", "tokens")
+    __slots__ = ("decode_curves", "kernels", "prefill", "requests", "series", "series_blocks", "series_size", "tokens")
 
     def __init__(self) -> None:
         self.kernels: StepKernels | None = None
@@ -140,6 +144,7 @@ class _Caches:
         self.prefill: dict[tuple[int, float, float], float] = {}
         self.series: dict[int, dict[int, int]] = {}
         self.series_size = [0]
+        self.series_blocks: dict[tuple[int, int], np.ndarray] = {}
 
 
 _SHARED: dict[tuple[Any, ...], _Caches] = {}
@@ -219,6 +224,9 @@ class CostModel:
         """A short decode series' step durations (ns) per batch size, by the KV tokens the step reads: exactly
         what the step's float operations give, since nothing else of the step varies (`decode_series`)."""
         self._series_size = shared.series_size
+        self._series_blocks = shared.series_blocks
+        """A long decode series' step durations (ns) per (batch size, block of `SERIES_BLOCK` KV reads): each
+        element is what the numpy path gives that step alone (`_series_block`)."""
 
     def _work(self) -> None:
         """The step's work for telemetry: weight bytes per GPU and FLOPs per token."""
@@ -404,14 +412,38 @@ class CostModel:
                 out.append(ns)
                 read += requests
             return out
-        host, gpu = self._decode_parts(requests, context_tokens, steps)
-        total = np.asarray(gpu + host, dtype=np.float64)
+        out: list[int] = []  # read from blocks of consecutive KV reads: a series is a strided slice of each
+        read, stop = context_tokens + requests, context_tokens + requests * (steps + 1)
+        while read < stop:
+            index = read // SERIES_BLOCK
+            low = index * SERIES_BLOCK
+            block = self._series_blocks.get((requests, index))
+            if block is None:
+                block = self._series_block(requests, index)
+            high = min(stop, low + SERIES_BLOCK)
+            out += block[read - low:high - low:requests].tolist()
+            read += -(-(high - read) // requests) * requests
+        return out
+
+    def _series_block(self, requests: int, index: int) -> np.ndarray:
+        """Step durations (ns) of decode steps of `requests` requests reading each KV length of block `index`, in
+        numpy. Every operation is element by element, so each is what a series of that one step gives."""
+        low = index * SERIES_BLOCK
+        host, gpu = self._decode_parts_at(requests, np.arange(low, low + SERIES_BLOCK, dtype=np.float64))
+        total = np.broadcast_to(np.asarray(gpu + host, dtype=np.float64), (SERIES_BLOCK,)).copy()
         total *= self.factor
         total *= 1e9
-        return np.rint(total, out=total).astype(np.int64).tolist()
+        block = np.rint(total, out=total).astype(np.int64)
+        if len(self._series_blocks) < SERIES_BLOCKS:
+            self._series_blocks[requests, index] = block
+        return block
 
     def _decode_parts(self, requests: int, context_tokens: int, steps: int) -> tuple[float | np.ndarray, np.ndarray]:
         read = np.arange(context_tokens + requests, context_tokens + requests * (steps + 1), requests, dtype=np.float64)
+        return self._decode_parts_at(requests, read)
+
+    def _decode_parts_at(self, requests: int, read: np.ndarray) -> tuple[float | np.ndarray, np.ndarray]:
+        """(host s, GPU s) of decode steps of `requests` requests reading `read` KV tokens each."""
         gpu = np.asarray(self._decode_attention_s(requests, read), dtype=np.float64)
         gpu = gpu + (self._tokens_s(requests) + self._requests_s(requests))
         return self._host_s(requests, requests, gpu), gpu
