@@ -115,8 +115,8 @@ class _Plan:
     batch: list[tuple[Request, int]]
     decode_run: bool
     handle: EventHandle
-    blocks: list[int] | None = None
-    """Cumulative new blocks after each step of a decode run."""
+    residues: list[int] | None = None
+    """A decode run's requests that need a new block at step k, by k mod the block size."""
     kv_used: int = 0
     """Blocks in use while a single step runs."""
     preemptions: int = 0
@@ -173,8 +173,7 @@ class Replica:
         """Accounts its GPU work for telemetry (None: nobody reads it)."""
         self.lockstep: Lockstep | None = None
         """The data-parallel group whose steps it runs in (an MoE model's DP rank), or None."""
-        self._phases = np.arange(MAX_RUN, dtype=np.int64) % kv.block_size
-        self._phase_list: list[int] = self._phases.tolist()
+        self._phase_list: list[int] = [k % kv.block_size for k in range(MAX_RUN)]
         """k mod the block size for each step k of the longest decode run, made once."""
 
     # -- queue -----------------------------------------------------------------------------
@@ -577,7 +576,7 @@ class Replica:
         running = self.running
         bs = self.kv.block_size
         residues = [0] * bs
-        """How many requests need a new block after k steps, k mod block size."""
+        """How many requests need a new block at step k, by k mod the block size."""
         context = 0
         steps = MAX_RUN
         for r in running:
@@ -587,16 +586,16 @@ class Replica:
             left = r.output - r.generated
             if left < steps:  # noqa: PLR1730 (hot path)
                 steps = left
-        available = self.kv.available
-        if steps <= bs:  # short: the running sum in Python costs less than three array operations
-            blocks = list(accumulate(map(residues.__getitem__, self._phase_list[:steps])))
-        else:
-            blocks = np.array(residues, dtype=np.int64)[self._phases[:steps]].cumsum().tolist()
-        if blocks[-1] > available:
-            steps = bisect_right(blocks, available)
+        # After step k (from 0), with k + 1 = q x bs + p, the run has taken q x len(running) blocks plus those of
+        # the requests whose phase is below p: the free blocks last q = available // len(running) whole cycles,
+        # then the phases whose running count fits in the rest
+        cycles, rest = divmod(self.kv.available, len(running))
+        if cycles * bs < steps:
+            fit = cycles * bs + bisect_right(list(accumulate(residues, initial=0)), rest, 0, bs) - 1
+            if fit < steps:  # noqa: PLR1730 (hot path)
+                steps = fit
             if steps == 0:
                 return None
-            del blocks[steps:]
         durations = self.cost.decode_series(len(running), context, steps)
         if self.slowdown != 1.0:
             durations = [int(d * self.slowdown) for d in durations]  # as numpy's float64 product, truncated
@@ -604,15 +603,16 @@ class Replica:
         del ends[0]
         handle = self.kernel.at(ends[-1], self._finish_step)
         batch = [(r, 1) for r in running]
-        return _Plan(self.kernel.now, ends, batch, True, handle, blocks, durations=durations)
+        return _Plan(self.kernel.now, ends, batch, True, handle, residues, durations=durations)
 
     def _apply_decode_run(self, plan: _Plan) -> None:
-        ends, blocks, durations = plan.ends, plan.blocks, plan.durations
+        ends, residues, durations = plan.ends, plan.residues, plan.durations
         steps = len(ends)
-        assert blocks is not None and durations is not None
-        grown = blocks[steps - 1]
-        assert grown <= self.kv.available, "a decode run took blocks that were not available"
+        assert residues is not None and durations is not None
         used_before = self.kv.used
+        kv_used = list(accumulate(map(residues.__getitem__, self._phase_list[:steps]), initial=used_before))
+        del kv_used[0]  # blocks in use after each step
+        assert kv_used[-1] - used_before <= self.kv.available, "a decode run took blocks that were not available"
         self.scheduler.decode_run(steps)
         end = ends[-1]
         first = ends[0]
@@ -637,8 +637,7 @@ class Replica:
             stats.add_itl(gaps, self._ones(count), first)
             if steps > 1:  # the gaps between its steps are the steps' durations (`ends` are their running sum)
                 stats.add_itl(durations[1:steps], [count] * (steps - 1), ends[1:steps])
-        self._log(plan.start, ends, count, 0, count, [used_before + b for b in blocks[:steps]], used_before + grown,
-                  durations)
+        self._log(plan.start, ends, count, 0, count, kv_used, kv_used[-1], durations)
         if finished:
             self.scheduler.finish(finished)
             for request in finished:
