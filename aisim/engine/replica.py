@@ -14,9 +14,11 @@ scheduler's placeholder bookkeeping (`aisim schedule --async`) is not replayed h
 
 Speed without approximation: while every running request is decoding and nothing can join,
 consecutive steps differ only by one token of context per request, so a run of them is planned
-at once (`CostModel.decode_series`): durations, block needs and end times, as Python lists (most runs
-are a few steps long, and a numpy temporary costs about a microsecond; the timeline's columns are one
-array made once, when the run is applied). The run
+at once: durations (`CostModel.decode_series`, a slice of its table of decode steps) and end times, as
+Python lists; the blocks the run takes follow from each request's phase (its computed tokens modulo the
+block size), so the step where they run out is worked out, not summed step by step, and the blocks in
+use per step only for the steps that ran (the timeline's columns are one array made once, when the run
+is applied). The run
 stops early at the first step that would need more blocks than are free, at the first request
 to finish, and, when a request arrives or a fault starts mid-run, at the first step boundary
 after that moment (`interrupt`). The result is the same, step for step, as planning one step
