@@ -47,7 +47,7 @@ from .meter import ReplicaMeter
 from .pool import OutOfMemoryError
 from .request import Outcome, Request
 from .scheduler import DONE, LAST_TOKEN, NO_TOKEN, Scheduler, Step
-from .timeline import StepRun, Timeline
+from .timeline import Timeline
 
 ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 """vLLM's `EngineDeadError`: what the requests of a dead engine fail with (the cause is in its log)."""
@@ -513,23 +513,20 @@ class Replica:
 
     def _log_step(self, start: int, end: int, requests: int, prefill: int, decode: int, used: int,
                   stream: str = "") -> None:
-        """Account and log one step: its six columns are views of one fresh array (one allocation)."""
+        """Account and log one step."""
         stats = self.stats
         stats.steps += 1
         stats.busy_ns += end - start
         stats.kv_area += float(used * (end - start))
         if used > stats.kv_peak:  # noqa: PLR1730 (hot path)
             stats.kv_peak = used
-        columns = np.array((start, end, requests, prefill, decode, used), dtype=np.int64)
-        self.timeline.add_steps(StepRun(
-            self.name, self.gpus, stream or self.stream, columns[0:1], columns[1:2], columns[2:3], columns[3:4],
-            columns[4:5], columns[5:6], self.kv.total,
-        ))
+        self.timeline.add_run(self.name, self.gpus, stream or self.stream, start, [end], requests, prefill, decode,
+                              [used], self.kv.total)
 
     def _log(self, start: int, ends: list[int], requests: int, prefill: int, decode: int, kv_used: list[int],
              peak: int, durations: list[int], stream: str = "") -> None:
         """Account and log a run of steps; `peak`: the most blocks `kv_used` holds; `durations`: the steps'
-        (or more, a cut run's). The six columns are rows of one array, filled row by row."""
+        (or more, a cut run's)."""
         count = len(ends)
         if count == 1:
             self._log_step(start, ends[0], requests, prefill, decode, peak, stream)
@@ -540,18 +537,8 @@ class Replica:
         stats.kv_area += float(sum(map(mul, kv_used, durations)))  # exact integers, as numpy's int64 dot
         if peak > stats.kv_peak:  # noqa: PLR1730 (hot path)
             stats.kv_peak = peak
-        columns = np.empty((6, count), dtype=np.int64)  # the constant columns filled in C, not from lists
-        columns[0, 0] = start
-        columns[0, 1:] = ends[:-1]
-        columns[1] = ends
-        columns[2] = requests
-        columns[3] = prefill
-        columns[4] = decode
-        columns[5] = kv_used
-        self.timeline.add_steps(StepRun(
-            self.name, self.gpus, stream or self.stream, columns[0], columns[1], columns[2], columns[3],
-            columns[4], columns[5], self.kv.total,
-        ))
+        self.timeline.add_run(self.name, self.gpus, stream or self.stream, start, ends, requests, prefill, decode,
+                              kv_used, self.kv.total)
 
     def _ones(self, count: int) -> np.ndarray:
         """`count` weights of 1 (inter-token gaps that stand for one gap each): a read-only view of one
