@@ -2,8 +2,9 @@
 
 Request-level records are tuples `(time_ns, type, *fields)` whose field names come from
 `RECORD_FIELDS`, the one place that defines each record type. Engine steps are kept in columns
-(numpy arrays per run of steps), because a long run has hundreds of thousands of them; they are
-expanded into one record per step only when exported. Per-token records are off by default so
+(numpy arrays per run of steps), because a long run has hundreds of thousands of them; an engine adds
+its runs by value and they become columns many runs at a time (`add_run`); they are expanded into one
+record per step only when exported. Per-token records are off by default so
 that memory stays bounded on long runs.
 """
 
