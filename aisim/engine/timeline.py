@@ -89,6 +89,8 @@ class Timeline:
         prefill, decode, KV total); their steps' ends and KV blocks in use wait in `_ends` and `_kv_used`."""
         self._ends: list[int] = []
         self._kv_used: list[int] = []
+        self._pending_runs = min(max_records or PENDING_STEPS, PENDING_STEPS)
+        """Pending runs made into columns at most (a rolling window keeps no more than it holds)."""
         self.added_steps = 0
         self.added_events = 0
         """Request-level records ever added (a reader of the rolling window counts what it has seen)."""
@@ -115,7 +117,7 @@ class Timeline:
         self._ends += ends
         self._kv_used += kv_used
         self.added_steps += 1
-        if len(self._ends) >= PENDING_STEPS:
+        if len(self._ends) >= PENDING_STEPS or len(self._pending) >= self._pending_runs:
             self._columns()
 
     def _columns(self) -> None:
