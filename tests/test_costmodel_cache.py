@@ -1,5 +1,5 @@
-"""The cost model's caches change no price: a decode series read from the step memo, and every price of a cost
-model whose caches another one built alike filled, equal what a cost model computes from nothing."""
+"""The cost model's caches change no price: a decode series read from the table of step durations, and every price
+of a cost model whose caches another one built alike filled, equal what a cost model computes from nothing."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def _series(seed: int) -> list[tuple[int, int, int]]:
     for _ in range(150):
         requests = rng.choice([1, 2, 3, 7, 8, 31, 64, 200])
         context = requests * rng.randrange(0, 3000) + rng.randrange(0, requests)
-        series.append((requests, context, rng.randrange(1, costmodel.SHORT_SERIES + 1)))
+        series.append((requests, context, rng.randrange(1, 33) if rng.random() < 0.8 else rng.randrange(33, 400)))
         if rng.random() < 0.5:  # the same requests a few steps on, or the series again
             series.append((requests, context + requests * rng.randrange(0, 5), rng.randrange(1, 12)))
     return series
@@ -60,18 +60,21 @@ def _steps(seed: int) -> list[tuple[int, int, int, float, int, int]]:
 @pytest.mark.parametrize(("family", "gpu", "tp", "more"), KINDS)
 def test_a_remembered_decode_series_equals_its_steps_priced_one_at_a_time(
         family: str, gpu: str, tp: int, more: dict[str, object], monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every step of every series, whether the memo had it or not, is the step's own `step_ns`; the memo did answer."""
+    """Every step of every series, whether its block of the table was there or not, is the step's own `step_ns`, to
+    the nanosecond; the table did answer, across block edges too."""
     monkeypatch.setattr(costmodel, "_SHARED", {})
     cost = _cost(family, gpu, tp, **more)
-    hits = 0
+    hits = edges = 0
     for requests, context, steps in _series(1):
-        known = sum(1 for k in range(steps) if context + requests * (k + 1) in cost._series_memo.get(requests, {}))
-        hits += known
+        first, last = context + requests, context + requests * steps
+        blocks = range(first // costmodel.SERIES_BLOCK, last // costmodel.SERIES_BLOCK + 1)
+        hits += all((requests, index) in cost._series_blocks for index in blocks)
+        edges += len(blocks) > 1
         got = cost.decode_series(requests, context, steps)
         alone = [cost.step_ns(requests, requests, context + requests * k, 0.0, requests, context + requests * k)
                  for k in range(steps)]
         assert got == alone, (requests, context, steps)
-    assert hits > 100
+    assert hits > 20 and edges > 20
 
 
 @pytest.mark.parametrize(("family", "gpu", "tp", "more"), KINDS)
@@ -87,10 +90,10 @@ def test_a_cost_model_built_like_another_prices_every_step_as_one_built_from_not
         first.step_ns(*step)
     for requests, context, count in reversed(series):
         first.decode_series(requests, context, count)
-        first.decode_series(requests, context, count + 40)  # the numpy path fills the same block caches
+        first.decode_series(requests, context, count + 40)
     second = _cost(family, gpu, tp, **more)
     assert second.kernels is first.kernels and second._tokens_cache is first._tokens_cache
-    assert second._series_memo is first._series_memo and second._series_memo
+    assert second._series_blocks is first._series_blocks and second._series_blocks
 
     def prices(cost: CostModel) -> list[object]:
         out: list[object] = []
@@ -105,7 +108,7 @@ def test_a_cost_model_built_like_another_prices_every_step_as_one_built_from_not
     warm = prices(second)
     monkeypatch.setattr(costmodel, "_SHARED", {})
     fresh = _cost(family, gpu, tp, **more)
-    assert fresh.kernels is not first.kernels and not fresh._series_memo
+    assert fresh.kernels is not first.kernels and not fresh._series_blocks
     assert prices(fresh) == warm
 
 
@@ -123,7 +126,7 @@ def test_cost_models_that_differ_in_any_argument_or_host_term_keep_their_own_cac
     others.append(CostModel(arch, profile, dataclasses.replace(efficiency, step_overhead_ns=efficiency.step_overhead_ns + 1),
                             1, kv_bytes_per_token(arch, 1)))
     for other in others:
-        assert other._series_memo is not base._series_memo
+        assert other._series_blocks is not base._series_blocks
     assert len({id(other._tokens_cache) for other in others}) == len(others)
     # explicit constants that cannot be hashed (their notes are a dict): caches of its own, no error
     constants = dataclasses.replace(calibration.constants(profile), notes={"why": "a test"})
@@ -142,3 +145,15 @@ def test_the_shared_caches_keep_the_most_recently_built_kinds(monkeypatch: pytes
     assert len(costmodel._SHARED) == 2
     assert _cost("llama-3-8b", "H100-SXM", 1)._tokens_cache is a._tokens_cache
     assert _cost("llama-3-8b", "H100-SXM", 2)._tokens_cache is not b._tokens_cache
+
+
+def test_the_table_of_decode_steps_starts_again_when_full(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server runs for ever: the table holds at most `SERIES_BLOCKS` blocks, and what it dropped is priced again
+    the same."""
+    monkeypatch.setattr(costmodel, "_SHARED", {})
+    monkeypatch.setattr(costmodel, "SERIES_BLOCKS", 3)
+    cost = _cost("llama-3-8b", "H100-SXM", 1)
+    series = _series(4)
+    first = [cost.decode_series(*one) for one in series]
+    assert 0 < len(cost._series_blocks) <= 3
+    assert [cost.decode_series(*one) for one in reversed(series)] == first[::-1]

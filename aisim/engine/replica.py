@@ -14,9 +14,11 @@ scheduler's placeholder bookkeeping (`aisim schedule --async`) is not replayed h
 
 Speed without approximation: while every running request is decoding and nothing can join,
 consecutive steps differ only by one token of context per request, so a run of them is planned
-at once (`CostModel.decode_series`): durations, block needs and end times, as Python lists (most runs
-are a few steps long, and a numpy temporary costs about a microsecond; the timeline's columns are one
-array made once, when the run is applied). The run
+at once: durations (`CostModel.decode_series`, a slice of its table of decode steps) and end times, as
+Python lists; the blocks the run takes follow from each request's phase (its computed tokens modulo the
+block size), so the step where they run out is worked out, not summed step by step, and the blocks in
+use per step only for the steps that ran (the timeline's columns are one array made once, when the run
+is applied). The run
 stops early at the first step that would need more blocks than are free, at the first request
 to finish, and, when a request arrives or a fault starts mid-run, at the first step boundary
 after that moment (`interrupt`). The result is the same, step for step, as planning one step
@@ -45,7 +47,7 @@ from .meter import ReplicaMeter
 from .pool import OutOfMemoryError
 from .request import Outcome, Request
 from .scheduler import DONE, LAST_TOKEN, NO_TOKEN, Scheduler, Step
-from .timeline import StepRun, Timeline
+from .timeline import Timeline
 
 ENGINE_DEAD = "EngineCore encountered an issue. See stack trace (above) for the root cause."
 """vLLM's `EngineDeadError`: what the requests of a dead engine fail with (the cause is in its log)."""
@@ -115,8 +117,8 @@ class _Plan:
     batch: list[tuple[Request, int]]
     decode_run: bool
     handle: EventHandle
-    blocks: list[int] | None = None
-    """Cumulative new blocks after each step of a decode run."""
+    residues: list[int] | None = None
+    """A decode run's requests that need a new block at step k, by k mod the block size."""
     kv_used: int = 0
     """Blocks in use while a single step runs."""
     preemptions: int = 0
@@ -173,8 +175,7 @@ class Replica:
         """Accounts its GPU work for telemetry (None: nobody reads it)."""
         self.lockstep: Lockstep | None = None
         """The data-parallel group whose steps it runs in (an MoE model's DP rank), or None."""
-        self._phases = np.arange(MAX_RUN, dtype=np.int64) % kv.block_size
-        self._phase_list: list[int] = self._phases.tolist()
+        self._phase_list: list[int] = [k % kv.block_size for k in range(MAX_RUN)]
         """k mod the block size for each step k of the longest decode run, made once."""
 
     # -- queue -----------------------------------------------------------------------------
@@ -512,23 +513,20 @@ class Replica:
 
     def _log_step(self, start: int, end: int, requests: int, prefill: int, decode: int, used: int,
                   stream: str = "") -> None:
-        """Account and log one step: its six columns are views of one fresh array (one allocation)."""
+        """Account and log one step."""
         stats = self.stats
         stats.steps += 1
         stats.busy_ns += end - start
         stats.kv_area += float(used * (end - start))
         if used > stats.kv_peak:  # noqa: PLR1730 (hot path)
             stats.kv_peak = used
-        columns = np.array((start, end, requests, prefill, decode, used), dtype=np.int64)
-        self.timeline.add_steps(StepRun(
-            self.name, self.gpus, stream or self.stream, columns[0:1], columns[1:2], columns[2:3], columns[3:4],
-            columns[4:5], columns[5:6], self.kv.total,
-        ))
+        self.timeline.add_run(self.name, self.gpus, stream or self.stream, start, [end], requests, prefill, decode,
+                              [used], self.kv.total)
 
     def _log(self, start: int, ends: list[int], requests: int, prefill: int, decode: int, kv_used: list[int],
              peak: int, durations: list[int], stream: str = "") -> None:
         """Account and log a run of steps; `peak`: the most blocks `kv_used` holds; `durations`: the steps'
-        (or more, a cut run's). The six columns are rows of one array, filled row by row."""
+        (or more, a cut run's)."""
         count = len(ends)
         if count == 1:
             self._log_step(start, ends[0], requests, prefill, decode, peak, stream)
@@ -539,18 +537,8 @@ class Replica:
         stats.kv_area += float(sum(map(mul, kv_used, durations)))  # exact integers, as numpy's int64 dot
         if peak > stats.kv_peak:  # noqa: PLR1730 (hot path)
             stats.kv_peak = peak
-        columns = np.empty((6, count), dtype=np.int64)  # the constant columns filled in C, not from lists
-        columns[0, 0] = start
-        columns[0, 1:] = ends[:-1]
-        columns[1] = ends
-        columns[2] = requests
-        columns[3] = prefill
-        columns[4] = decode
-        columns[5] = kv_used
-        self.timeline.add_steps(StepRun(
-            self.name, self.gpus, stream or self.stream, columns[0], columns[1], columns[2], columns[3],
-            columns[4], columns[5], self.kv.total,
-        ))
+        self.timeline.add_run(self.name, self.gpus, stream or self.stream, start, ends, requests, prefill, decode,
+                              kv_used, self.kv.total)
 
     def _ones(self, count: int) -> np.ndarray:
         """`count` weights of 1 (inter-token gaps that stand for one gap each): a read-only view of one
@@ -577,7 +565,7 @@ class Replica:
         running = self.running
         bs = self.kv.block_size
         residues = [0] * bs
-        """How many requests need a new block after k steps, k mod block size."""
+        """How many requests need a new block at step k, by k mod the block size."""
         context = 0
         steps = MAX_RUN
         for r in running:
@@ -587,16 +575,16 @@ class Replica:
             left = r.output - r.generated
             if left < steps:  # noqa: PLR1730 (hot path)
                 steps = left
-        available = self.kv.available
-        if steps <= bs:  # short: the running sum in Python costs less than three array operations
-            blocks = list(accumulate(map(residues.__getitem__, self._phase_list[:steps])))
-        else:
-            blocks = np.array(residues, dtype=np.int64)[self._phases[:steps]].cumsum().tolist()
-        if blocks[-1] > available:
-            steps = bisect_right(blocks, available)
+        # After step k (from 0), with k + 1 = q x bs + p, the run has taken q x len(running) blocks plus those of
+        # the requests whose phase is below p: the free blocks last q = available // len(running) whole cycles,
+        # then the phases whose running count fits in the rest
+        cycles, rest = divmod(self.kv.available, len(running))
+        if cycles * bs < steps:
+            fit = cycles * bs + bisect_right(list(accumulate(residues, initial=0)), rest, 0, bs) - 1
+            if fit < steps:  # noqa: PLR1730 (hot path)
+                steps = fit
             if steps == 0:
                 return None
-            del blocks[steps:]
         durations = self.cost.decode_series(len(running), context, steps)
         if self.slowdown != 1.0:
             durations = [int(d * self.slowdown) for d in durations]  # as numpy's float64 product, truncated
@@ -604,15 +592,16 @@ class Replica:
         del ends[0]
         handle = self.kernel.at(ends[-1], self._finish_step)
         batch = [(r, 1) for r in running]
-        return _Plan(self.kernel.now, ends, batch, True, handle, blocks, durations=durations)
+        return _Plan(self.kernel.now, ends, batch, True, handle, residues, durations=durations)
 
     def _apply_decode_run(self, plan: _Plan) -> None:
-        ends, blocks, durations = plan.ends, plan.blocks, plan.durations
+        ends, residues, durations = plan.ends, plan.residues, plan.durations
         steps = len(ends)
-        assert blocks is not None and durations is not None
-        grown = blocks[steps - 1]
-        assert grown <= self.kv.available, "a decode run took blocks that were not available"
+        assert residues is not None and durations is not None
         used_before = self.kv.used
+        kv_used = list(accumulate(map(residues.__getitem__, self._phase_list[:steps]), initial=used_before))
+        del kv_used[0]  # blocks in use after each step
+        assert kv_used[-1] - used_before <= self.kv.available, "a decode run took blocks that were not available"
         self.scheduler.decode_run(steps)
         end = ends[-1]
         first = ends[0]
@@ -637,8 +626,7 @@ class Replica:
             stats.add_itl(gaps, self._ones(count), first)
             if steps > 1:  # the gaps between its steps are the steps' durations (`ends` are their running sum)
                 stats.add_itl(durations[1:steps], [count] * (steps - 1), ends[1:steps])
-        self._log(plan.start, ends, count, 0, count, [used_before + b for b in blocks[:steps]], used_before + grown,
-                  durations)
+        self._log(plan.start, ends, count, 0, count, kv_used, kv_used[-1], durations)
         if finished:
             self.scheduler.finish(finished)
             for request in finished:

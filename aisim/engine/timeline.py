@@ -2,8 +2,9 @@
 
 Request-level records are tuples `(time_ns, type, *fields)` whose field names come from
 `RECORD_FIELDS`, the one place that defines each record type. Engine steps are kept in columns
-(numpy arrays per run of steps), because a long run has hundreds of thousands of them; they are
-expanded into one record per step only when exported. Per-token records are off by default so
+(numpy arrays per run of steps), because a long run has hundreds of thousands of them; an engine adds
+its runs by value and they become columns many runs at a time (`add_run`); they are expanded into one
+record per step only when exported. Per-token records are off by default so
 that memory stays bounded on long runs.
 """
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import Iterator
-from itertools import islice
+from itertools import accumulate, islice
 from typing import IO, Any, NamedTuple
 
 import numpy as np
@@ -38,6 +39,8 @@ RECORD_FIELDS: dict[str, tuple[str, ...]] = {
     "dcgm_clear": ("gpu", "field", "reason"),
     "xid": ("gpu", "code", "message", "effect", "killed"),
 }
+PENDING_STEPS = 1 << 15
+"""Steps added by value (`Timeline.add_run`) that are kept as Python ints before they are made into columns."""
 STEP_FIELDS = ("end_ns", "replica", "gpus", "stream", "requests", "prefill_tokens", "decode_tokens", "kv_used_blocks", "kv_total_blocks")
 
 
@@ -80,15 +83,60 @@ class Timeline:
         self.rolling = max_records is not None
         """Whether this is a long-running server's window: then nothing kept per request may grow without end."""
         self.events: deque[tuple[Any, ...]] | list[tuple[Any, ...]] = deque(maxlen=max_records) if max_records else []
-        self.steps: deque[StepRun] | list[StepRun] = deque(maxlen=max_records) if max_records else []
+        self._steps: deque[StepRun] | list[StepRun] = deque(maxlen=max_records) if max_records else []
+        self._pending: list[tuple[str, tuple[str, ...], str, int, int, int, int, int, int]] = []
+        """Runs added by value and not made into columns yet: (replica, gpus, stream, start, steps, requests,
+        prefill, decode, KV total); their steps' ends and KV blocks in use wait in `_ends` and `_kv_used`."""
+        self._ends: list[int] = []
+        self._kv_used: list[int] = []
+        self._pending_runs = min(max_records or PENDING_STEPS, PENDING_STEPS)
+        """Pending runs made into columns at most (a rolling window keeps no more than it holds)."""
         self.added_steps = 0
         self.added_events = 0
         """Request-level records ever added (a reader of the rolling window counts what it has seen)."""
+
+    @property
+    def steps(self) -> deque[StepRun] | list[StepRun]:
+        """Every run of engine steps (the window's, in a rolling timeline), in the order they were added."""
+        if self._pending:
+            self._columns()
+        return self._steps
 
     def add_steps(self, run: StepRun) -> None:
         """Append a run of engine steps."""
         self.steps.append(run)
         self.added_steps += 1
+
+    def add_run(self, replica: str, gpus: tuple[str, ...], stream: str, start: int, ends: list[int], requests: int,
+                prefill: int, decode: int, kv_used: list[int], kv_total: int) -> None:
+        """Append a run of engine steps by value: `len(ends)` steps, the first starting at `start` and each next
+        one when the one before ends, each with these requests and tokens, and `kv_used` blocks in use after each.
+        Runs are made into `StepRun` columns many at a time, when `steps` is read (one numpy pass per column
+        for them all, where an array per run cost a few microseconds of fixed overhead)."""
+        self._pending.append((replica, gpus, stream, start, len(ends), requests, prefill, decode, kv_total))
+        self._ends += ends
+        self._kv_used += kv_used
+        self.added_steps += 1
+        if len(self._ends) >= PENDING_STEPS or len(self._pending) >= self._pending_runs:
+            self._columns()
+
+    def _columns(self) -> None:
+        """The pending runs as `StepRun`s: each column's slice of one array for them all."""
+        pending, self._pending = self._pending, []
+        ends = np.array(self._ends, dtype=np.int64)
+        kv_used = np.array(self._kv_used, dtype=np.int64)
+        self._ends, self._kv_used = [], []
+        _, _, _, first, counts, requests, prefill, decode, _ = (list(column) for column in zip(*pending, strict=True))
+        bounds = [0, *accumulate(counts)]
+        starts = np.empty_like(ends)
+        starts[1:] = ends[:-1]
+        starts[bounds[:-1]] = first  # each run's first step starts at its own start, the others when the one before ends
+        requests_, prefill_, decode_ = (np.repeat(np.array(values, dtype=np.int64), counts)
+                                        for values in (requests, prefill, decode))
+        steps = self._steps
+        for (replica, gpus, stream, *_, kv_total), a, b in zip(pending, bounds, bounds[1:], strict=False):
+            steps.append(StepRun(replica, gpus, stream, starts[a:b], ends[a:b], requests_[a:b], prefill_[a:b],
+                                 decode_[a:b], kv_used[a:b], kv_total))
 
     def recent_steps(self, seen: int) -> list[StepRun]:
         """The step runs added after the first `seen` ones (those still in the window)."""

@@ -70,10 +70,10 @@ BLOCK = 256
 """Token and request counts whose GPU sums are computed together (one numpy pass over the tables)."""
 CACHE_LIMIT = 1 << 17
 """Token and request counts remembered per cost model."""
-SHORT_SERIES = 32
-"""Decode series in CUDA graphs up to this many steps are summed in Python floats, longer ones in numpy."""
-SERIES_LIMIT = 1 << 18
-"""Steps of short decode series remembered per kind of cost model (about 100 bytes each)."""
+SERIES_BLOCK = 1024
+"""KV lengths whose decode-step durations are priced together (one numpy pass, `_series_block`)."""
+SERIES_BLOCKS = 1024
+"""Blocks of decode-step durations remembered per kind of cost model (8 KB each; azure-conv uses about 500)."""
 SHARED_MODELS = 16
 """Kinds of cost model (distinct constructor arguments) whose caches are kept for the next one built alike."""
 KV_GRID = np.unique(np.round(np.geomspace(1, 1 << 21, 96)))
@@ -130,7 +130,7 @@ class _Caches:
     """What a cost model remembers: exact results of its pure functions of (its constructor's arguments, its GPU's
     constants), so that cost models built alike share them (`_shared`)."""
 
-    __slots__ = ("decode_curves", "kernels", "prefill", "requests", "series", "series_size", "tokens")
+    __slots__ = ("decode_curves", "kernels", "prefill", "requests", "series", "tokens")
 
     def __init__(self) -> None:
         self.kernels: StepKernels | None = None
@@ -138,8 +138,7 @@ class _Caches:
         self.requests: dict[int, float] = {}
         self.decode_curves: dict[int, tuple[np.ndarray, np.ndarray, list[float], list[float]]] = {}
         self.prefill: dict[tuple[int, float, float], float] = {}
-        self.series: dict[int, dict[int, int]] = {}
-        self.series_size = [0]
+        self.series: dict[tuple[int, int], np.ndarray] = {}
 
 
 _SHARED: dict[tuple[Any, ...], _Caches] = {}
@@ -215,10 +214,9 @@ class CostModel:
         self._requests_cache = shared.requests
         self._decode_curves = shared.decode_curves
         self._prefill_cache = shared.prefill
-        self._series_memo = shared.series
-        """A short decode series' step durations (ns) per batch size, by the KV tokens the step reads: exactly
-        what the step's float operations give, since nothing else of the step varies (`decode_series`)."""
-        self._series_size = shared.series_size
+        self._series_blocks = shared.series
+        """Decode-step durations (ns) per (batch size, block of `SERIES_BLOCK` KV lengths read): each element is
+        what numpy's float operations give that step alone (`_series_block`)."""
 
     def _work(self) -> None:
         """The step's work for telemetry: weight bytes per GPU and FLOPs per token."""
@@ -384,34 +382,45 @@ class CostModel:
     def decode_series(self, requests: int, context_tokens: int, steps: int) -> list[int]:
         """Durations (ns) of `steps` consecutive decode-only steps of the same `requests` requests.
 
-        Step k reads `context_tokens + (k + 1) x requests` tokens of KV; each request adds one token.
-        Equal, element by element, to calling `step_ns` for each step.
+        Step k reads `context_tokens + (k + 1) x requests` tokens of KV; each request adds one token. Nothing else of
+        a decode step varies, so the durations come from a table of every KV length per batch size, priced
+        `SERIES_BLOCK` lengths at a time in numpy (`_series_block`): a series is a strided slice of a block or two.
+        Equal, to the nanosecond, to calling `step_ns` for each step (its Python floats interpolate the attention
+        curve in another order, which moves the last bit of a few prices, never a nanosecond: tests check it).
         """
-        if steps <= SHORT_SERIES:  # most runs: the same float operations as `step_ns`, in Python floats
-            known = self._series_memo.get(requests)
-            if known is None:
-                known = self._series_memo[requests] = {}
-            fixed = self._tokens_s(requests) + self._requests_s(requests)
-            factor, read, out = self.factor, context_tokens + requests, []
-            for _ in range(steps):
-                ns = known.get(read)
-                if ns is None:
-                    step_gpu = fixed + float(self._decode_attention_s(requests, read))
-                    ns = round((float(self._host_s(requests, requests, step_gpu)) + step_gpu) * factor * 1e9)
-                    if self._series_size[0] < SERIES_LIMIT:
-                        known[read] = ns
-                        self._series_size[0] += 1
-                out.append(ns)
-                read += requests
-            return out
-        host, gpu = self._decode_parts(requests, context_tokens, steps)
-        total = np.asarray(gpu + host, dtype=np.float64)
+        out: list[int] = []
+        read, stop = context_tokens + requests, context_tokens + requests * (steps + 1)
+        while read < stop:
+            index = read // SERIES_BLOCK
+            low = index * SERIES_BLOCK
+            block = self._series_blocks.get((requests, index))
+            if block is None:
+                block = self._series_block(requests, index)
+            high = min(stop, low + SERIES_BLOCK)
+            out += block[read - low:high - low:requests].tolist()
+            read += -(-(high - read) // requests) * requests
+        return out
+
+    def _series_block(self, requests: int, index: int) -> np.ndarray:
+        """Step durations (ns) of decode steps of `requests` requests reading each KV length of block `index`, in
+        numpy. Every operation is element by element, so each is what a series of that one step gives."""
+        low = index * SERIES_BLOCK
+        host, gpu = self._decode_parts_at(requests, np.arange(low, low + SERIES_BLOCK, dtype=np.float64))
+        total = np.broadcast_to(np.asarray(gpu + host, dtype=np.float64), (SERIES_BLOCK,)).copy()
         total *= self.factor
         total *= 1e9
-        return np.rint(total, out=total).astype(np.int64).tolist()
+        block = np.rint(total, out=total).astype(np.int64)
+        if len(self._series_blocks) >= SERIES_BLOCKS:  # a server runs for ever: start again
+            self._series_blocks.clear()
+        self._series_blocks[requests, index] = block
+        return block
 
     def _decode_parts(self, requests: int, context_tokens: int, steps: int) -> tuple[float | np.ndarray, np.ndarray]:
         read = np.arange(context_tokens + requests, context_tokens + requests * (steps + 1), requests, dtype=np.float64)
+        return self._decode_parts_at(requests, read)
+
+    def _decode_parts_at(self, requests: int, read: np.ndarray) -> tuple[float | np.ndarray, np.ndarray]:
+        """(host s, GPU s) of decode steps of `requests` requests reading `read` KV tokens each."""
         gpu = np.asarray(self._decode_attention_s(requests, read), dtype=np.float64)
         gpu = gpu + (self._tokens_s(requests) + self._requests_s(requests))
         return self._host_s(requests, requests, gpu), gpu
