@@ -76,8 +76,12 @@ def _latency_ns(args: tuple[Row, dict[str, float]]) -> int:
 def counts(data: list[Row], jobs: int = 2) -> np.ndarray:
     """Per row: (latency without host terms, steps, scheduled requests, scheduled tokens), in ns and counts."""
     work = [(row, ZERO) for row in data] + [(row, {**ZERO, k: v}) for k, v in PROBES.items() for row in data]
-    if jobs <= 1:
-        latencies = [_latency_ns(w) for w in work]
+    if jobs <= 1:  # in this process: put the installed terms back after the probes
+        installed = calibration.host()
+        try:
+            latencies = [_latency_ns(w) for w in work]
+        finally:
+            calibration.with_host(**installed)
     else:
         with ProcessPoolExecutor(jobs) as pool:
             latencies = list(pool.map(_latency_ns, work, chunksize=4))
@@ -149,8 +153,12 @@ def online_stages(runs: list[Any], terms: dict[str, float], jobs: int = 2) -> li
         else:
             todo.append(r)
     if todo:
-        if jobs <= 1:
-            got = dict(_online_metrics((r, terms)) for r in todo)
+        if jobs <= 1:  # in this process: put the installed terms back after the replays
+            installed = calibration.host()
+            try:
+                got = dict(_online_metrics((r, terms)) for r in todo)
+            finally:
+                calibration.with_host(**installed)
         else:
             with ProcessPoolExecutor(min(jobs, len(todo))) as pool:
                 got = dict(pool.map(_online_metrics, [(r, terms) for r in todo], chunksize=1))
