@@ -219,7 +219,7 @@ def no_token_term() -> None:
     calibration.with_host(frontend_token_ns=0.0, frontend_ns=TOKEN_FIT_FRONTEND_NS)
 
 
-def fit_frontend_token(data: list[Any], jobs: int = 1) -> float:
+def fit_frontend_token(data: list[Any], jobs: int = 1, rounds: int | None = None) -> float:
     """The API server's tokenizer time per prompt token, from the Blackwell closed loops of at most
     `TOKEN_FIT_CLIENTS` clients (`bench/silicon.py`: InferenceMAX's `benchmark_serving` sends text prompts that
     vLLM tokenizes, 820-1,024 or 6,553-8,192 tokens): the Theil-Sen slope (the median of the pairwise slopes) of
@@ -229,8 +229,8 @@ def fit_frontend_token(data: list[Any], jobs: int = 1) -> float:
     import silicon
 
     rows = [r for r in data if r.concurrency <= TOKEN_FIT_CLIENTS]
-    found = silicon.predict(rows, jobs, install=no_token_term, fit=f"no-frontend-token|{TOKEN_FIT_FRONTEND_NS:.0f}",
-                            front_end_given=True)
+    found = silicon.predict(rows, jobs, silicon.ROUNDS if rounds is None else rounds, install=no_token_term,
+                            fit=f"no-frontend-token|{TOKEN_FIT_FRONTEND_NS:.0f}", front_end_given=True)
     points = [(silicon.mean_prompt(r), r.ttft_ms - found[r.id].ttft_ms) for r in rows if not found[r.id].refused]
     slopes = [(g2 - g1) / (n2 - n1) for n1, g1 in points for n2, g2 in points if n2 > n1]
     return max(statistics.median(slopes) * 1e6, 0.0) if slopes else 0.0  # ms per token -> ns per token

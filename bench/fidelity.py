@@ -82,6 +82,8 @@ def blackwell(args: argparse.Namespace) -> None:
         worst = sorted(items, key=lambda s: -abs(s.error(m) or 0))[:args.worst]
         print(f"worst {m}: " + "; ".join(f"{s.labels['id']} {s.error(m):+.0f} %" for s in worst))
     refit = folds.REFITS["blackwell"]
+    if isinstance(refit, folds.BlackwellRefit) and args.rounds != silicon.ROUNDS:
+        refit.rounds = args.rounds
     for kind, key in (("model", lambda r: r.model), ("GPU", lambda r: r.gpu)):
         if refit is None:
             print(f"\nleave-one-{kind}-out: {folds.BLACKWELL_NOTHING_FITTED}: out of sample = in sample")

@@ -63,17 +63,21 @@ class BlackwellRefit:
 
     fitted = ("the API server's tokenizer time per prompt token on the training rows of at most 8 clients "
               "(bench/calibrate.py `fit_frontend_token`), then the fixed front end on the online runs given it")
+    rounds: int | None = None
+    """Requests per client of the fit's simulations (None: `silicon.ROUNDS`, as the shipped fit); the bench sets its
+    own `--rounds`, so a short smoke run fits on short runs too."""
 
     def without(self, train: Sequence[Any], held_out: str) -> Fold:
         from calibrate import fit_frontend, fit_frontend_token
         from online import runs
 
         def fit() -> dict[str, float]:
-            token = fit_frontend_token(list(train))
+            token = fit_frontend_token(list(train), rounds=self.rounds)
             return {"frontend_token_ns": token, "frontend_ns": float(fit_frontend(runs(), token=token, jobs=1))}
 
         ids = sorted(r.id for r in train)
-        terms = _cached(f"blackwell-front-end|{hashlib.sha256(json.dumps(ids).encode()).hexdigest()}", fit, True)
+        digest = hashlib.sha256(json.dumps(ids).encode()).hexdigest()
+        terms = _cached(f"blackwell-front-end|{digest}{'' if self.rounds is None else f'|{self.rounds}'}", fit, True)
         print(f"  fold without {held_out}: frontend_token_ns {terms['frontend_token_ns']:.0f} ns, "
               f"frontend_ns {terms['frontend_ns'] / 1e6:.2f} ms")
         return Fold(f"blackwell-without|{held_out}|{terms['frontend_token_ns']:.0f}|{terms['frontend_ns']:.0f}",
