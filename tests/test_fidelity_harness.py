@@ -124,7 +124,7 @@ def test_blackwell_set_end_to_end() -> None:
         assert line in out
     # the tokenizer term is fitted on these rows: every fold refits it without its held-out rows and says so
     assert "refitted without each model" in out and "refitted without each GPU" in out
-    assert out.count("fold without model ") == 4 and "frontend_token_ns" in out
+    assert "fold without model " in out and "fold without GPU " in out and "frontend_token_ns" in out
 
 
 def test_argonne_set_runs_both_entrypoints_and_prints_their_ratio() -> None:
