@@ -22,12 +22,16 @@ Which data fix which constant:
 3. `frontend_ns` (the API server's time on a request before the engine sees it): the same stages, simulated with
    the fitted `critical_ns`: the time that, added to the simulated mean TTFT without a front end, makes the median
    relative TTFT error over the stages zero.
-Nothing is fitted on the Blackwell end-to-end runs: the fidelity bench scores them out of sample.
+4. `frontend_token_ns` (the API server's tokenizer time per prompt token): the Blackwell closed loops
+   (`bench/silicon.py`) of at most `TOKEN_FIT_CLIENTS` clients, simulated without it: the Theil-Sen slope of
+   measured minus simulated mean TTFT over the mean prompt length (`fit_frontend_token`). A slope, so it is fitted
+   before `frontend_ns` (3), which then takes it as given: the online stages' prompts (575-1,082 tokens) cannot
+   separate the two, the Blackwell rows' (820-8,192) can. The fidelity bench refits both per held-out model and GPU.
 
-`fit_offline(rows)`, `fit_critical(runs)` and `fit_frontend(runs)` are what the fidelity bench refits without a
-held-out group.
+`fit_offline(rows)`, `fit_critical(runs)`, `fit_frontend(runs)` and `fit_frontend_token(rows)` are what the fidelity
+bench refits without a held-out group.
 
-    python bench/calibrate.py [--write] [--holdout FAMILY] [--skip-online] [--jobs 2]
+    python bench/calibrate.py [--write] [--holdout FAMILY] [--skip-online] [--skip-token] [--jobs 2]
 """
 
 from __future__ import annotations
@@ -72,8 +76,12 @@ def _latency_ns(args: tuple[Row, dict[str, float]]) -> int:
 def counts(data: list[Row], jobs: int = 2) -> np.ndarray:
     """Per row: (latency without host terms, steps, scheduled requests, scheduled tokens), in ns and counts."""
     work = [(row, ZERO) for row in data] + [(row, {**ZERO, k: v}) for k, v in PROBES.items() for row in data]
-    if jobs <= 1:
-        latencies = [_latency_ns(w) for w in work]
+    if jobs <= 1:  # in this process: put the installed terms back after the probes
+        installed = calibration.host()
+        try:
+            latencies = [_latency_ns(w) for w in work]
+        finally:
+            calibration.with_host(**installed)
     else:
         with ProcessPoolExecutor(jobs) as pool:
             latencies = list(pool.map(_latency_ns, work, chunksize=4))
@@ -145,8 +153,12 @@ def online_stages(runs: list[Any], terms: dict[str, float], jobs: int = 2) -> li
         else:
             todo.append(r)
     if todo:
-        if jobs <= 1:
-            got = dict(_online_metrics((r, terms)) for r in todo)
+        if jobs <= 1:  # in this process: put the installed terms back after the replays
+            installed = calibration.host()
+            try:
+                got = dict(_online_metrics((r, terms)) for r in todo)
+            finally:
+                calibration.with_host(**installed)
         else:
             with ProcessPoolExecutor(min(jobs, len(todo))) as pool:
                 got = dict(pool.map(_online_metrics, [(r, terms) for r in todo], chunksize=1))
@@ -160,20 +172,27 @@ def online_stages(runs: list[Any], terms: dict[str, float], jobs: int = 2) -> li
     return [(found[r.experiment][stage], measured(row)) for r in kept for stage, row in sorted(r.stages.items())]
 
 
+NO_FRONT_END = {"frontend_ns": 0.0, "frontend_token_ns": 0.0}
+
+
 def fit_critical(runs: list[Any], jobs: int = 2) -> int:
     """The per-step critical-path time: the median over the online stages of measured minus simulated decode time
     per token, simulated with the engine's host terms as installed and no critical term, no front end."""
-    pairs = online_stages(runs, {**calibration.host(), "critical_ns": 0.0, "frontend_ns": 0.0}, jobs)
+    pairs = online_stages(runs, {**calibration.host(), "critical_ns": 0.0, **NO_FRONT_END}, jobs)
     return max(round(statistics.median(m["decode_per_token"] - s["decode_per_token"] for s, m in pairs) * 1e9), 0)
 
 
-def fit_frontend(runs: list[Any], critical: float | None = None, jobs: int = 2) -> int:
+def fit_frontend(runs: list[Any], critical: float | None = None, jobs: int = 2, token: float | None = None) -> int:
     """The API server's per-request time: the time that, added to the simulated mean TTFT of every online stage
-    (simulated with the installed host terms and `critical` ns per step, without a front end), makes the median
-    relative TTFT error zero."""
+    (simulated with the installed host terms and `critical` ns per step, without a front end) together with the
+    tokenizer's `token` ns per prompt token (default: the installed `frontend_token_ns`) over the stage's measured
+    mean prompt, makes the median relative TTFT error zero. (The online stages keep their tokenizer thread below
+    5 % busy, so its time adds to TTFT as a delay.)"""
     critical = calibration.host()["critical_ns"] if critical is None else critical
-    pairs = [(s["ttft_mean"], m["ttft_mean"]) for s, m in
-             online_stages(runs, {**calibration.host(), "critical_ns": critical, "frontend_ns": 0.0}, jobs)]
+    token = calibration.host()["frontend_token_ns"] if token is None else token
+    tokens = [float(r.config["prompt_len_mean"]) for r in runs if not r.overloaded for _ in r.stages]
+    pairs = [(s["ttft_mean"] + token * n / 1e9, m["ttft_mean"]) for (s, m), n in
+             zip(online_stages(runs, {**calibration.host(), "critical_ns": critical, **NO_FRONT_END}, jobs), tokens)]
     # the time that makes the median relative TTFT error zero (monotone in it: bisection)
     low, high = 0.0, max(m - s for s, m in pairs) + 0.1
     for _ in range(60):
@@ -185,12 +204,46 @@ def fit_frontend(runs: list[Any], critical: float | None = None, jobs: int = 2) 
     return max(round(low * 1e9), 0)
 
 
+TOKEN_FIT_CLIENTS = 8
+"""The Blackwell rows that fix `frontend_token_ns`: closed loops of at most this many clients, where a request's TTFT
+is its front end, a step's wait and its own prefill, not a queue behind other prompts."""
+
+
+TOKEN_FIT_FRONTEND_NS = 8879119.0
+"""The fixed front end the Blackwell fit's simulations run with (any value: the fit is a slope, which a constant added
+to every TTFT leaves alone; fixed, so that a refit of the shipped one does not invalidate them)."""
+
+
+def no_token_term() -> None:
+    """Install no tokenizer term (the Blackwell fit's simulations; module level, so a worker process can run it)."""
+    calibration.with_host(frontend_token_ns=0.0, frontend_ns=TOKEN_FIT_FRONTEND_NS)
+
+
+def fit_frontend_token(data: list[Any], jobs: int = 1, rounds: int | None = None) -> float:
+    """The API server's tokenizer time per prompt token, from the Blackwell closed loops of at most
+    `TOKEN_FIT_CLIENTS` clients (`bench/silicon.py`: InferenceMAX's `benchmark_serving` sends text prompts that
+    vLLM tokenizes, 820-1,024 or 6,553-8,192 tokens): the Theil-Sen slope (the median of the pairwise slopes) of
+    measured minus simulated mean TTFT against the mean prompt length, simulated without the term. A slope, so
+    what the rows' TTFT lacks at every length alike (the fixed front end, fitted on the online runs) does not
+    enter it."""
+    import silicon
+
+    rows = [r for r in data if r.concurrency <= TOKEN_FIT_CLIENTS]
+    found = silicon.predict(rows, jobs, silicon.ROUNDS if rounds is None else rounds, install=no_token_term,
+                            fit=f"no-frontend-token|{TOKEN_FIT_FRONTEND_NS:.0f}", front_end_given=True)
+    points = [(silicon.mean_prompt(r), r.ttft_ms - found[r.id].ttft_ms) for r in rows if not found[r.id].refused]
+    slopes = [(g2 - g1) / (n2 - n1) for n1, g1 in points for n2, g2 in points if n2 > n1]
+    return max(statistics.median(slopes) * 1e6, 0.0) if slopes else 0.0  # ms per token -> ns per token
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--write", action="store_true", help="store the fitted terms in costmodel/host.json")
     parser.add_argument("--holdout", metavar="FAMILY", help="fit without this model's rows and report them")
     parser.add_argument("--skip-online", "--skip-frontend", dest="skip_online", action="store_true",
                         help="keep the stored critical_ns and frontend_ns (the online runs take minutes)")
+    parser.add_argument("--skip-token", action="store_true",
+                        help="keep the stored frontend_token_ns (its Blackwell simulations take minutes uncached)")
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
     terms: dict[str, float] = {}
@@ -216,15 +269,25 @@ def main() -> None:
             if len(e):
                 print(f"  {gpu} {group}: median |error| {np.median(abs(e)):.2f} %, signed {np.median(e):+.2f} %, "
                       f"max {abs(e).max():.2f} % ({len(e)} rows)")
+    calibration.with_host(**terms)
+    if not args.skip_token:
+        import silicon
+
+        terms["frontend_token_ns"] = round(fit_frontend_token(silicon.rows(), jobs=1), 1)
+        calibration.with_host(frontend_token_ns=terms["frontend_token_ns"])
+        print(f"API server tokenizer per prompt token from the Blackwell closed loops of <= {TOKEN_FIT_CLIENTS} "
+              f"clients: {terms['frontend_token_ns'] / 1e3:.2f} us")
     if not args.skip_online:
-        calibration.with_host(**terms)
         terms["frontend_ns"] = fit_frontend(online_runs, jobs=args.jobs)
-        print(f"frontend from the online H100 runs' TTFT: {terms['frontend_ns'] / 1e6:.2f} ms")
+        print(f"frontend from the online H100 runs' TTFT (the tokenizer term given): {terms['frontend_ns'] / 1e6:.2f} ms")
     if args.write and not args.holdout:
         document = {"source": "critical and frontend terms: bench/data/vllm-online-h100.csv (every stage the client "
                               "kept up with, replayed whole); step, request, token and output terms: "
                               "bench/data/argonne-vllm-calibration.csv (offline batches on H100-SXM, the critical "
-                              "term given; the A100 rows out of sample); see bench/calibrate.py",
+                              "term given; the A100 rows out of sample); frontend_token_ns: the Blackwell closed "
+                              "loops of at most 8 clients (bench/data/aiconfigurator/silicon-blackwell.csv, the "
+                              "slope of TTFT over prompt length; refitted per fold by bench/fidelity.py); see "
+                              "bench/calibrate.py",
                     "command": "python bench/calibrate.py --write",
                     "host": {**calibration.host(), **terms},
                     "fit": {"rows": len(data), "median_abs_error_pct": round(float(np.median(abs(errors))), 2),

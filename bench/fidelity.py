@@ -8,7 +8,9 @@ cost model fits on the set's rows is fitted again without the held-out group bef
 nothing is fitted on a set the output says so, and out of sample is then the same as in sample.
 
 - `blackwell`: AIConfigurator's 755 end-to-end vLLM runs on B200/B300 (`bench/silicon.py`): mean TTFT and TPOT of
-  closed-loop clients, every row simulated or listed as refused with its reason. Cached per row and code hash.
+  closed-loop clients, every row simulated or listed as refused with its reason. Cached per row and code hash. The
+  API server's tokenizer time per prompt token is fitted on these rows (those of at most 8 clients), so each fold
+  refits it without the held-out model or GPU, and the fixed front end on the online runs given it (`folds.py`).
 - `argonne`: the Argonne whole-batch latencies (`bench/argonne.py`), each batch run through `engine.entrypoint:
   offline` and through the `server` entrypoint with the same engine limits; prints both and the server / offline
   ratio. The engine constants fitted on these rows (`bench/calibrate.py`) are refitted per held-out model.
@@ -80,6 +82,8 @@ def blackwell(args: argparse.Namespace) -> None:
         worst = sorted(items, key=lambda s: -abs(s.error(m) or 0))[:args.worst]
         print(f"worst {m}: " + "; ".join(f"{s.labels['id']} {s.error(m):+.0f} %" for s in worst))
     refit = folds.REFITS["blackwell"]
+    if isinstance(refit, folds.BlackwellRefit) and args.rounds != silicon.ROUNDS:
+        refit.rounds = args.rounds
     for kind, key in (("model", lambda r: r.model), ("GPU", lambda r: r.gpu)):
         if refit is None:
             print(f"\nleave-one-{kind}-out: {folds.BLACKWELL_NOTHING_FITTED}: out of sample = in sample")
@@ -91,7 +95,7 @@ def blackwell(args: argparse.Namespace) -> None:
                 fold = refit.without([r for r in every if key(r) != value], f"{kind} {value}")
                 test = [r for r in data if key(r) == value]
                 got = silicon.predict(test, args.jobs, args.rounds, not args.no_cache, fold.install, fold.name,
-                                      args.kv_cache_dtype)
+                                      args.kv_cache_dtype, front_end_given=fold.front_end_given)
                 held += [_silicon_item(r, got[r.id]) for r in test if not got[r.id].refused]
             print("\n".join(table(f"leave-one-{kind}-out", held, metrics, groupings, 34)))
         targets(held, metrics, f"blackwell leave-one-{kind}-out")

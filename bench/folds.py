@@ -26,6 +26,8 @@ class Fold:
 
     name: str
     install: Callable[[], None] | None = None
+    front_end_given: bool = False
+    """Whether `install` sets both front-end terms (`silicon.FRONT_END`), so the shipped ones are no part of a key."""
 
 
 SHIPPED = Fold("shipped")
@@ -46,7 +48,43 @@ class Refit(Protocol):
 BLACKWELL_NOTHING_FITTED = ("nothing in the cost model is fitted on the Blackwell rows (every GPU term comes from the "
                             "kernel tables, the host terms from the Argonne H100 rows and the online H100 runs)")
 
-REFITS: dict[str, Refit | None] = {"blackwell": None}
+
+def install_front_end(terms: dict[str, float]) -> None:
+    """Put a fold's front-end terms in place in this process."""
+    from aisim.engine.costmodel import calibration
+
+    calibration.with_host(**terms)
+
+
+class BlackwellRefit:
+    """The API server's tokenizer time per prompt token (`frontend_token_ns`), fitted on the Blackwell rows of at most
+    `calibrate.TOKEN_FIT_CLIENTS` clients, and the fixed front end (`frontend_ns`) refitted on the online runs given
+    it (`bench/calibrate.py` `fit_frontend_token`, `fit_frontend`)."""
+
+    fitted = ("the API server's tokenizer time per prompt token on the training rows of at most 8 clients "
+              "(bench/calibrate.py `fit_frontend_token`), then the fixed front end on the online runs given it")
+    rounds: int | None = None
+    """Requests per client of the fit's simulations (None: `silicon.ROUNDS`, as the shipped fit); the bench sets its
+    own `--rounds`, so a short smoke run fits on short runs too."""
+
+    def without(self, train: Sequence[Any], held_out: str) -> Fold:
+        from calibrate import fit_frontend, fit_frontend_token
+        from online import runs
+
+        def fit() -> dict[str, float]:
+            token = fit_frontend_token(list(train), rounds=self.rounds)
+            return {"frontend_token_ns": token, "frontend_ns": float(fit_frontend(runs(), token=token, jobs=1))}
+
+        ids = sorted(r.id for r in train)
+        digest = hashlib.sha256(json.dumps(ids).encode()).hexdigest()
+        terms = _cached(f"blackwell-front-end|{digest}{'' if self.rounds is None else f'|{self.rounds}'}", fit, True)
+        print(f"  fold without {held_out}: frontend_token_ns {terms['frontend_token_ns']:.0f} ns, "
+              f"frontend_ns {terms['frontend_ns'] / 1e6:.2f} ms")
+        return Fold(f"blackwell-without|{held_out}|{terms['frontend_token_ns']:.0f}|{terms['frontend_ns']:.0f}",
+                    partial(install_front_end, dict(terms)), front_end_given=True)
+
+
+REFITS: dict[str, Refit | None] = {"blackwell": BlackwellRefit()}
 """The refit of each set (None: nothing fitted on its rows)."""
 
 
@@ -61,18 +99,20 @@ def pool_map(function: Callable[[Any], Any], work: Sequence[Any], jobs: int) -> 
         return list(pool.map(function, work, chunksize=1))
 
 
-def _path(name: str) -> Any:
-    """Where a fit is cached: keyed by `name`, the package's hash and the fitting benches' own code."""
-    from silicon import BENCH, code_hash
+def _path(name: str, front_end_given: bool = False) -> Any:
+    """Where a fit is cached: keyed by `name`, the package's hash, the installed host terms (but the front end's, where
+    the fit does not read them) and the fitting benches' own code."""
+    from silicon import BENCH, code_hash, host_terms
 
-    fitting = b"".join((BENCH / f).read_bytes() for f in ("calibrate.py", "argonne.py", "online.py"))
-    key = hashlib.sha256(f"{name}|{code_hash()}|".encode() + fitting).hexdigest()[:24]
+    fitting = b"".join((BENCH / f).read_bytes() for f in ("calibrate.py", "argonne.py", "online.py", "silicon.py"))
+    terms = json.dumps(host_terms(front_end_given), sort_keys=True)
+    key = hashlib.sha256(f"{name}|{code_hash()}|{terms}|".encode() + fitting).hexdigest()[:24]
     return BENCH / ".cache" / "folds" / f"{key}.json"
 
 
-def _cached(name: str, compute: Callable[[], Any]) -> Any:
+def _cached(name: str, compute: Callable[[], Any], front_end_given: bool = False) -> Any:
     """A JSON-able fit result cached under bench/.cache/folds/."""
-    path = _path(name)
+    path = _path(name, front_end_given)
     if path.is_file():
         return json.loads(path.read_text())["value"]
     value = compute()

@@ -26,8 +26,9 @@ included, as `benchmark_serving` does.
 
 A row aisim cannot run is refused with its reason (`Prediction.refused`), never dropped silently.
 
-Results are cached per row in `bench/.cache/silicon/`, keyed by the row's scenario document, the installed fit and a
-hash of the `aisim` package as imported (code and data), so a second pass over unchanged code costs nothing.
+Results are cached per row in `bench/.cache/silicon/`, keyed by the row's scenario document, the installed fit, the
+host terms and a hash of the `aisim` package as imported (code and data), so a second pass over unchanged code costs
+nothing.
 
     python bench/silicon.py [--jobs 2] [--stride N] [--limit N] [--rounds 10] [--no-cache]
 """
@@ -204,6 +205,12 @@ def lengths(full: int, ratio: float | None = None) -> int | str:
     return full if low >= full else f"{low}-{full}"
 
 
+def mean_prompt(row: Row, ratio: float | None = None) -> float:
+    """The mean prompt length the client draws for the row (`lengths`: uniform integers between the ends)."""
+    low = max(int(row.isl * (RANGE_RATIO if ratio is None else ratio)), 1)
+    return (min(low, row.isl) + row.isl) / 2
+
+
 def document(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None,
              range_ratio: float | None = None) -> dict[str, Any]:
     """The row as a scenario document (what a user would write in YAML)."""
@@ -286,24 +293,39 @@ HARNESS = 1
 """Bump when `simulate` reads the requests differently (the scenario itself is part of the cache key)."""
 
 
+HOST_FILE = ("engine", "costmodel", "host.json")
+FRONT_END = ("frontend_ns", "frontend_token_ns")
+"""The host terms a fit may install itself (`front_end_given`): then the shipped values are no part of its key."""
+
+
 @cache
 def code_hash() -> str:
-    """A hash of the simulator's package as imported (code and data): what, with the scenario, decides a prediction."""
+    """A hash of the simulator's package as imported (code and data) but its fitted host terms (`host_terms`): what,
+    with the scenario and the host terms, decides a prediction."""
     digest = hashlib.sha256()
     package = Path(aisim.__file__).resolve().parent  # the package imported, wherever it lies
     for path in sorted(p for p in package.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        if path.relative_to(package).parts == HOST_FILE:
+            continue
         digest.update(str(path.relative_to(package)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]
 
 
-def _key(row: Row, rounds: int, fit: str, kv_cache_dtype: str | None = None) -> str:
-    """The row's scenario document (so a change of the mapping is a miss), the fit, the package's hash."""
+def host_terms(front_end_given: bool = False) -> dict[str, float]:
+    """The host terms installed in this process, without the front end's where the fit installs those itself."""
+    from aisim.engine.costmodel import calibration
+
+    return {k: v for k, v in calibration.host().items() if not (front_end_given and k in FRONT_END)}
+
+
+def _key(row: Row, rounds: int, fit: str, kv_cache_dtype: str | None = None, front_end_given: bool = False) -> str:
+    """The row's scenario document (so a change of the mapping is a miss), the fit, the package's hash and host terms."""
     try:
         described: Any = document(row, rounds, kv_cache_dtype)
     except Refused as refused:
         described = str(refused)
-    text = json.dumps([HARNESS, row.id, described, fit, code_hash()], sort_keys=True)
+    text = json.dumps([HARNESS, row.id, described, fit, code_hash(), host_terms(front_end_given)], sort_keys=True)
     return hashlib.sha256(text.encode()).hexdigest()[:24]
 
 
@@ -358,14 +380,16 @@ def _work(args: tuple[Row, int, Install | None, str | None]) -> Prediction:
 
 def predict(data: Iterable[Row], jobs: int = 2, rounds: int = ROUNDS, use_cache: bool = True,
             install: Install | None = None, fit: str = "shipped",
-            kv_cache_dtype: str | None = None, memory_gib: float = MEMORY_GIB) -> dict[str, Prediction]:
+            kv_cache_dtype: str | None = None, memory_gib: float = MEMORY_GIB,
+            front_end_given: bool = False) -> dict[str, Prediction]:
     """Every row's prediction, by row id: from the cache where the same row, rounds, fit and code ran before, else
-    simulated in a pool of `jobs` processes (each with `install` run first; `fit` names it in the cache key)."""
+    simulated in a pool of `jobs` processes (each with `install` run first; `fit` names it in the cache key, and
+    `front_end_given` says that it installs both front-end terms, so the shipped ones are no part of the key)."""
     data = list(data)
     found: dict[str, Prediction] = {}
     todo: list[Row] = []
     for row in data:
-        hit = _load(_key(row, rounds, fit, kv_cache_dtype)) if use_cache else None
+        hit = _load(_key(row, rounds, fit, kv_cache_dtype, front_end_given)) if use_cache else None
         if hit is not None:
             found[row.id] = hit
         else:
@@ -385,7 +409,7 @@ def predict(data: Iterable[Row], jobs: int = 2, rounds: int = ROUNDS, use_cache:
                     prediction = Prediction(row.id, refused=f"{OUTGREW} per process (--memory-gib, {memory_gib:g} GiB)")
                 found[row.id] = prediction
                 if use_cache and not prediction.refused.startswith(OUTGREW):  # as each row ends (a cap is no answer)
-                    _store(_key(row, rounds, fit, kv_cache_dtype), prediction)
+                    _store(_key(row, rounds, fit, kv_cache_dtype, front_end_given), prediction)
     return {row.id: found[row.id] for row in data}
 
 

@@ -12,6 +12,7 @@ from aisim.engine.costmodel import CostModel, calibration, graph_capture_limit
 from aisim.engine.costmodel.kernels import MEASURED, KernelTables
 from aisim.engine.costmodel.step_kernels import StepKernels
 from aisim.engine.memory import kv_bytes_per_token
+from aisim.engine.simulation import Simulation
 from aisim.scenario.presets import GPU_PROFILES, MODEL_FAMILIES
 from aisim.scenario.quantization import on_gpu
 
@@ -139,11 +140,18 @@ def test_cuda_graphs_cover_the_steps_vllm_captures_and_no_larger() -> None:
     assert server.step_parts(*step)[1] == default.step_parts(*step)[1]  # the same kernels at TP1
 
 
-def test_one_batch_through_both_entrypoints_differs_only_by_the_named_host_terms() -> None:
+@pytest.fixture
+def no_tokenizer(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API server's tokenizer term off (a batch's prompts would otherwise reach the engine one after another)."""
+    monkeypatch.setitem(calibration.DOCUMENT["host"], "frontend_token_ns", 0.0)
+
+
+def test_one_batch_through_both_entrypoints_differs_only_by_the_named_host_terms(no_tokenizer: None) -> None:
     """The same batch, the same engine limits, synchronous scheduling on both: the served run's engine starts
     `frontend_ns` later (the API server's work on each request) and the offline run pays the `LLM` class's output
     processing, `output_ns` per scheduled request per step (64 requests in each of their 32 steps). Nothing else
-    differs: the GPU work of each step is the same, and so is the critical-path term `critical_ns` (paid by both)."""
+    differs: the GPU work of each step is the same, and so is the critical-path term `critical_ns` (paid by both).
+    (The server's tokenizer term, off here, is accounted for in the next tests.)"""
     terms = calibration.host()
     ends = {}
     for entrypoint in ("offline", "server"):
@@ -157,7 +165,8 @@ def test_one_batch_through_both_entrypoints_differs_only_by_the_named_host_terms
     assert ends["server"] - ends["offline"] == pytest.approx(expected, abs=64)
 
 
-def test_with_each_entrypoints_default_scheduling_the_difference_is_still_the_named_host_terms() -> None:
+def test_with_each_entrypoints_default_scheduling_the_difference_is_still_the_named_host_terms(
+        no_tokenizer: None) -> None:
     """Each entrypoint with its default: the server schedules asynchronously, the offline class synchronously. The
     batch's 32 steps (one prefill of 64 x 200 tokens, then 31 decodes of 64) each take longer on the GPU than the
     engine core's CPU work, so async scheduling hides all of that CPU work: the difference is `frontend_ns`, less
@@ -178,6 +187,44 @@ def test_with_each_entrypoints_default_scheduling_the_difference_is_still_the_na
     expected = (terms["frontend_ns"] - terms["output_ns"] * 64 * steps
                 - (cpu_ns * steps + terms["per_token_ns"] * tokens))
     assert ends["server"] - ends["offline"] == pytest.approx(expected, abs=64 * steps)
+
+
+def _served_ttfts(prompts: list[int], token_ns: float, monkeypatch: pytest.MonkeyPatch,
+                  arrival: dict[str, object] | None = None) -> list[int]:
+    monkeypatch.setitem(calibration.DOCUMENT["host"], "frontend_token_ns", token_ns)
+    model = {"id": "m", "family": "llama-3-8b", "placement": {"gpus": ["g"]}}
+    sources = [{**batch(1, n, 8), "name": f"s{i}", **({"arrival": arrival} if arrival else {})}
+               for i, n in enumerate(prompts)]
+    sim = run(scenario([model], sources))
+    return [r.first_token_at - r.arrival for r in sorted(sim.requests, key=lambda r: r.id)]
+
+
+def test_the_api_server_tokenizes_each_prompt_before_the_engine_sees_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A lone request on an idle server: its TTFT grows by exactly `frontend_token_ns` per prompt token (the API
+    server's tokenizer; vLLM serve tokenizes the text prompt before the engine core sees the request), the engine's
+    work unchanged. The shipped term is fitted (`bench/calibrate.py fit_frontend_token`) and positive."""
+    assert calibration.host()["frontend_token_ns"] > 0
+    for prompt in (1000, 8000):
+        without = _served_ttfts([prompt], 0.0, monkeypatch)
+        with_term = _served_ttfts([prompt], 3000.0, monkeypatch)
+        assert with_term[0] - without[0] == pytest.approx(3000.0 * prompt, abs=1)
+
+
+def test_prompts_arriving_together_queue_for_the_single_tokenizer_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vLLM's `AsyncMicrobatchTokenizer` runs every encode on one worker thread: two prompts that reach the API
+    server at once are tokenized one after the other, so the second reaches the engine the first's tokenizing
+    later (with the term off, both reach it together); nothing is queued for the offline entrypoint."""
+    served = run(scenario([{"id": "m", "family": "llama-3-8b", "placement": {"gpus": ["g"]}}], [batch(1, 100, 4)]))
+    front = served.served_models[0]
+    assert front.frontend_token_ns == calibration.host()["frontend_token_ns"] > 0
+    front.frontend_token_ns, front.frontend_ns, front.tokenizer_free_at = 1000.0, 5_000_000, 0
+    assert front.front_end(0, 2000) == 2_000_000 + 5_000_000
+    assert front.front_end(0, 3000) == 5_000_000 + 5_000_000  # behind the first prompt's 2 ms
+    assert front.front_end(20_000_000, 1000) == 21_000_000 + 5_000_000  # the thread idle again
+    offline = Simulation(scenario([{"id": "m", "family": "llama-3-8b", "placement": {"gpus": ["g"]},
+                                    "engine": {"entrypoint": "offline"}}], [batch(1, 100, 4)]))
+    offline.run()
+    assert offline.served_models[0].frontend_token_ns == 0
 
 
 def test_minimax_m2s_full_width_qk_norm_all_reduces_its_variances_once_a_layer() -> None:

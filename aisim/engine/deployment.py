@@ -107,8 +107,24 @@ class ServedModel:
     watch: TailWatch | None = None
     frontend_ns: int = 0
     """The API server's time on a request before the engine sees it (`online.py`; 0 unless `vllm serve`)."""
+    frontend_token_ns: float = 0.0
+    """The API server's tokenizer time per prompt token (`online.py`; 0 unless `vllm serve`): one thread for every
+    request, so prompts arriving together are tokenized one after another (`front_end`)."""
+    tokenizer_free_at: int = 0
+    """When the API server's tokenizer thread finishes the prompts it has been given."""
     _waiting: dict[str, list[Callable[[str], None]]] = field(default_factory=dict)
     """Callers of `request_load` waiting for a version to finish loading."""
+
+    def front_end(self, now: int, prompt_tokens: int) -> int:
+        """When a request that reached the API server at `now` with `prompt_tokens` tokens reaches the engine: vLLM's
+        API server tokenizes text prompts on a single thread (`AsyncMicrobatchTokenizer`'s one-worker executor), so
+        its prompt waits for those tokenized before it, then takes `frontend_token_ns` a token; the rest of the
+        request's trip (`frontend_ns`: HTTP, input processing, the hop to the engine core) follows."""
+        if self.frontend_token_ns:
+            start = max(now, self.tokenizer_free_at)
+            self.tokenizer_free_at = start + round(self.frontend_token_ns * prompt_tokens)
+            now = self.tokenizer_free_at
+        return now + self.frontend_ns
 
     def __post_init__(self) -> None:
         model, timeline = self.model, self.host.timeline
@@ -178,6 +194,7 @@ class ServedModel:
             efficiency, fitted = calibration.efficiency(profile, model.cost_model)
             if model.engine.entrypoint == "server":
                 self.frontend_ns = online.frontend_ns(profile, model.cost_model)
+                self.frontend_token_ns = online.frontend_token_ns(profile, model.cost_model)
             self.fitted = self.fitted and fitted
             self.uncertainty = max(self.uncertainty, calibration.constants(profile).uncertainty)
             plans.append(memory)

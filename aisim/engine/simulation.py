@@ -318,10 +318,11 @@ class Simulation:
                 # chosen replica does not cache already, as vLLM's connector loads only the tokens it lacks
                 missing = router.missing_blocks(request, arrival.kv_tokens)
                 delay = arrival.kv_latency_ns + missing * arrival.kv_block_ns if missing else 0
-                self.kernel.at(now + served.frontend_ns + delay,
+                self.kernel.at(served.front_end(now, request.prompt) + delay,
                                lambda: None if request.done else router.submit_transferred(request, arrival.kv_tokens))
-            elif served.frontend_ns:
-                self.kernel.at(now + served.frontend_ns, lambda: None if request.done else router.submit(request))
+            elif served.frontend_ns or served.frontend_token_ns:
+                self.kernel.at(served.front_end(now, request.prompt),
+                               lambda: None if request.done else router.submit(request))
             else:
                 router.submit(request)
             if arrival.timeout:  # the client's timeout: it closes the connection, and the server aborts the request

@@ -12,8 +12,10 @@ end-to-end runs, and says which data fixed which constant:
   engine's process; the server does it in its API-server process, overlapped with the engine;
 - `critical_ns`: per step, the part outside the tables' kernels that no scheduling hides (input copies and
   scatter, metadata and sampler kernels, the gap before the next replay), on every step of both entrypoints;
-- `frontend_ns`: the server's API-server time on a request before the engine sees it (HTTP, tokenisation, the
-  first chunk's framing), added to TTFT and E2E of `vllm serve` only.
+- `frontend_ns`: the server's API-server time on a request before the engine sees it (HTTP, input processing, the
+  first chunk's framing), added to TTFT and E2E of `vllm serve` only;
+- `frontend_token_ns`: the API server's tokenizer time per prompt token (its single tokenizer thread), `vllm serve`
+  only.
 
 A GPU's `Efficiency` defaults: `bandwidth` and `mfu` are what its BF16 GEMM table reaches (a decode-shaped and a
 prefill-shaped GEMM, as shares of its datasheet), so a scenario's `costModel.bandwidthEfficiency` or `mfu`
@@ -35,7 +37,8 @@ from .model import Efficiency, GpuConstants
 
 HOST_UNCERTAINTY = 0.05
 """What the host terms add to a GPU's kernel uncertainty: their leave-one-out error on the end-to-end data."""
-HOST_TERMS = ("step_overhead_ns", "per_request_ns", "per_token_ns", "output_ns", "frontend_ns", "critical_ns")
+HOST_TERMS = ("step_overhead_ns", "per_request_ns", "per_token_ns", "output_ns", "frontend_ns", "critical_ns",
+              "frontend_token_ns")
 
 
 def _document() -> dict[str, Any]:
