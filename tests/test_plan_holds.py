@@ -26,7 +26,7 @@ from aisim.scenario import Scenario
 from .conftest import ROOT
 
 EXAMPLE = ROOT / "scenarios" / "plan-llama3-8b.yaml"
-CHOSEN = [("H100-SXM", 1, 3, 32), ("H100-SXM", 1, 1, 128), ("A100-80GB", 1, 2, 128)]
+CHOSEN = [("H100-SXM", 1, 3, 128), ("H100-SXM", 1, 1, 128), ("A100-80GB", 1, 2, 128)]
 """The documented winner (docs/plan.md), the winner of the planner before steady state, and a cheaper GPU."""
 SEEDS = (11, 22, 33)
 LONG = "600s"
