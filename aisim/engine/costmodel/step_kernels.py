@@ -33,6 +33,7 @@ numbers); `kernels.systems.uncertainty` says how much wider its error is.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 import numpy as np
@@ -49,8 +50,10 @@ have no table: the BF16 GEMM stands in (their weights are half as many bytes, so
 2x slow)."""
 MOE_DTYPE = {"bfloat16": "bfloat16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4", "int4_wo": "int4_wo",
              "w4a16_mxfp4": "w4a16_mxfp4"}
-FUSED_ALLREDUCE: dict[int, tuple[dict[int, float], dict[int, float]]] = {9: ({2: 64, 4: 2, 8: 0.5}, {2: 32, 4: 2, 8: 0.5}),
-                   10: ({2: 64, 4: 32, 8: 1}, {2: 32, 4: 4, 8: 1})}
+FUSED_ALLREDUCE: dict[int, tuple[dict[int, float], dict[int, float]]] = {
+    9: ({2: 64, 4: 2, 8: 0.5}, {2: 32, 4: 2, 8: 0.5}),
+    10: ({2: 64, 4: 32, 8: 1}, {2: 32, 4: 4, 8: 1}),
+}
 """Per compute-capability major: (the largest input in MiB, then the largest one-shot input in MiB) by TP size for
 which vLLM replaces a TP all-reduce and the RMSNorm after it by FlashInfer's fused all-reduce
 (`vllm/compilation/passes/fusion/allreduce_rms_fusion.py`, `FI_ALLREDUCE_FUSION_MAX_SIZE_MB` and
@@ -343,7 +346,7 @@ class StepKernels:
             gemm = TABLE_DTYPE.get(arch.format_of("attention"), "bfloat16")
             gemm = gemm if gemm in ("bfloat16", "fp8_block", "nvfp4") else "bfloat16"
             module = None
-            for tables in (t, *self._mla_siblings()):
+            for tables in (t, *self._mla_siblings):
                 try:
                     one = np.asarray(tables.mla_generation(batch, kv_len, heads, self.kv_dtype, gemm))
                 except MissingKernel:
@@ -362,11 +365,9 @@ class StepKernels:
                 seconds = seconds + layers * np.asarray(self._generation(batch, span, window))
         return seconds
 
+    @cached_property
     def _mla_siblings(self) -> list[KernelTables]:
-        found = self.__dict__.get("_siblings")
-        if found is None:
-            found = self.__dict__["_siblings"] = mla_siblings(self.tables)
-        return found
+        return mla_siblings(self.tables)
 
     def _generation(self, batch: Array, kv_len: Array, window: int) -> Array:
         try:
