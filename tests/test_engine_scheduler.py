@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from aisim.engine import gpu_memory, simulation
+from aisim.engine.pool import stats as pool_stats
 from aisim.engine.replica import Replica
 from aisim.engine.report import build_report
 from aisim.engine.simulation import Simulation
@@ -122,9 +123,11 @@ MOCK = {"id": "m", "latency": {"ttft": "20ms", "interToken": "5ms"}}
 def test_a_serving_simulation_holds_no_memory_for_past_requests(monkeypatch: pytest.MonkeyPatch,
                                                                 model: dict[str, Any]) -> None:
     """A server's simulation (`retain=False`) runs for ever: once its timeline window is full, four times
-    the requests must hold no more memory (each request's inter-token gaps used to stay: 400-800 bytes a request)."""
+    the requests must hold no more memory (each request's inter-token gaps used to stay: 400-800 bytes a request).
+    The bounded memos (step shapes, allocator round trips owed) are made small so that both runs fill them."""
     monkeypatch.setattr(simulation, "ROLLING_RECORDS", 100)
     monkeypatch.setattr(gpu_memory, "EAGER_SHAPES", 16)
+    monkeypatch.setattr(pool_stats, "OWED_AT_MOST", 16)
 
     def held(requests: int) -> int:
         gc.collect()

@@ -141,10 +141,11 @@ def test_a_gpu_kept_busy_by_long_prefills_reads_near_100_percent() -> None:
     # 8,192-token steps of 8,000-token prompts: each is about 180 ms of GEMMs (2 x 8.03e9 x 8192 FLOPs at the
     # ~720 TFLOP/s H100's BF16 GEMM table reaches) plus causal attention; the host's CPU work is the
     # engine core's and its 384 eager launches run while the kernels do, so kernels run nearly all the time.
-    # 78 such steps last about 12 s.
+    # 78 such steps last about 12 s. The first second is left out: the GPU waits there for the API server to
+    # tokenize the first prompt and hand it over (`frontend_token_ns` x 8,000 + `frontend_ns`, tens of ms).
     sim = run(scenario([llama()], [batch(80, 8000, 1)], telemetry={"interval": "1s"}))
-    busy = [f for t, f in samples(sim)[1:] if t <= 10]
-    assert len(busy) == 10
+    busy = [f for t, f in samples(sim)[2:] if t <= 10]
+    assert len(busy) == 9
     gemm_share = 0.9  # no BF16 GEMM of the H100's tables reaches 90 % of the datasheet peak
     for fields in busy:
         assert fields["DCGM_FI_DEV_GPU_UTIL"] >= 97
