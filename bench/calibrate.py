@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -73,18 +74,23 @@ def _latency_ns(args: tuple[Row, dict[str, float]]) -> int:
     return max(r.finished_at for r in sim.requests)
 
 
+def _map(function: Callable[[Any], Any], work: list[Any], jobs: int, chunksize: int = 1) -> list[Any]:
+    """`function` (which installs host terms of its own) over `work`: in this process, with the installed terms put
+    back after, or in a pool of `jobs` processes."""
+    if jobs <= 1:
+        installed = calibration.host()
+        try:
+            return [function(w) for w in work]
+        finally:
+            calibration.with_host(**installed)
+    with ProcessPoolExecutor(max(1, min(jobs, len(work)))) as pool:
+        return list(pool.map(function, work, chunksize=chunksize))
+
+
 def counts(data: list[Row], jobs: int = 2) -> np.ndarray:
     """Per row: (latency without host terms, steps, scheduled requests, scheduled tokens), in ns and counts."""
     work = [(row, ZERO) for row in data] + [(row, {**ZERO, k: v}) for k, v in PROBES.items() for row in data]
-    if jobs <= 1:  # in this process: put the installed terms back after the probes
-        installed = calibration.host()
-        try:
-            latencies = [_latency_ns(w) for w in work]
-        finally:
-            calibration.with_host(**installed)
-    else:
-        with ProcessPoolExecutor(jobs) as pool:
-            latencies = list(pool.map(_latency_ns, work, chunksize=4))
+    latencies = _map(_latency_ns, work, jobs, chunksize=4)
     found = np.array(latencies, dtype=np.float64).reshape(4, len(data))
     base = found[0]
     per = [(found[i + 1] - base) / v for i, v in enumerate(PROBES.values())]
@@ -153,15 +159,7 @@ def online_stages(runs: list[Any], terms: dict[str, float], jobs: int = 2) -> li
         else:
             todo.append(r)
     if todo:
-        if jobs <= 1:  # in this process: put the installed terms back after the replays
-            installed = calibration.host()
-            try:
-                got = dict(_online_metrics((r, terms)) for r in todo)
-            finally:
-                calibration.with_host(**installed)
-        else:
-            with ProcessPoolExecutor(min(jobs, len(todo))) as pool:
-                got = dict(pool.map(_online_metrics, [(r, terms) for r in todo], chunksize=1))
+        got = dict(_map(_online_metrics, [(r, terms) for r in todo], jobs))
         for r in todo:
             stages = {stage: {"ttft_mean": m.ttft_mean, "decode_per_token": m.decode_per_token}
                       for stage, m in got[r.experiment].items()}

@@ -199,16 +199,20 @@ def checkpoint(model: str, quant: str) -> tuple[str, str | None]:
                   f"quantized {own or 'not at all'})")
 
 
+def _lowest(full: int, ratio: float | None) -> int:
+    """The shortest length the client draws for `full` (`int(full x ratio)`, at least 1, at most `full`)."""
+    return min(max(int(full * (RANGE_RATIO if ratio is None else ratio)), 1), full)
+
+
 def lengths(full: int, ratio: float | None = None) -> int | str:
     """A length as the client draws it: uniform from `int(full x ratio)` to `full` (the client's `randint`)."""
-    low = max(int(full * (RANGE_RATIO if ratio is None else ratio)), 1)
-    return full if low >= full else f"{low}-{full}"
+    low = _lowest(full, ratio)
+    return full if low == full else f"{low}-{full}"
 
 
 def mean_prompt(row: Row, ratio: float | None = None) -> float:
     """The mean prompt length the client draws for the row (`lengths`: uniform integers between the ends)."""
-    low = max(int(row.isl * (RANGE_RATIO if ratio is None else ratio)), 1)
-    return (min(low, row.isl) + row.isl) / 2
+    return (_lowest(row.isl, ratio) + row.isl) / 2
 
 
 def document(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None,
