@@ -292,9 +292,8 @@ class StepKernels:
         up to FlashInfer's one-shot limit; two-shot beyond it, a reduce-scatter and an all-gather (2 (n - 1) / n x
         bytes). vLLM turns the fusion on because it is faster than the all-reduce and norm it replaces (its
         fusion table: 5-20 % end to end), so it is never priced slower than the table's all-reduce."""
-        tables, n = self.tables, self.tp
-        graph_floor, graph_bus = tables.allreduce_bus(n, True)
-        eager_floor, eager_bus = tables.allreduce_bus(n, False)
+        n = self.tp
+        (graph_floor, graph_bus), (eager_floor, eager_bus) = self._allreduce_buses
         sent = np.where(nbytes <= one_shot_mib * 2**20, (n - 1) * nbytes, 2 * (n - 1) / n * nbytes)
         return np.where(graph, graph_floor + sent / graph_bus, eager_floor + sent / eager_bus)
 
@@ -364,6 +363,11 @@ class StepKernels:
                 span = np.minimum(kv_len, window) if window else kv_len
                 seconds = seconds + layers * np.asarray(self._generation(batch, span, window))
         return seconds
+
+    @cached_property
+    def _allreduce_buses(self) -> tuple[tuple[float, float], tuple[float, float]]:
+        """(fixed cost, bus bandwidth) of this TP group's all-reduce in a CUDA graph, then eager."""
+        return self.tables.allreduce_bus(self.tp, True), self.tables.allreduce_bus(self.tp, False)
 
     @cached_property
     def _mla_siblings(self) -> list[KernelTables]:
