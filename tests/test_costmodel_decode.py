@@ -88,3 +88,26 @@ def test_a_tp8_decode_step_prices_the_fused_all_reduces() -> None:
     unfused = fused + table * float(kernels._allreduce(t * kernels.hidden * 2, graph)[0] -
                                     kernels._allreduce(t * kernels.hidden * 2, graph, fused=True)[0])
     assert unfused - fused > 2e-3
+
+
+def test_a_sliding_window_layer_decodes_at_its_requests_context_length_not_the_windows() -> None:
+    """The `generation_attention` table times a sliding-window layer at the request's context length (the
+    collector's `isl + step`). On H100 (vLLM's FlashAttention 3) gpt-oss's 128-token window costs 1.3-1.45x more at
+    a 2,048-token context than at a 128-token one, so a decode step reads the window's slice at the requests' KV
+    length: reading it at the window's length (as before) priced every gpt-oss decode step on Hopper 60-700 us
+    fast."""
+    arch = MODEL_FAMILIES["gpt-oss-120b"]
+    kernels = StepKernels(arch, GPU_PROFILES["H100-SXM"], tp=4)
+    (full, none), (sliding, window) = kernels.attention_layers
+    assert (none, window) == (0, 128) and full == sliding == 18
+    tables = KernelTables.for_system("h100_sxm")
+
+    def layer(batch: int, kv_len: int, window: int) -> float:
+        return float(tables.generation_attention(batch, kv_len, kernels.heads, kernels.kv_heads, 64, "bfloat16", window))
+
+    for batch in (1, 64, 256):
+        assert layer(batch, 2048, 128) > 1.25 * layer(batch, 128, 128)  # the measured plateau past the window
+        expected = full * layer(batch, 2048, 0) + sliding * layer(batch, 2048, 128)
+        assert float(kernels.decode_attention_s(batch, 2048)) == pytest.approx(expected, rel=1e-9)
+    # within the window a sliding layer costs what a full-attention layer does at that length
+    assert float(kernels.decode_attention_s(64, 100)) == pytest.approx(36 * layer(64, 100, 0), rel=0.1)
