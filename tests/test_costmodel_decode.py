@@ -98,7 +98,7 @@ def test_a_sliding_window_layer_decodes_at_its_requests_context_length_not_the_w
     fast."""
     arch = MODEL_FAMILIES["gpt-oss-120b"]
     kernels = StepKernels(arch, GPU_PROFILES["H100-SXM"], tp=4)
-    (full, none), (sliding, window) = kernels.attention_layers
+    (full, none), (sliding, window) = kernels.attention_layers[0], kernels.attention_layers[-1]
     assert (none, window) == (0, 128) and full == sliding == 18
     tables = KernelTables.for_system("h100_sxm")
 
