@@ -375,14 +375,10 @@ class StepKernels:
     def _generation(self, batch: Array, kv_len: Array, window: int) -> Array:
         """Decode attention of one layer of `window` (0: full attention) over requests of `kv_len` tokens.
 
-        A sliding-window layer is read from the table's slice of its window at the requests' own context length, as
-        the collector measured it (`isl + step`), not at the window's length: the kernel's cost at a long context is
-        not that of a context as short as the window. On Hopper (vLLM's FlashAttention 3) a 128-token window costs
-        1.4-1.65x its price at a 128-token context from 256 tokens on, flat beyond (H100, 16 query and 2 KV heads of
-        64, BF16 cache, 64 requests: 11.8 us at 128 tokens, 15.3 us from 256 to 4,096; plausibly a window not
-        aligned to the kernel's KV tiles spans two of them); on B200 (TensorRT-LLM's decode kernel) the slice stays
-        within 10 % of its 128-token price. Only the full-attention stand-in (a GPU without the window's slice) is
-        read at the tokens the window keeps."""
+        A sliding-window layer reads its window's slice at the requests' own context length, as the collector
+        measured it (`isl + step`): on Hopper the windowed kernel is not as cheap at a long context as at one as short
+        as the window (figures: docs/cost-model.md). Only the full-attention stand-in (a GPU without the window's
+        slice) is read at the tokens the window keeps."""
         try:
             return self.tables.generation_attention(batch, kv_len, self.heads, self.kv_heads, self.head_dim,
                                                     self.kv_dtype, window)
