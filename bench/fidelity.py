@@ -54,8 +54,9 @@ def targets(items: list[Scored], metrics: Iterable[str], label: str) -> None:
 
 
 def _silicon_item(row: silicon.Row, p: silicon.Prediction) -> Scored:
-    labels = {"gpu": row.gpu, "model": row.model.split("/")[-1], "checkpoint": row.family, "tp": str(row.tp),
-              "parallel": f"TP{row.tp} DP{row.dp} EP{row.moe_ep}", "vllm": row.version or "unrecorded",
+    tp, dp, ep = row.launch  # as vLLM ran the row (`silicon.launched`)
+    labels = {"gpu": row.gpu, "model": row.model.split("/")[-1], "checkpoint": row.family, "tp": str(tp),
+              "parallel": f"TP{tp} DP{dp} EP{ep}", "vllm": row.version or "unrecorded",
               "lengths": f"{row.isl}/{row.osl}", "id": row.id}
     return Scored(labels, {"TTFT": (p.ttft_ms, row.ttft_ms), "TPOT": (p.tpot_ms, row.tpot_ms)})
 
