@@ -90,7 +90,7 @@ def test_every_blackwell_row_builds_a_scenario(bench: dict[str, ModuleType]) -> 
     assert len(rows) == 755
     for row in rows:
         scenario = silicon.scenario(row)
-        tp, dp, ep = row.launch
+        tp, dp, _ = row.launch
         assert scenario.gpus[0].count == tp * dp <= 8, row.id  # one 8-GPU node each
         assert scenario.workload.sources[0].arrival.clients == row.batch * row.dp, row.id
 
