@@ -41,7 +41,8 @@ Results are cached per row in `bench/.cache/silicon/`, keyed by the row's scenar
 host terms and a hash of the `aisim` package as imported (code and data), so a second pass over unchanged code costs
 nothing.
 
-    python bench/silicon.py [--jobs 2] [--stride N] [--limit N] [--rounds 10] [--no-cache]
+    python bench/silicon.py [--jobs 2] [--stride N] [--limit N] [--rounds 10] [--no-cache] [--dp-rows]
+                            [--dp-as-labelled]
 """
 
 from __future__ import annotations
@@ -469,12 +470,13 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DATA, help="a CSV of the same columns (default: the Blackwell rows)")
     parser.add_argument("--range-ratio", type=float, default=RANGE_RATIO,
                         help=f"the client's length range ratio (default {RANGE_RATIO}; 1: fixed lengths)")
+    parser.add_argument("--dp-rows", action="store_true", help="only the rows labelled attention_dp_size > 1")
     parser.add_argument("--dp-as-labelled", action="store_true",
                         help="read tp_size / attention_dp_size / moe_ep_size literally (default: as `launched` reads them)")
     args = parser.parse_args()
     globals()["RANGE_RATIO"] = args.range_ratio  # read by `document` (forked workers inherit it)
     DP_AS_LABELLED[0] = args.dp_as_labelled
-    data = subsample(rows(args.data), args.stride, args.limit)
+    data = subsample([r for r in rows(args.data) if r.dp > 1 or not args.dp_rows], args.stride, args.limit)
     started = time.perf_counter()
     found = predict(data, args.jobs, args.rounds, not args.no_cache, kv_cache_dtype=args.kv_cache_dtype,
                     memory_gib=args.memory_gib)
@@ -490,6 +492,13 @@ def main() -> None:
               f"{p.ttft_ms:9.1f} {row.tpot_ms:8.2f} {p.tpot_ms:8.2f}")
     refused = sum(1 for p in found.values() if p.refused)
     print(f"{len(data) - refused} rows simulated, {refused} refused; wall {time.perf_counter() - started:.1f} s")
+    done = [(row, found[row.id]) for row in data if not found[row.id].refused]
+    if done:
+        for name, pairs in (("TTFT", [(p.ttft_ms, row.ttft_ms) for row, p in done]),
+                            ("TPOT", [(p.tpot_ms, row.tpot_ms) for row, p in done])):
+            errors = [100 * (got / measured - 1) for got, measured in pairs]
+            print(f"{name}: median |error| {statistics.median(abs(e) for e in errors):.1f} %, "
+                  f"signed median {statistics.median(errors):+.1f} % ({len(errors)} rows)")
 
 
 if __name__ == "__main__":
