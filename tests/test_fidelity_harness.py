@@ -165,6 +165,26 @@ def test_blackwell_set_end_to_end() -> None:
     assert "fold without model " in out and "fold without GPU " in out and "frontend_token_ns" in out
 
 
+def test_silicon_scores_the_attention_dp_rows_as_launched_or_as_labelled() -> None:
+    """`bench/silicon.py --dp-rows` takes only the rows labelled DP > 1 and prints each with the layout it ran
+    (`--dp-as-labelled`: the columns), then the median errors."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def run(*extra: str) -> str:
+        done = subprocess.run([sys.executable, str(BENCH / "silicon.py"), "--dp-rows", "--limit", "1", "--rounds", "1",
+                               "--no-cache", "--jobs", "1", *extra], capture_output=True, text=True, cwd=ROOT, env=env,
+                              timeout=600, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    launched, labelled = run(), run("--dp-as-labelled")
+    row = "minimaxm2_5_b300_vllm_fp8_agg_1024x1024_c512_cfg734"  # the file's first DP row: TP 4 DP 4 EP 16, batch 128
+    assert row in launched and "B300   4  1  4  512" in launched
+    assert row in labelled and "B300   4  4 16  512" in labelled
+    for out in (launched, labelled):
+        assert "1 rows simulated, 0 refused" in out and "TTFT: median |error|" in out and "TPOT: median |error|" in out
+
+
 def test_argonne_set_runs_both_entrypoints_and_prints_their_ratio() -> None:
     out = _fidelity("--set", "argonne", "--stride", "20", "--skip-lomo", "--jobs", "2")
     assert "entrypoint offline" in out and "entrypoint server" in out
