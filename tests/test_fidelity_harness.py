@@ -192,6 +192,18 @@ def test_argonne_set_runs_both_entrypoints_and_prints_their_ratio() -> None:
     assert "leave-one-model-out: skipped" in out
 
 
+def test_a_fit_on_the_rows_read_literally_is_cached_apart(bench: dict[str, ModuleType]) -> None:
+    """A fold's fitted terms depend on how the Blackwell rows are read: `--dp-as-labelled` keys its own cache entry."""
+    silicon, folds = bench["silicon"], bench["folds"]
+    launched = folds._path("blackwell-front-end|x", True)
+    silicon.DP_AS_LABELLED[0] = True
+    try:
+        labelled = folds._path("blackwell-front-end|x", True)
+    finally:
+        silicon.DP_AS_LABELLED[0] = False
+    assert labelled != launched and folds._path("blackwell-front-end|x", True) == launched
+
+
 def test_a_fold_reaches_the_processes_that_simulate(bench: dict[str, ModuleType]) -> None:
     """A fold's engine constants are installed in the worker before its rows run; another pass (a fresh pool)
     runs with the shipped constants again."""
