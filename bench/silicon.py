@@ -22,7 +22,7 @@ The 82 rows with attention DP > 1 are InferenceMAX's `tp: T, ep: T, dp-attn: tru
 `dp-attn` and run `--tensor-parallel-size T --enable-expert-parallel`, one engine whose EP group is its T TP ranks
 (vLLM's `FusedMoEParallelConfig.make`: EP size = TP x DP). The data agree: all 30 Kimi-K2.5 DP rows carry
 (to 0.01 ms) the TTFT and TPOT of a `gap_analysis` row labelled TP 4 EP 4 DP 1 at the same total concurrency, and
-the MiniMax-M2.5 FP8 DP rows (ids `..._tp2_ep2_...`) have within 1.5 % the TPOT of separate TP 2 EP 2 DP 1 runs at the
+the MiniMax-M2.5 FP8 DP rows (ids `..._tp2_ep2_...`) have within 1 % the TPOT of separate TP 2 EP 2 DP 1 runs at the
 same concurrency (4 to 256 clients). `--dp-as-labelled` reads the columns literally instead.
 
 The KV cache is FP8 (`engine.kvCacheDtype: fp8`) on the FP8 and FP4 rows, as the data shows: closed loops whose
@@ -147,7 +147,7 @@ class Row:
 
     @property
     def concurrency(self) -> int:
-        """Clients in the closed loop: the batch size per attention-DP rank times the ranks."""
+        """Clients in the closed loop: `batch_size` x `attention_dp_size` as labelled (the ids' `cN`), whatever `launch`."""
         return self.batch * self.dp
 
     @property
