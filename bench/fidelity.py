@@ -54,8 +54,9 @@ def targets(items: list[Scored], metrics: Iterable[str], label: str) -> None:
 
 
 def _silicon_item(row: silicon.Row, p: silicon.Prediction) -> Scored:
-    labels = {"gpu": row.gpu, "model": row.model.split("/")[-1], "checkpoint": row.family, "tp": str(row.tp),
-              "parallel": f"TP{row.tp} DP{row.dp} EP{row.moe_ep}", "vllm": row.version or "unrecorded",
+    tp, dp, ep = row.launch  # as vLLM ran the row (`silicon.launched`)
+    labels = {"gpu": row.gpu, "model": row.model.split("/")[-1], "checkpoint": row.family, "tp": str(tp),
+              "parallel": f"TP{tp} DP{dp} EP{ep}", "vllm": row.version or "unrecorded",
               "lengths": f"{row.isl}/{row.osl}", "id": row.id}
     return Scored(labels, {"TTFT": (p.ttft_ms, row.ttft_ms), "TPOT": (p.tpot_ms, row.tpot_ms)})
 
@@ -298,8 +299,11 @@ def main() -> None:
     parser.add_argument("--memory-gib", type=float, default=silicon.MEMORY_GIB,
                         help=f"blackwell: address space per worker process (default {silicon.MEMORY_GIB:g}; 0: no cap)")
     parser.add_argument("--worst", type=int, default=5, help="blackwell: list the N rows of largest |error|")
+    parser.add_argument("--dp-as-labelled", action="store_true", help="blackwell: read tp_size / attention_dp_size / "
+                        "moe_ep_size literally, not as the launch scripts ran them (`silicon.launched`)")
     parser.add_argument("--slices", type=int, default=40, help="kernels: slices per table at most (0: all)")
     args = parser.parse_args()
+    silicon.DP_AS_LABELLED[0] = args.dp_as_labelled  # forked workers inherit it
     start = time.perf_counter()
     for name in SETS if args.set == "all" else [args.set]:
         SETS[name](args)

@@ -102,11 +102,12 @@ def pool_map(function: Callable[[Any], Any], work: Sequence[Any], jobs: int) -> 
 def _path(name: str, front_end_given: bool = False) -> Any:
     """Where a fit is cached: keyed by `name`, the package's hash, the installed host terms (but the front end's, where
     the fit does not read them) and the fitting benches' own code."""
-    from silicon import BENCH, code_hash, host_terms
+    from silicon import BENCH, DP_AS_LABELLED, code_hash, host_terms
 
     fitting = b"".join((BENCH / f).read_bytes() for f in ("calibrate.py", "argonne.py", "online.py", "silicon.py"))
     terms = json.dumps(host_terms(front_end_given), sort_keys=True)
-    key = hashlib.sha256(f"{name}|{code_hash()}|{terms}|".encode() + fitting).hexdigest()[:24]
+    labelled = "dp-as-labelled|" if DP_AS_LABELLED[0] else ""  # the Blackwell rows' layouts read literally
+    key = hashlib.sha256(f"{name}|{code_hash()}|{terms}|{labelled}".encode() + fitting).hexdigest()[:24]
     return BENCH / ".cache" / "folds" / f"{key}.json"
 
 

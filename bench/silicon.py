@@ -8,11 +8,22 @@ client's mean TTFT and mean TPOT (vLLM's `benchmark_serving` definitions: TPOT o
 (output tokens - 1)).
 
 A row becomes an aisim scenario built as a user builds one (`Scenario.model_validate`): the family of its checkpoint
-(`FAMILIES`), the GPU profile of its system, `placement.tensorParallel` / `dataParallel`,
-`engine.enableExpertParallel` when `moe_ep_size` > 1, `maxModelLen` = isl + osl, the `server` entrypoint, and
-`arrival: {kind: concurrency, clients: C, requests: ROUNDS x C}`. C is `batch_size` per attention-DP rank,
-`batch_size` x `attention_dp_size` in all: each of the 82 rows with DP > 1 names that product in its id
-(`..._c8_tp2_ep2_...` has batch size 4 at DP 2), every other row its batch size.
+(`FAMILIES`), the GPU profile of its system, `placement.tensorParallel` / `dataParallel` and
+`engine.enableExpertParallel` as the row's `vllm serve` ran them (`launched`), `maxModelLen` = isl + osl, the
+`server` entrypoint, and `arrival: {kind: concurrency, clients: C, requests: ROUNDS x C}`. C is `batch_size` x
+`attention_dp_size`: each of the 82 rows with DP > 1 names that product in its id (`..._c8_tp2_ep2_...` has batch
+size 4 at DP 2), every other row its batch size.
+
+The 82 rows with attention DP > 1 are InferenceMAX's `tp: T, ep: T, dp-attn: true` runs on T GPUs, labelled
+`tp_size` T, `attention_dp_size` T, `moe_ep_size` T x T: T x T GPUs, twice the node on the TP 4 rows (a
+`b200_sxm` node has 8). What vLLM ran is what InferenceMAX's launch script of the checkpoint makes of that entry
+(`launched`): the scripts of MiniMax-M2.5's NVFP4 checkpoint run `--tensor-parallel-size 1 --data-parallel-size T
+--enable-expert-parallel` (`DP_ATTENTION_LAUNCH`), the others (MiniMax-M2.5 FP8, Kimi-K2.5 NVFP4) ignore
+`dp-attn` and run `--tensor-parallel-size T --enable-expert-parallel`, one engine whose EP group is its T TP ranks
+(vLLM's `FusedMoEParallelConfig.make`: EP size = TP x DP). The data agree: all 30 Kimi-K2.5 DP rows carry
+(to 0.01 ms) the TTFT and TPOT of a `gap_analysis` row labelled TP 4 EP 4 DP 1 at the same total concurrency, and
+the MiniMax-M2.5 FP8 DP rows (ids `..._tp2_ep2_...`) have within 1 % the TPOT of separate TP 2 EP 2 DP 1 runs at the
+same concurrency (4 to 256 clients). `--dp-as-labelled` reads the columns literally instead.
 
 The KV cache is FP8 (`engine.kvCacheDtype: fp8`) on the FP8 and FP4 rows, as the data shows: closed loops whose
 in-flight context exceeds what a BF16 cache holds yet whose TTFT shows no queueing (MiniMax-M2.5 FP8 at TP 2 on
@@ -30,7 +41,8 @@ Results are cached per row in `bench/.cache/silicon/`, keyed by the row's scenar
 host terms and a hash of the `aisim` package as imported (code and data), so a second pass over unchanged code costs
 nothing.
 
-    python bench/silicon.py [--jobs 2] [--stride N] [--limit N] [--rounds 10] [--no-cache]
+    python bench/silicon.py [--jobs 2] [--stride N] [--limit N] [--rounds 10] [--no-cache] [--dp-rows]
+                            [--dp-as-labelled]
 """
 
 from __future__ import annotations
@@ -71,6 +83,15 @@ RANGE_RATIO = 0.8
 the row's `isl` / `osl` and the full length (InferenceMAX's client: `benchmark_serving.py --dataset-name random
 --random-range-ratio 0.8 --num-prompts 10 x CONC --max-concurrency CONC --ignore-eos`; the Blackwell rows are its
 database's runs, their ids its configurations and workflow runs). 1.0: fixed lengths (`--range-ratio`)."""
+
+DP_ATTENTION_LAUNCH = {("MiniMaxAI/MiniMax-M2.5", "nvfp4")}
+"""(model_path, gemm_quant_mode) of the checkpoints whose InferenceMAX launch script turns `dp-attn: true` into vLLM's
+data-parallel attention: `minimaxm2.5_fp4_b200.sh` / `_b300.sh` (`DP_ATTENTION=true`: `--tensor-parallel-size=1
+--data-parallel-size=$TP --enable-expert-parallel`). The FP8 MiniMax-M2.5 scripts (`minimaxm2.5_fp8_b200.sh`,
+`_b300.sh`) and Kimi-K2.5's NVFP4 one (`kimik2.5_fp4_b200.sh`) take only `TP` and `EP_SIZE`
+(`--tensor-parallel-size=$TP --enable-expert-parallel`)."""
+DP_AS_LABELLED = [False]
+"""True: read `tp_size` / `attention_dp_size` / `moe_ep_size` literally (`--dp-as-labelled`), not as `launched` does."""
 
 KV_CACHE_DTYPE = {"fp8": "fp8", "fp4": "fp8", "int4": "auto"}
 """The KV-cache dtype per row precision (see above); a precision not listed keeps vLLM's default `auto`."""
@@ -126,12 +147,31 @@ class Row:
 
     @property
     def concurrency(self) -> int:
-        """Clients in the closed loop: the batch size per attention-DP rank times the ranks."""
+        """Clients in the closed loop: `batch_size` x `attention_dp_size` as labelled (the ids' `cN`), whatever `launch`."""
         return self.batch * self.dp
 
     @property
+    def launch(self) -> tuple[int, int, int]:
+        """(TP, DP, EP) of the `vllm serve` that measured the row (`launched`)."""
+        return launched(self)
+
+    @property
     def gpus(self) -> int:
-        return self.tp * self.pp * self.dp
+        tp, dp, _ = self.launch
+        return tp * self.pp * dp
+
+
+def launched(row: Row) -> tuple[int, int, int]:
+    """(tensor parallel, data parallel, expert parallel) sizes of the `vllm serve` that measured `row`.
+
+    A row labelled `tp_size` T, `attention_dp_size` T and `moe_ep_size` T x T (MoE TP 1) is InferenceMAX's `tp: T, ep:
+    T, dp-attn: true` entry on T GPUs (see the module docstring): TP 1 x DP T with EP T where the checkpoint's launch
+    script makes `dp-attn` vLLM's data parallelism (`DP_ATTENTION_LAUNCH`), else TP T with EP T and one engine. Every
+    other row (and every row with `--dp-as-labelled`) runs as labelled."""
+    t = row.tp
+    if (not DP_AS_LABELLED[0] and t > 1 and row.dp == t and row.moe_tp == 1 and row.moe_ep == t * t):
+        return (1, t, t) if (row.model, row.quant) in DP_ATTENTION_LAUNCH else (t, 1, t)
+    return row.tp, row.dp, row.moe_ep
 
 
 def rows(path: Path = DATA) -> list[Row]:
@@ -227,12 +267,13 @@ def document(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None,
         raise Refused(f"MoE TP {row.moe_tp} x EP {row.moe_ep} is not TP {row.tp} x DP {row.dp}")
     if row.moe_ep > 1 and row.moe_tp > 1:
         raise Refused(f"MoE TP {row.moe_tp} with EP {row.moe_ep}: vLLM's expert parallelism sets the MoE TP to 1")
-    placement: dict[str, Any] = {"gpus": ["g"], "tensorParallel": row.tp}
-    if row.dp > 1:
-        placement["dataParallel"] = row.dp
+    tp, dp, ep = row.launch
+    placement: dict[str, Any] = {"gpus": ["g"], "tensorParallel": tp}
+    if dp > 1:
+        placement["dataParallel"] = dp
     engine: dict[str, Any] = {"maxModelLen": row.isl + row.osl,
                               "kvCacheDtype": kv_cache_dtype or KV_CACHE_DTYPE.get(row.precision, "auto")}
-    if row.moe_ep > 1:
+    if ep > 1:
         engine["enableExpertParallel"] = True
     return {
         "apiVersion": "aisim/v1", "kind": "Scenario", "metadata": {"name": row.id}, "seed": 1,
@@ -429,9 +470,13 @@ def main() -> None:
     parser.add_argument("--data", type=Path, default=DATA, help="a CSV of the same columns (default: the Blackwell rows)")
     parser.add_argument("--range-ratio", type=float, default=RANGE_RATIO,
                         help=f"the client's length range ratio (default {RANGE_RATIO}; 1: fixed lengths)")
+    parser.add_argument("--dp-rows", action="store_true", help="only the rows labelled attention_dp_size > 1")
+    parser.add_argument("--dp-as-labelled", action="store_true",
+                        help="read tp_size / attention_dp_size / moe_ep_size literally (default: as `launched` reads them)")
     args = parser.parse_args()
     globals()["RANGE_RATIO"] = args.range_ratio  # read by `document` (forked workers inherit it)
-    data = subsample(rows(args.data), args.stride, args.limit)
+    DP_AS_LABELLED[0] = args.dp_as_labelled
+    data = subsample([r for r in rows(args.data) if r.dp > 1 or not args.dp_rows], args.stride, args.limit)
     started = time.perf_counter()
     found = predict(data, args.jobs, args.rounds, not args.no_cache, kv_cache_dtype=args.kv_cache_dtype,
                     memory_gib=args.memory_gib)
@@ -442,10 +487,18 @@ def main() -> None:
         if p.refused:
             print(f"{row.id:58} REFUSED {p.refused}")
             continue
-        print(f"{row.id:58} {row.gpu:5} {row.tp:2} {row.dp:2} {row.moe_ep:2} {row.concurrency:4} {row.ttft_ms:9.1f} "
+        tp, dp, ep = row.launch
+        print(f"{row.id:58} {row.gpu:5} {tp:2} {dp:2} {ep:2} {row.concurrency:4} {row.ttft_ms:9.1f} "
               f"{p.ttft_ms:9.1f} {row.tpot_ms:8.2f} {p.tpot_ms:8.2f}")
     refused = sum(1 for p in found.values() if p.refused)
     print(f"{len(data) - refused} rows simulated, {refused} refused; wall {time.perf_counter() - started:.1f} s")
+    done = [(row, found[row.id]) for row in data if not found[row.id].refused]
+    if done:
+        for name, pairs in (("TTFT", [(p.ttft_ms, row.ttft_ms) for row, p in done]),
+                            ("TPOT", [(p.tpot_ms, row.tpot_ms) for row, p in done])):
+            errors = [100 * (got / measured - 1) for got, measured in pairs]
+            print(f"{name}: median |error| {statistics.median(abs(e) for e in errors):.1f} %, "
+                  f"signed median {statistics.median(errors):+.1f} % ({len(errors)} rows)")
 
 
 if __name__ == "__main__":

@@ -47,14 +47,16 @@ def _fidelity(*args: str) -> str:
 def test_a_blackwell_row_becomes_the_scenario_it_describes(bench: dict[str, ModuleType]) -> None:
     silicon = bench["silicon"]
     rows = {r.id: r for r in silicon.rows()}
-    # TP 2 x DP 2 with EP 4, batch size 4 per DP rank (the id names the whole concurrency, 8)
+    # labelled TP 2 x DP 2 with EP 4 at batch size 4 per DP rank; the id names the whole concurrency, 8, and the
+    # run InferenceMAX made of it: `vllm serve --tensor-parallel-size 2 --enable-expert-parallel` on 2 GPUs
     row = rows["2026_04_06_minimax_m2_5_b200_sxm_vllm_fp8_agg_1024x1024_c8_tp2_ep2_1399"]
     assert (row.tp, row.dp, row.moe_tp, row.moe_ep, row.batch) == (2, 2, 1, 4, 4)
+    assert row.launch == (2, 1, 2)
     scenario = silicon.scenario(row, rounds=3)
     model, source = scenario.models[0], scenario.workload.sources[0]
-    assert scenario.gpus[0].profile == "B200" and scenario.gpus[0].count == 4
+    assert scenario.gpus[0].profile == "B200" and scenario.gpus[0].count == 2
     assert model.family == "minimax-m2.5" and model.placement.tensor_parallel == 2
-    assert model.data_parallel_size() == 2 and model.expert_parallel_size() == 4
+    assert model.data_parallel_size() == 1 and model.expert_parallel_size() == 2
     assert model.moe_tensor_parallel_size() == 1
     assert source.arrival.kind == "concurrency" and source.arrival.clients == 8 and source.arrival.requests == 24
     # InferenceMAX's client draws each length uniformly from int(0.8 x L) to L (`--random-range-ratio 0.8`)
@@ -88,8 +90,44 @@ def test_every_blackwell_row_builds_a_scenario(bench: dict[str, ModuleType]) -> 
     assert len(rows) == 755
     for row in rows:
         scenario = silicon.scenario(row)
-        assert scenario.gpus[0].count == row.tp * row.dp, row.id
+        tp, dp, _ = row.launch
+        assert scenario.gpus[0].count == tp * dp <= 8, row.id  # one 8-GPU node each
         assert scenario.workload.sources[0].arrival.clients == row.batch * row.dp, row.id
+
+
+def test_the_attention_dp_rows_run_as_their_launch_scripts_ran_them(bench: dict[str, ModuleType]) -> None:
+    """The rows labelled TP T x DP T with EP T x T are InferenceMAX's `tp: T, ep: T, dp-attn: true` on T GPUs: one
+    measurement the file also carries as TP 4 EP 4 DP 1 becomes the same deployment; MiniMax-M2.5's NVFP4 script runs
+    vLLM's data-parallel attention (TP 1 x DP T), the others TP T with EP; other layouts run as labelled."""
+    silicon = bench["silicon"]
+    rows = {r.id: r for r in silicon.rows()}
+    labelled = [r for r in rows.values() if r.dp > 1]
+    assert len(labelled) == 82 and all(r.dp == r.tp and r.moe_ep == r.tp * r.dp for r in labelled)
+
+    def deployment(row: object) -> tuple[object, ...]:
+        doc = silicon.document(row, rounds=2)
+        source = doc["workload"]["sources"][0]
+        return doc["gpus"][0]["count"], doc["models"][0]["placement"], doc["models"][0]["engine"], source["arrival"]
+
+    kimi = rows["kimik2_5_b200_vllm_fp4_agg_1024x1024_c4_cfg635"]
+    twin = rows["kimi_k2_5_gap_analysis_kimi_k2_5_gap_analysis_b200_sxm_vllm_fp4_agg_1024x1024_c4_tp4_ep4_3"]
+    assert (kimi.batch, kimi.dp, twin.batch, twin.dp) == (1, 4, 4, 1)
+    assert abs(kimi.ttft_ms - twin.ttft_ms) < 0.01 and abs(kimi.tpot_ms - twin.tpot_ms) < 0.01  # one measurement
+    assert kimi.launch == twin.launch == (4, 1, 4) and deployment(kimi) == deployment(twin)
+
+    fp4 = rows["minimaxm2_5_b200_vllm_fp4_agg_1024x1024_c128_cfg706"]  # labelled TP 2 DP 2 EP 4, batch 64
+    assert fp4.launch == (1, 2, 2)
+    model = silicon.scenario(fp4, rounds=2).models[0]
+    assert (model.placement.tensor_parallel, model.data_parallel_size(), model.expert_parallel_size()) == (1, 2, 2)
+    assert silicon.scenario(fp4, rounds=2).gpus[0].count == 2
+
+    wide = dataclasses.replace(fp4, tp=2, dp=4, moe_ep=8)  # any other layout: as labelled
+    assert wide.launch == (2, 4, 8) and wide.gpus == 8
+    silicon.DP_AS_LABELLED[0] = True
+    try:
+        assert kimi.launch == (4, 4, 16) and fp4.launch == (2, 2, 4)
+    finally:
+        silicon.DP_AS_LABELLED[0] = False
 
 
 def test_a_row_aisim_cannot_run_is_refused_with_its_reason(bench: dict[str, ModuleType]) -> None:
@@ -127,11 +165,43 @@ def test_blackwell_set_end_to_end() -> None:
     assert "fold without model " in out and "fold without GPU " in out and "frontend_token_ns" in out
 
 
+def test_silicon_scores_the_attention_dp_rows_as_launched_or_as_labelled() -> None:
+    """`bench/silicon.py --dp-rows` takes only the rows labelled DP > 1 and prints each with the layout it ran
+    (`--dp-as-labelled`: the columns), then the median errors."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+
+    def run(*extra: str) -> str:
+        done = subprocess.run([sys.executable, str(BENCH / "silicon.py"), "--dp-rows", "--limit", "1", "--rounds", "1",
+                               "--no-cache", "--jobs", "1", *extra], capture_output=True, text=True, cwd=ROOT, env=env,
+                              timeout=600, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    launched, labelled = run(), run("--dp-as-labelled")
+    row = "minimaxm2_5_b300_vllm_fp8_agg_1024x1024_c512_cfg734"  # the file's first DP row: TP 4 DP 4 EP 16, batch 128
+    assert row in launched and "B300   4  1  4  512" in launched
+    assert row in labelled and "B300   4  4 16  512" in labelled
+    for out in (launched, labelled):
+        assert "1 rows simulated, 0 refused" in out and "TTFT: median |error|" in out and "TPOT: median |error|" in out
+
+
 def test_argonne_set_runs_both_entrypoints_and_prints_their_ratio() -> None:
     out = _fidelity("--set", "argonne", "--stride", "20", "--skip-lomo", "--jobs", "2")
     assert "entrypoint offline" in out and "entrypoint server" in out
     assert "server / offline prediction all" in out and "leave-one-GPU-out" in out
     assert "leave-one-model-out: skipped" in out
+
+
+def test_a_fit_on_the_rows_read_literally_is_cached_apart(bench: dict[str, ModuleType]) -> None:
+    """A fold's fitted terms depend on how the Blackwell rows are read: `--dp-as-labelled` keys its own cache entry."""
+    silicon, folds = bench["silicon"], bench["folds"]
+    launched = folds._path("blackwell-front-end|x", True)
+    silicon.DP_AS_LABELLED[0] = True
+    try:
+        labelled = folds._path("blackwell-front-end|x", True)
+    finally:
+        silicon.DP_AS_LABELLED[0] = False
+    assert labelled != launched and folds._path("blackwell-front-end|x", True) == launched
 
 
 def test_a_fold_reaches_the_processes_that_simulate(bench: dict[str, ModuleType]) -> None:
