@@ -91,9 +91,10 @@ def recipe(row: Row) -> dict[str, Any]:
     matters: 2,048 tokens a step at 1,024-token prompts instead of vLLM's 8,192, so a wave of prompts arriving together
     (the closed loop's first) is prefilled in four times as many steps, each carrying every running request's decode
     token. Their `--max-cudagraph-capture-size 2048` and `--stream-interval 20` are not modelled (the first token is
-    streamed at once either way). Other models keep vLLM's defaults: gpt-oss-120b's recipe sets 8,192 itself; the
-    Kimi-K2.5 and Llama-3.1-70B rows' recipes were not read."""
-    if row.model != "MiniMaxAI/MiniMax-M2.5":
+    streamed at once either way). Only on B200 and B300: the same repository's H200 recipe keeps vLLM's defaults.
+    Other models keep vLLM's defaults: gpt-oss-120b's recipe sets 8,192 itself; Kimi-K2.5's NVFP4 recipe has a version
+    with 2 x ISL and one without, and which one its rows ran is not known; Llama-3.1-70B's was not read."""
+    if row.model != "MiniMaxAI/MiniMax-M2.5" or row.system not in ("b200_sxm", "b300_sxm"):
         return {}
     found: dict[str, Any] = {"maxNumBatchedTokens": 2 * row.isl, "enablePrefixCaching": False}
     if row.quant == "fp8":

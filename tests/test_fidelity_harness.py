@@ -209,6 +209,7 @@ def test_a_minimax_row_runs_with_its_recipes_token_budget(bench: dict[str, Modul
     assert (engine.max_num_batched_tokens, engine.enable_prefix_caching, engine.block_size) == (16384, False, 16)
     llama = next(r for r in rows.values() if r.model == "meta-llama/Llama-3.1-70B")
     assert silicon.recipe(llama) == {}
+    assert silicon.recipe(dataclasses.replace(row, system="h200_sxm")) == {}  # the H200 recipe keeps the defaults
     default = silicon.scenario(llama, rounds=1).models[0].engine
     assert default.max_num_batched_tokens is None and default.enable_prefix_caching
     # the budget is what makes the first wave slower: 64 prompts at once, one round, with and without the recipe
