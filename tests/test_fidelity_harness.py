@@ -195,7 +195,8 @@ def test_the_gpt_oss_tp8_rows_at_16_clients_simulate_under_the_bench_memory_cap(
     assert all(not p.refused and p.ttft_ms > 0 and p.tpot_ms > 0 for p in found.values()), found
 
 
-def test_a_minimax_row_runs_with_its_recipes_token_budget(bench: dict[str, ModuleType]) -> None:
+def test_a_minimax_row_runs_with_its_recipes_token_budget(bench: dict[str, ModuleType],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """InferenceX's MiniMax-M2.5 recipes give vLLM `--max-num-batched-tokens $((ISL * 2))` and switch prefix caching off
     (the FP8 one also `--block-size=32`); every other model keeps vLLM's defaults. A wave of 1,024-token prompts is then
     prefilled 2,048 tokens a step, not 8,192: slower, as the rows measure it."""
@@ -213,11 +214,8 @@ def test_a_minimax_row_runs_with_its_recipes_token_budget(bench: dict[str, Modul
     default = silicon.scenario(llama, rounds=1).models[0].engine
     assert default.max_num_batched_tokens is None and default.enable_prefix_caching
     # the budget is what makes the first wave slower: 64 prompts at once, one round, with and without the recipe
-    wave = dataclasses.replace(rows["minimaxm2_5_b300_vllm_fp8_agg_1024x1024_c64_cfg733"])
+    wave = rows["minimaxm2_5_b300_vllm_fp8_agg_1024x1024_c64_cfg733"]
     with_recipe = silicon.simulate(wave, rounds=1)
-    silicon.RECIPES = False
-    try:
-        without = silicon.simulate(wave, rounds=1)
-    finally:
-        silicon.RECIPES = True
+    monkeypatch.setattr(silicon, "RECIPES", False)  # `--no-recipes`
+    without = silicon.simulate(wave, rounds=1)
     assert with_recipe.ttft_ms > 1.2 * without.ttft_ms
