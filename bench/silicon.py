@@ -31,9 +31,10 @@ B200: aisim's BF16 cache holds 433k tokens, 64 clients at 8192 + 1024 keep some 
 0.8-0.9 s; at 128 clients, 1.1M in flight, over the FP8 cache's 867k too, TTFT 11.5 s; likewise the NVFP4 checkpoint
 on one B300), and the model dtype (`auto`) on the INT4 rows (`KV_CACHE_DTYPE`, `--kv-cache-dtype` to override).
 
-Other assumptions, stated once: every other engine argument at vLLM's default; the client sends `ROUNDS` requests per client (the data does not record the
-count; 10 x the concurrency is what InferenceMAX-style sweeps send) and averages over all of them, the first wave
-included, as `benchmark_serving` does.
+Other assumptions, stated once: every other engine argument at the value of the model's InferenceX recipe where it
+sets one (`recipe`: MiniMax-M2.5's token budget of 2 x the input length) and at vLLM's default otherwise; the client
+sends `ROUNDS` requests per client (the data does not record the count; 10 x the concurrency is what
+InferenceMAX-style sweeps send) and averages over all of them, the first wave included, as `benchmark_serving` does.
 
 A row aisim cannot run is refused with its reason (`Prediction.refused`), never dropped silently.
 
@@ -95,6 +96,32 @@ DP_AS_LABELLED = [False]
 
 KV_CACHE_DTYPE = {"fp8": "fp8", "fp4": "fp8", "int4": "auto"}
 """The KV-cache dtype per row precision (see above); a precision not listed keeps vLLM's default `auto`."""
+
+RECIPES = True
+"""Whether a row runs with the engine arguments of its model's InferenceX recipe (`recipe`); `--no-recipes`: vLLM's
+defaults for every row (read by `document`; forked workers inherit it)."""
+
+
+def recipe(row: Row) -> dict[str, Any]:
+    """The engine arguments (scenario keys) that the row's InferenceX recipe sets away from vLLM's defaults.
+
+    MiniMax-M2.5 (`benchmarks/single_node/minimaxm2.5_fp8_b200.sh`, `_fp8_b300.sh`, `_fp4_b200.sh` in
+    SemiAnalysisAI/InferenceX, the versions with the `EP_SIZE` / `DP_ATTENTION` switches that the rows with expert
+    and attention-data parallelism need): `--max-num-batched-tokens $((ISL * 2))`, `--no-enable-prefix-caching`,
+    `--kv-cache-dtype fp8` (`KV_CACHE_DTYPE`) and, on the FP8 checkpoint, `--block-size=32`. The token budget is what
+    matters: 2,048 tokens a step at 1,024-token prompts instead of vLLM's 8,192, so a wave of prompts arriving together
+    (the closed loop's first) is prefilled in four times as many steps, each carrying every running request's decode
+    token. Their `--max-cudagraph-capture-size 2048` and `--stream-interval 20` are not modelled (the first token is
+    streamed at once either way). Only on B200 and B300: the same repository's H200 recipe keeps vLLM's defaults.
+    Other models keep vLLM's defaults: gpt-oss-120b's recipe sets 8,192 itself; Kimi-K2.5's NVFP4 recipe has a version
+    with 2 x ISL and one without, and which one its rows ran is not known; Llama-3.1-70B's was not read."""
+    if row.model != "MiniMaxAI/MiniMax-M2.5" or row.system not in ("b200_sxm", "b300_sxm"):
+        return {}
+    found: dict[str, Any] = {"maxNumBatchedTokens": 2 * row.isl, "enablePrefixCaching": False}
+    if row.quant == "fp8":
+        found["blockSize"] = 32
+    return found
+
 
 GPUS = {"b200_sxm": "B200", "b300_sxm": "B300", "gb200": "GB200", "gb300": "GB300", "h100_sxm": "H100-SXM",
         "h200_sxm": "H200", "a100_sxm": "A100-80GB", "l40s": "L40S"}
@@ -275,6 +302,8 @@ def document(row: Row, rounds: int = ROUNDS, kv_cache_dtype: str | None = None,
                               "kvCacheDtype": kv_cache_dtype or KV_CACHE_DTYPE.get(row.precision, "auto")}
     if ep > 1:
         engine["enableExpertParallel"] = True
+    if RECIPES:
+        engine.update(recipe(row))
     return {
         "apiVersion": "aisim/v1", "kind": "Scenario", "metadata": {"name": row.id}, "seed": 1,
         "gpus": [{"id": "g", "profile": row.gpu, "count": row.gpus}],
@@ -473,8 +502,11 @@ def main() -> None:
     parser.add_argument("--dp-rows", action="store_true", help="only the rows labelled attention_dp_size > 1")
     parser.add_argument("--dp-as-labelled", action="store_true",
                         help="read tp_size / attention_dp_size / moe_ep_size literally (default: as `launched` reads them)")
+    parser.add_argument("--no-recipes", action="store_true",
+                        help="vLLM's default engine arguments for every row, not its InferenceX recipe's (`recipe`)")
     args = parser.parse_args()
     globals()["RANGE_RATIO"] = args.range_ratio  # read by `document` (forked workers inherit it)
+    globals()["RECIPES"] = not args.no_recipes
     DP_AS_LABELLED[0] = args.dp_as_labelled
     data = subsample([r for r in rows(args.data) if r.dp > 1 or not args.dp_rows], args.stride, args.limit)
     started = time.perf_counter()

@@ -263,3 +263,29 @@ def test_the_gpt_oss_tp8_rows_at_16_clients_simulate_under_the_bench_memory_cap(
     assert len(rows) == 3
     found = silicon.predict(rows, jobs=1, rounds=1, use_cache=False, memory_gib=silicon.MEMORY_GIB)
     assert all(not p.refused and p.ttft_ms > 0 and p.tpot_ms > 0 for p in found.values()), found
+
+
+def test_a_minimax_row_runs_with_its_recipes_token_budget(bench: dict[str, ModuleType],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """InferenceX's MiniMax-M2.5 recipes give vLLM `--max-num-batched-tokens $((ISL * 2))` and switch prefix caching off
+    (the FP8 one also `--block-size=32`); every other model keeps vLLM's defaults. A wave of 1,024-token prompts is then
+    prefilled 2,048 tokens a step, not 8,192: slower, as the rows measure it."""
+    silicon = bench["silicon"]
+    rows = {r.id: r for r in silicon.rows()}
+    row = rows["minimaxm2_5_b300_vllm_fp8_agg_1024x1024_c512_cfg733"]
+    engine = silicon.scenario(row, rounds=1).models[0].engine
+    assert (engine.max_num_batched_tokens, engine.enable_prefix_caching, engine.block_size) == (2048, False, 32)
+    fp4 = next(r for r in rows.values() if r.model == "MiniMaxAI/MiniMax-M2.5" and r.quant == "nvfp4" and r.isl == 8192)
+    engine = silicon.scenario(fp4, rounds=1).models[0].engine
+    assert (engine.max_num_batched_tokens, engine.enable_prefix_caching, engine.block_size) == (16384, False, 16)
+    llama = next(r for r in rows.values() if r.model == "meta-llama/Llama-3.1-70B")
+    assert silicon.recipe(llama) == {}
+    assert silicon.recipe(dataclasses.replace(row, system="h200_sxm")) == {}  # the H200 recipe keeps the defaults
+    default = silicon.scenario(llama, rounds=1).models[0].engine
+    assert default.max_num_batched_tokens is None and default.enable_prefix_caching
+    # the budget is what makes the first wave slower: 64 prompts at once, one round, with and without the recipe
+    wave = rows["minimaxm2_5_b300_vllm_fp8_agg_1024x1024_c64_cfg733"]
+    with_recipe = silicon.simulate(wave, rounds=1)
+    monkeypatch.setattr(silicon, "RECIPES", False)  # `--no-recipes`
+    without = silicon.simulate(wave, rounds=1)
+    assert with_recipe.ttft_ms > 1.2 * without.ttft_ms
