@@ -2,7 +2,7 @@
 
     python bench/gptoss_decode.py [--context 4608]
 
-Three tables (issue 37: gpt-oss-120b's Blackwell TPOT is predicted slow at 4-16 clients):
+Three tables (gpt-oss-120b's Blackwell TPOT is predicted slow at 4-16 clients):
 
 1. A decode step as priced (`StepKernels`, `CostModel`), microseconds per step (all 36 layers) at TP 1, 2, 4, 8 and
    4-64 requests of `--context` KV tokens each (4,608: the mean context of a 1,024-in / 8,192-out request, prompts
