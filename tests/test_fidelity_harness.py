@@ -95,7 +95,8 @@ def test_every_blackwell_row_builds_a_scenario(bench: dict[str, ModuleType]) -> 
         assert scenario.workload.sources[0].arrival.clients == row.batch * row.dp, row.id
 
 
-def test_the_attention_dp_rows_run_as_their_launch_scripts_ran_them(bench: dict[str, ModuleType]) -> None:
+def test_the_attention_dp_rows_run_as_their_launch_scripts_ran_them(bench: dict[str, ModuleType],
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
     """The rows labelled TP T x DP T with EP T x T are InferenceMAX's `tp: T, ep: T, dp-attn: true` on T GPUs: one
     measurement the file also carries as TP 4 EP 4 DP 1 becomes the same deployment; MiniMax-M2.5's NVFP4 script runs
     vLLM's data-parallel attention (TP 1 x DP T), the others TP T with EP; other layouts run as labelled."""
@@ -123,11 +124,8 @@ def test_the_attention_dp_rows_run_as_their_launch_scripts_ran_them(bench: dict[
 
     wide = dataclasses.replace(fp4, tp=2, dp=4, moe_ep=8)  # any other layout: as labelled
     assert wide.launch == (2, 4, 8) and wide.gpus == 8
-    silicon.DP_AS_LABELLED[0] = True
-    try:
-        assert kimi.launch == (4, 4, 16) and fp4.launch == (2, 2, 4)
-    finally:
-        silicon.DP_AS_LABELLED[0] = False
+    monkeypatch.setattr(silicon, "DP_AS_LABELLED", [True])  # `--dp-as-labelled`
+    assert kimi.launch == (4, 4, 16) and fp4.launch == (2, 2, 4)
 
 
 def test_a_row_aisim_cannot_run_is_refused_with_its_reason(bench: dict[str, ModuleType]) -> None:
@@ -192,16 +190,15 @@ def test_argonne_set_runs_both_entrypoints_and_prints_their_ratio() -> None:
     assert "leave-one-model-out: skipped" in out
 
 
-def test_a_fit_on_the_rows_read_literally_is_cached_apart(bench: dict[str, ModuleType]) -> None:
+def test_a_fit_on_the_rows_read_literally_is_cached_apart(bench: dict[str, ModuleType],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """A fold's fitted terms depend on how the Blackwell rows are read: `--dp-as-labelled` keys its own cache entry."""
     silicon, folds = bench["silicon"], bench["folds"]
     launched = folds._path("blackwell-front-end|x", True)
-    silicon.DP_AS_LABELLED[0] = True
-    try:
-        labelled = folds._path("blackwell-front-end|x", True)
-    finally:
-        silicon.DP_AS_LABELLED[0] = False
-    assert labelled != launched and folds._path("blackwell-front-end|x", True) == launched
+    monkeypatch.setattr(silicon, "DP_AS_LABELLED", [True])
+    assert folds._path("blackwell-front-end|x", True) != launched
+    monkeypatch.setattr(silicon, "DP_AS_LABELLED", [False])
+    assert folds._path("blackwell-front-end|x", True) == launched
 
 
 def test_a_fold_reaches_the_processes_that_simulate(bench: dict[str, ModuleType]) -> None:
