@@ -303,7 +303,7 @@ def main() -> None:
                         "moe_ep_size literally, not as the launch scripts ran them (`silicon.launched`)")
     parser.add_argument("--slices", type=int, default=40, help="kernels: slices per table at most (0: all)")
     args = parser.parse_args()
-    silicon.DP_AS_LABELLED[0] = args.dp_as_labelled  # forked workers inherit it
+    silicon.DP_AS_LABELLED = args.dp_as_labelled  # forked workers inherit it
     start = time.perf_counter()
     for name in SETS if args.set == "all" else [args.set]:
         SETS[name](args)

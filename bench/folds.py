@@ -106,7 +106,7 @@ def _path(name: str, front_end_given: bool = False) -> Any:
 
     fitting = b"".join((BENCH / f).read_bytes() for f in ("calibrate.py", "argonne.py", "online.py", "silicon.py"))
     terms = json.dumps(host_terms(front_end_given), sort_keys=True)
-    labelled = "dp-as-labelled|" if DP_AS_LABELLED[0] else ""  # the Blackwell rows' layouts read literally
+    labelled = "dp-as-labelled|" if DP_AS_LABELLED else ""  # the Blackwell rows' layouts read literally
     key = hashlib.sha256(f"{name}|{code_hash()}|{terms}|{labelled}".encode() + fitting).hexdigest()[:24]
     return BENCH / ".cache" / "folds" / f"{key}.json"
 

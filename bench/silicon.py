@@ -91,8 +91,9 @@ data-parallel attention: `minimaxm2.5_fp4_b200.sh` / `_b300.sh` (`DP_ATTENTION=t
 --data-parallel-size=$TP --enable-expert-parallel`). The FP8 MiniMax-M2.5 scripts (`minimaxm2.5_fp8_b200.sh`,
 `_b300.sh`) and Kimi-K2.5's NVFP4 one (`kimik2.5_fp4_b200.sh`) take only `TP` and `EP_SIZE`
 (`--tensor-parallel-size=$TP --enable-expert-parallel`)."""
-DP_AS_LABELLED = [False]
-"""True: read `tp_size` / `attention_dp_size` / `moe_ep_size` literally (`--dp-as-labelled`), not as `launched` does."""
+DP_AS_LABELLED = False
+"""Whether to read `tp_size` / `attention_dp_size` / `moe_ep_size` literally (`--dp-as-labelled`), not as `launched`
+does (read by `launched`; forked workers inherit it)."""
 
 KV_CACHE_DTYPE = {"fp8": "fp8", "fp4": "fp8", "int4": "auto"}
 """The KV-cache dtype per row precision (see above); a precision not listed keeps vLLM's default `auto`."""
@@ -196,7 +197,7 @@ def launched(row: Row) -> tuple[int, int, int]:
     script makes `dp-attn` vLLM's data parallelism (`DP_ATTENTION_LAUNCH`), else TP T with EP T and one engine. Every
     other row (and every row with `--dp-as-labelled`) runs as labelled."""
     t = row.tp
-    if (not DP_AS_LABELLED[0] and t > 1 and row.dp == t and row.moe_tp == 1 and row.moe_ep == t * t):
+    if (not DP_AS_LABELLED and t > 1 and row.dp == t and row.moe_tp == 1 and row.moe_ep == t * t):
         return (1, t, t) if (row.model, row.quant) in DP_ATTENTION_LAUNCH else (t, 1, t)
     return row.tp, row.dp, row.moe_ep
 
@@ -507,7 +508,7 @@ def main() -> None:
     args = parser.parse_args()
     globals()["RANGE_RATIO"] = args.range_ratio  # read by `document` (forked workers inherit it)
     globals()["RECIPES"] = not args.no_recipes
-    DP_AS_LABELLED[0] = args.dp_as_labelled
+    globals()["DP_AS_LABELLED"] = args.dp_as_labelled
     data = subsample([r for r in rows(args.data) if r.dp > 1 or not args.dp_rows], args.stride, args.limit)
     started = time.perf_counter()
     found = predict(data, args.jobs, args.rounds, not args.no_cache, kv_cache_dtype=args.kv_cache_dtype,

@@ -124,7 +124,7 @@ def test_the_attention_dp_rows_run_as_their_launch_scripts_ran_them(bench: dict[
 
     wide = dataclasses.replace(fp4, tp=2, dp=4, moe_ep=8)  # any other layout: as labelled
     assert wide.launch == (2, 4, 8) and wide.gpus == 8
-    monkeypatch.setattr(silicon, "DP_AS_LABELLED", [True])  # `--dp-as-labelled`
+    monkeypatch.setattr(silicon, "DP_AS_LABELLED", True)  # `--dp-as-labelled`
     assert kimi.launch == (4, 4, 16) and fp4.launch == (2, 2, 4)
 
 
@@ -195,9 +195,9 @@ def test_a_fit_on_the_rows_read_literally_is_cached_apart(bench: dict[str, Modul
     """A fold's fitted terms depend on how the Blackwell rows are read: `--dp-as-labelled` keys its own cache entry."""
     silicon, folds = bench["silicon"], bench["folds"]
     launched = folds._path("blackwell-front-end|x", True)
-    monkeypatch.setattr(silicon, "DP_AS_LABELLED", [True])
+    monkeypatch.setattr(silicon, "DP_AS_LABELLED", True)
     assert folds._path("blackwell-front-end|x", True) != launched
-    monkeypatch.setattr(silicon, "DP_AS_LABELLED", [False])
+    monkeypatch.setattr(silicon, "DP_AS_LABELLED", False)
     assert folds._path("blackwell-front-end|x", True) == launched
 
 
